@@ -1,0 +1,27 @@
+"""GRPO-LEAD as pure tensor math (torch only: no torch.distributed, no Megatron, no I/O).
+
+One module per idea, readable beside the paper (arXiv 2504.09696):
+`rewards` (Sec. 3.1 length-dependent accuracy reward, 3.2 explicit penalty), `advantages` (group
+normalisation and Sec. 3.3 difficulty-aware reweighting), `filters` (which groups train), `loss` (the
+clipped surrogate and its aggregation), `config` (`LeadConfig` and its presets).
+"""
+
+from .advantages import compute_advantages, difficulty_weight
+from .config import PRESETS, LeadConfig
+from .filters import group_keep_mask, overlong_keep_mask
+from .loss import loss_denominator, policy_loss
+from .outcome import Outcome
+from .rewards import shape_rewards
+
+__all__ = [
+    "PRESETS",
+    "LeadConfig",
+    "Outcome",
+    "compute_advantages",
+    "difficulty_weight",
+    "group_keep_mask",
+    "loss_denominator",
+    "overlong_keep_mask",
+    "policy_loss",
+    "shape_rewards",
+]

@@ -1,0 +1,224 @@
+"""`LeadConfig`: every knob of reward shaping, advantages, group filtering and the policy loss.
+
+One dataclass so that an ablation is one config line (`lead.preset=grpo_length` or `lead.alpha=0.1`).
+Defaults are the paper's values (arXiv 2504.09696); `LeadConfig.reference_code()` reproduces the
+authors' verl fork, which differs in the places listed in DESIGN.md ("paper vs the authors' code").
+
+Presets (`LeadConfig.from_preset(name)`, `name` as in `PRESETS`):
+
+| preset | what it is |
+| --- | --- |
+| `paper` = `lead` | the paper: length reward, -1 for wrong, logistic difficulty reweighting |
+| `grpo` | plain GRPO baseline of Table 1: reward 1 / 0, no length term, no reweighting |
+| `grpo_length` | + length-dependent accuracy reward |
+| `grpo_length_reweight` | + difficulty-aware advantage reweighting (wrong answers still 0) |
+| `stage2` | paper stage-2 tail: length reward off, repetition penalty -1.5 on |
+| `reference_code` | the authors' code: 4,000-token length gate, sample std, truncated 0, repetition -2, rho from rewards > 0, group drop rule, token-mean loss, entropy 0.001 |
+| `reference_code_stage2` | the authors' code, stage-2 tail (length reward off, repetition check on) |
+| `dr_grpo` | Dr. GRPO: advantage R - mean, loss / (G x max length) |
+| `dapo` | DAPO: clip-higher 0.2/0.28, token-mean loss, dynamic sampling, overlong shaping and masking |
+| `dgpo` | DGPO (MathForge): MAD-normalised advantage, softmax question weights at T = 2 |
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Optional
+
+ADVANTAGE_ESTIMATORS = ("grpo", "dr_grpo", "dgpo", "rloo")
+REWEIGHTINGS = ("none", "lead", "dgpo_softmax")
+RHO_SOURCES = ("correct", "positive_reward")
+GROUP_FILTERS = ("none", "reference_code", "dynamic_sampling")
+LOSS_AGGREGATIONS = ("token_mean", "seq_mean_token_mean", "seq_mean_token_sum", "constant_norm")
+STD_ESTIMATORS = ("population", "sample")
+KL_ESTIMATORS = ("k1", "k3")
+
+
+@dataclass
+class LeadConfig:
+    """All GRPO-LEAD hyper-parameters. Field names follow the paper's symbols where it has one."""
+
+    preset: str = "paper"  # informational: the preset these values started from (see module docstring)
+
+    # --- reward shaping (rewards.py) ---
+    correct_reward: float = 1.0  # reward of a correct answer when the length term is off or gated
+    wrong_reward: float = -1.0  # explicit penalty (paper); plain GRPO uses 0
+    truncated_reward: float = -1.0  # no final answer / cut at max length; paper: as wrong; code: 0
+    repetition_reward: float = -1.5  # stage-2 repetition penalty; code: -2
+    check_repetition: bool = False  # ask the verifier to detect repetition (stage 2)
+    length_reward: bool = True  # R = exp(-alpha z) for correct responses
+    alpha: float = 0.05
+    length_eps: float = 1e-6  # eps in z = (|o| - mu) / (sigma + eps)
+    length_std: str = "population"  # sigma of correct lengths: population (paper) or sample (code, n-1)
+    length_gate_tokens: float = 0.0  # code: length term only if mean of the group's `length_gate_k`
+    length_gate_k: int = 3  # shortest responses (all outcomes) exceeds this many tokens; 0 = always on
+    # DAPO overlong shaping: 0 up to max_response_len - overlong_buffer_len, then linear to -1 * factor
+    overlong_buffer_len: int = 0  # L_c; 0 turns shaping off
+    max_response_len: int = 0  # L_max (tokens); required when overlong shaping or constant_norm is used
+    overlong_penalty_factor: float = 1.0
+    overlong_filter: bool = False  # DAPO overlong filtering: truncated responses take no part in the loss
+
+    # --- advantages (advantages.py) ---
+    advantage_estimator: str = "grpo"  # grpo | dr_grpo | dgpo | rloo
+    advantage_std: str = "sample"  # std used by `grpo`: sample (n-1, verl/torch default) or population
+    advantage_eps: float = 1e-6
+    reweighting: str = "lead"  # none | lead (logistic w(rho)) | dgpo_softmax (question weights)
+    rho_source: str = "correct"  # rho = share of CORRECT outcomes (paper) or of rewards > 0 (code)
+    A: float = 0.4  # lower asymptote of w
+    B: float = 1.5  # upper asymptote of w
+    rho0: float = 0.75  # midpoint of w
+    k: float = 10.0  # steepness of w
+    dgpo_temperature: float = 2.0  # T of DGPO's softmax over -accuracy
+
+    # --- group filter (filters.py) ---
+    group_filter: str = "none"  # none | reference_code | dynamic_sampling
+
+    # --- policy loss (loss.py) ---
+    loss_agg: str = "seq_mean_token_mean"  # paper: 1/G sum_i 1/|o_i| sum_t
+    clip_eps_low: float = 0.2
+    clip_eps_high: float = 0.2
+    dual_clip_c: Optional[float] = None  # dual-clip lower bound for A < 0 (e.g. 3.0); None = off
+    entropy_coeff: float = 0.0
+    kl_coeff: float = 0.0  # KL to a reference policy; the paper uses none
+    kl_estimator: str = "k3"
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    # ------------------------------------------------------------------ checks
+    def validate(self) -> None:
+        """Raise ValueError naming the field when a value is out of its domain."""
+        choices = {
+            "advantage_estimator": ADVANTAGE_ESTIMATORS,
+            "reweighting": REWEIGHTINGS,
+            "rho_source": RHO_SOURCES,
+            "group_filter": GROUP_FILTERS,
+            "loss_agg": LOSS_AGGREGATIONS,
+            "length_std": STD_ESTIMATORS,
+            "advantage_std": STD_ESTIMATORS,
+            "kl_estimator": KL_ESTIMATORS,
+        }
+        for name, allowed in choices.items():
+            value = getattr(self, name)
+            if value not in allowed:
+                raise ValueError(f"lead.{name}={value!r} is not one of {list(allowed)}")
+        if self.preset not in PRESETS:
+            raise ValueError(f"lead.preset={self.preset!r} is not one of {sorted(PRESETS)}")
+        for name in ("alpha", "length_eps", "advantage_eps", "k", "dgpo_temperature", "length_gate_tokens",
+                     "clip_eps_low", "clip_eps_high", "entropy_coeff", "kl_coeff", "overlong_penalty_factor"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"lead.{name}={getattr(self, name)} must be >= 0")
+        if self.dgpo_temperature == 0:
+            raise ValueError("lead.dgpo_temperature must be > 0")
+        if self.clip_eps_low >= 1:
+            raise ValueError(f"lead.clip_eps_low={self.clip_eps_low} must be < 1 (ratio lower bound 1 - eps)")
+        if self.dual_clip_c is not None and self.dual_clip_c <= 1:
+            raise ValueError(f"lead.dual_clip_c={self.dual_clip_c} must be > 1 (or null to turn it off)")
+        if self.overlong_buffer_len < 0 or self.max_response_len < 0 or self.length_gate_k < 0:
+            raise ValueError("lead.overlong_buffer_len, lead.max_response_len and lead.length_gate_k must be >= 0")
+        if self.overlong_buffer_len and self.overlong_buffer_len > self.max_response_len:
+            raise ValueError(
+                f"lead.overlong_buffer_len={self.overlong_buffer_len} needs lead.max_response_len >= it "
+                f"(got {self.max_response_len})"
+            )
+
+    def replace(self, **changes) -> LeadConfig:
+        return dataclasses.replace(self, **changes)
+
+    # ------------------------------------------------------------------ presets
+    @classmethod
+    def from_preset(cls, name: str, **overrides) -> LeadConfig:
+        if name not in PRESETS:
+            raise ValueError(f"unknown LEAD preset {name!r}; choose one of {sorted(PRESETS)}")
+        return PRESETS[name]().replace(**overrides)
+
+    @classmethod
+    def paper(cls) -> LeadConfig:
+        """The paper's full GRPO-LEAD (stage 1): length reward, explicit penalty, reweighting."""
+        return cls(preset="paper")
+
+    @classmethod
+    def lead(cls) -> LeadConfig:
+        """Table 1's last row (= `paper`)."""
+        return cls(preset="lead")
+
+    @classmethod
+    def grpo(cls) -> LeadConfig:
+        """Table 1 baseline: binary reward (1 correct, 0 otherwise), group-normalised advantage."""
+        return cls(preset="grpo", wrong_reward=0.0, truncated_reward=0.0, length_reward=False, reweighting="none")
+
+    @classmethod
+    def grpo_length(cls) -> LeadConfig:
+        """Table 1 row 2: GRPO + length-dependent accuracy reward."""
+        return cls(preset="grpo_length", wrong_reward=0.0, truncated_reward=0.0, reweighting="none")
+
+    @classmethod
+    def grpo_length_reweight(cls) -> LeadConfig:
+        """Table 1 row 3: + difficulty-aware advantage reweighting (no explicit penalty yet)."""
+        return cls(preset="grpo_length_reweight", wrong_reward=0.0, truncated_reward=0.0)
+
+    @classmethod
+    def stage2(cls) -> LeadConfig:
+        """Paper stage-2 tail (last 140 steps): length reward off, repetition penalty -1.5 on."""
+        return cls(preset="stage2", length_reward=False, check_repetition=True)
+
+    @classmethod
+    def reference_code(cls) -> LeadConfig:
+        """The authors' verl fork (aeroplanepaper/GRPO-LEAD), every deviation from the paper."""
+        return cls(
+            preset="reference_code",
+            truncated_reward=0.0,
+            repetition_reward=-2.0,
+            length_std="sample",
+            length_gate_tokens=4000.0,
+            length_gate_k=3,
+            rho_source="positive_reward",
+            group_filter="reference_code",
+            loss_agg="token_mean",
+            entropy_coeff=0.001,
+        )
+
+    @classmethod
+    def reference_code_stage2(cls) -> LeadConfig:
+        """The authors' code with the stage-2 tail settings (length reward off, repetition check on)."""
+        return cls.reference_code().replace(preset="reference_code_stage2", length_reward=False, check_repetition=True)
+
+    @classmethod
+    def dr_grpo(cls) -> LeadConfig:
+        """Dr. GRPO (Liu et al. 2025): no std division, loss normalised by a constant G x L_max."""
+        return cls(
+            preset="dr_grpo", wrong_reward=0.0, truncated_reward=0.0, length_reward=False, reweighting="none",
+            advantage_estimator="dr_grpo", loss_agg="constant_norm",
+        )
+
+    @classmethod
+    def dapo(cls) -> LeadConfig:
+        """DAPO (Yu et al. 2025) with binary +1/-1 rewards; set `max_response_len` for overlong shaping."""
+        return cls(
+            preset="dapo", length_reward=False, reweighting="none", clip_eps_high=0.28,
+            loss_agg="token_mean", group_filter="dynamic_sampling", overlong_filter=True,
+        )
+
+    @classmethod
+    def dgpo(cls) -> LeadConfig:
+        """DGPO (MathForge): (R - mean) / MAD and softmax question weights over -accuracy / T."""
+        return cls(
+            preset="dgpo", wrong_reward=0.0, truncated_reward=0.0, length_reward=False,
+            advantage_estimator="dgpo", reweighting="dgpo_softmax",
+        )
+
+
+PRESETS = {
+    "paper": LeadConfig.paper,
+    "lead": LeadConfig.lead,
+    "grpo": LeadConfig.grpo,
+    "grpo_length": LeadConfig.grpo_length,
+    "grpo_length_reweight": LeadConfig.grpo_length_reweight,
+    "stage2": LeadConfig.stage2,
+    "reference_code": LeadConfig.reference_code,
+    "reference_code_stage2": LeadConfig.reference_code_stage2,
+    "dr_grpo": LeadConfig.dr_grpo,
+    "dapo": LeadConfig.dapo,
+    "dgpo": LeadConfig.dgpo,
+}

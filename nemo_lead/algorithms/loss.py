@@ -1,0 +1,153 @@
+"""The clipped policy-gradient objective (GRPO's surrogate, no KL by default) and its aggregation.
+
+Per token t of response i, with r_it = pi_theta / pi_old = exp(logp - old_logp):
+
+    l_it = max(-A_i r_it, -A_i clip(r_it, 1 - eps_low, 1 + eps_high))      (clipped surrogate, negated)
+    l_it = min(l_it, -c A_i)  for A_i < 0                                  (dual clip, optional)
+    l_it += kl_coeff * KL_it(pi_theta || pi_ref)                          (optional; k1 or k3 estimator)
+    l_it -= entropy_coeff * H_it                                           (optional entropy bonus)
+
+Aggregation (`loss_agg`), with m_it the loss mask and S the number of responses with >= 1 token:
+
+    token_mean           sum_it m_it l_it / sum_it m_it              (DAPO, the authors' code)
+    seq_mean_token_mean  1/S sum_i (sum_t m_it l_it / |o_i|)         (the paper's 1/G sum_i 1/|o_i| sum_t)
+    seq_mean_token_sum   1/S sum_i sum_t m_it l_it
+    constant_norm        sum_it m_it l_it / (S * L_max)               (Dr. GRPO)
+
+Why `denominator`: the training step splits one global batch into micro-batches and data-parallel
+ranks. Each piece computes `sum(weights * l)` over its own tokens and divides by the denominator of the
+*global* batch (`loss_denominator` summed over every piece), so the summed gradient equals the gradient
+of the loss over the whole batch whatever the split. Left as None, the batch passed in is the whole batch.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .config import LeadConfig
+
+
+def importance_ratio(logp: torch.Tensor, old_logp: torch.Tensor) -> torch.Tensor:
+    """r = exp(logp - old_logp), the log-ratio clamped to [-20, 20] so one stale token cannot overflow."""
+    return torch.exp((logp - old_logp).clamp(-20.0, 20.0))
+
+
+def clipped_surrogate(ratio: torch.Tensor, adv: torch.Tensor, cfg: LeadConfig) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-token negated clipped objective and a bool map of where the clip is active."""
+    unclipped = -adv * ratio
+    clipped = -adv * ratio.clamp(1.0 - cfg.clip_eps_low, 1.0 + cfg.clip_eps_high)
+    loss = torch.maximum(unclipped, clipped)
+    active = clipped > unclipped
+    if cfg.dual_clip_c is not None:
+        bound = -adv * cfg.dual_clip_c
+        dual = (adv < 0) & (loss > bound)
+        loss = torch.where(dual, bound, loss)
+        active = active | dual
+    return loss, active
+
+
+def kl_penalty(logp: torch.Tensor, ref_logp: torch.Tensor, estimator: str) -> torch.Tensor:
+    """Per-token KL(pi_theta || pi_ref) estimate from samples of pi_theta: k1 = log r, k3 = r' - log r' - 1."""
+    log_ratio = logp - ref_logp
+    if estimator == "k1":
+        return log_ratio
+    neg = (-log_ratio).clamp(-20.0, 20.0)
+    return torch.exp(neg) - neg - 1.0
+
+
+def token_weights(mask: torch.Tensor, cfg: LeadConfig) -> torch.Tensor:
+    """Per-token weight before the global denominator: 1/|o_i| for seq_mean_token_mean, else 1."""
+    m = mask.to(torch.float32)
+    if cfg.loss_agg == "seq_mean_token_mean":
+        return m / m.sum(dim=1, keepdim=True).clamp_min(1.0)
+    return m
+
+
+def loss_denominator(mask: torch.Tensor, cfg: LeadConfig) -> torch.Tensor:
+    """This batch's share of the global denominator (sum it over micro-batches and DP ranks)."""
+    m = mask.to(torch.float32)
+    if cfg.loss_agg == "token_mean":
+        return m.sum()
+    nonempty = (m.sum(dim=1) > 0).to(torch.float32).sum()
+    if cfg.loss_agg == "constant_norm":
+        max_len = cfg.max_response_len or mask.shape[-1]
+        return nonempty * max_len
+    return nonempty
+
+
+def policy_loss(
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    cfg: LeadConfig,
+    *,
+    ref_logp: torch.Tensor | None = None,
+    entropy: torch.Tensor | None = None,
+    denominator: torch.Tensor | float | None = None,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """Loss scalar (differentiable in `logp`, and in `entropy` when given) and detached token-mean metrics.
+
+    Shapes: logp, old_logp, mask, ref_logp, entropy are [N, T]; advantages is [N]. Values at masked-out
+    positions are ignored (they may be anything, even NaN). An empty batch or an all-zero mask gives a
+    zero loss that is still connected to `logp`.
+    """
+    if logp.shape != old_logp.shape or logp.shape != mask.shape or logp.dim() != 2:
+        raise ValueError(
+            f"logp {tuple(logp.shape)}, old_logp {tuple(old_logp.shape)} and mask {tuple(mask.shape)} "
+            "must all be [N, T]"
+        )
+    if advantages.shape != logp.shape[:1]:
+        raise ValueError(f"advantages must be [N]={tuple(logp.shape[:1])}, got {tuple(advantages.shape)}")
+    for name, extra in (("ref_logp", ref_logp), ("entropy", entropy)):
+        if extra is not None and extra.shape != logp.shape:
+            raise ValueError(f"{name} must be [N, T]={tuple(logp.shape)}, got {tuple(extra.shape)}")
+    if cfg.kl_coeff > 0 and ref_logp is None:
+        raise ValueError("lead.kl_coeff > 0 needs ref_logp (log-probs of the reference policy)")
+    if cfg.entropy_coeff > 0 and entropy is None:
+        raise ValueError("lead.entropy_coeff > 0 needs the per-token entropy of the current policy")
+
+    on = mask.bool()
+    zero = torch.zeros((), dtype=logp.dtype, device=logp.device)
+
+    def masked(x: torch.Tensor) -> torch.Tensor:
+        return torch.where(on, x, zero)
+
+    for name, t in (("logp", logp), ("old_logp", old_logp), ("ref_logp", ref_logp), ("entropy", entropy)):
+        if t is not None and not torch.isfinite(masked(t.detach())).all():
+            raise ValueError(f"{name} holds NaN/inf at unmasked positions")
+    if not torch.isfinite(advantages).all():
+        raise ValueError("advantages hold NaN/inf")
+
+    adv = advantages.to(logp.dtype)[:, None]
+    ratio = importance_ratio(masked(logp), masked(old_logp))
+    per_token, clip_active = clipped_surrogate(ratio, adv, cfg)
+    pg_per_token = per_token
+    if cfg.kl_coeff > 0:
+        kl = kl_penalty(masked(logp), masked(ref_logp), cfg.kl_estimator)
+        per_token = per_token + cfg.kl_coeff * kl
+    if cfg.entropy_coeff > 0:
+        per_token = per_token - cfg.entropy_coeff * masked(entropy)
+
+    weights = token_weights(mask, cfg).to(logp.dtype)
+    denom = loss_denominator(mask, cfg) if denominator is None else torch.as_tensor(denominator)
+    denom = denom.to(logp.dtype)
+    total = (per_token * weights).sum()
+    loss = total / denom if float(denom) > 0 else total * 0.0
+
+    with torch.no_grad():
+        n_tok = on.sum().clamp_min(1).to(logp.dtype)
+        log_ratio = masked(logp - old_logp)
+        metrics = {
+            "pg_loss": (masked(pg_per_token)).sum() / n_tok,
+            "clip_frac": (clip_active & on).sum() / n_tok,
+            "ratio_mean": masked(ratio).sum() / n_tok,
+            "ratio_max": torch.where(on, ratio, zero).max() if on.any() else zero + 1.0,
+            "approx_kl": (0.5 * log_ratio**2).sum() / n_tok,
+            "tokens": on.sum().to(logp.dtype),
+        }
+        if entropy is not None:
+            metrics["entropy"] = masked(entropy).sum() / n_tok
+        if ref_logp is not None:
+            metrics["kl_ref"] = masked(kl_penalty(logp, ref_logp, cfg.kl_estimator)).sum() / n_tok
+    return loss, {k: v.detach() for k, v in metrics.items()}

@@ -1,0 +1,111 @@
+"""The `nemo-lead` command.
+
+Every subcommand takes `--config FILE` (repeatable; later files win) and `key=value` overrides, on top
+of its defaults in `conf/<command>.yaml`. `--print-config` shows the resolved configuration and exits.
+A few frequent keys also have flags (`nemo-lead eval --n 32` is `n=32`); flags and overrides are the
+same thing, so each `--help` lists which key a flag sets.
+
+Subcommands are declared in `COMMANDS`: a schema dataclass and a runner function, both given as
+"module:attribute" strings so that `nemo-lead --help` imports neither Megatron nor transformers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .config import ConfigError, conf_dir, load_config, to_yaml
+
+
+@dataclass(frozen=True)
+class Command:
+    help: str
+    schema: str | None  # "module:Class" of the config dataclass; None = not built yet
+    runner: str | None  # "module:function" taking the config object; None = not built yet
+    flags: dict[str, str] = field(default_factory=dict)  # --flag -> dotted config key
+    epilog: str = ""
+
+
+COMMANDS: dict[str, Command] = {
+    "demo": Command(
+        help="Run the demo: GRPO-LEAD end to end on the embedded tiny model (CPU is enough).",
+        schema="nemo_lead.demo:DemoConfig",
+        runner="nemo_lead.demo:run_demo",
+        flags={"--seed": "seed", "--preset": "lead.preset"},
+    ),
+    "sft": Command(help="Supervised fine-tuning on reasoning traces (not built yet).", schema=None, runner=None),
+    "rl": Command(help="GRPO-LEAD reinforcement learning (not built yet).", schema=None, runner=None),
+    "eval": Command(help="AIME-style evaluation: Cons@k, Pass@1, length (not built yet).", schema=None, runner=None),
+    "generate": Command(help="Sample responses from a checkpoint (not built yet).", schema=None, runner=None),
+    "submit": Command(help="Submit a job to SLURM (not built yet).", schema=None, runner=None),
+}
+
+
+def _load_attr(spec: str):
+    module, attr = spec.split(":")
+    return getattr(importlib.import_module(module), attr)
+
+
+def _build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="nemo-lead",
+        description="GRPO-LEAD on megatron-core: SFT, two RL stages, AIME evaluation.",
+        epilog="Each command takes --config FILE and key=value overrides; see `nemo-lead CMD --help`.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, cmd in COMMANDS.items():
+        p = sub.add_parser(
+            name,
+            help=cmd.help,
+            description=cmd.help,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+            epilog=(cmd.epilog + "\n\n" if cmd.epilog else "")
+            + f"Defaults: {conf_dir() / (name + '.yaml')}. Overrides: key=value (dotted keys, YAML values),\n"
+            "e.g. `lead.preset=grpo_length lead.alpha=0.1`. An unknown key fails with the nearest valid one.",
+        )
+        p.add_argument("--config", action="append", default=[], metavar="FILE",
+                       help="YAML file(s) applied on top of the defaults, in order")
+        p.add_argument("--print-config", action="store_true", help="print the resolved configuration and exit")
+        for flag, key in cmd.flags.items():
+            p.add_argument(flag, dest="flag:" + key, metavar="VALUE", help=f"same as {key}=VALUE")
+        p.add_argument("overrides", nargs="*", metavar="key=value", help="configuration overrides")
+    return parser
+
+
+def resolve_config(name: str, files: list[str], overrides: list[str]):
+    """Defaults of command `name` + files + overrides -> the command's config object."""
+    cmd = COMMANDS[name]
+    schema = _load_attr(cmd.schema)
+    defaults = conf_dir() / f"{name}.yaml"
+    return load_config(schema, ([defaults] if defaults.is_file() else []) + [Path(f) for f in files], overrides)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 2
+    cmd = COMMANDS[args.command]
+    if cmd.schema is None or cmd.runner is None:
+        print(f"nemo-lead {args.command}: not built yet in this version (see the README support matrix)",
+              file=sys.stderr)
+        return 3
+    flag_overrides = [f"{k[5:]}={v}" for k, v in vars(args).items() if k.startswith("flag:") and v is not None]
+    try:
+        cfg = resolve_config(args.command, args.config, flag_overrides + args.overrides)
+    except ConfigError as e:
+        print(f"nemo-lead {args.command}: config error: {e}", file=sys.stderr)
+        return 2
+    if args.print_config:
+        print(to_yaml(cfg), end="")
+        return 0
+    result = _load_attr(cmd.runner)(cfg)
+    return int(result or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""eval layer (see DESIGN.md)."""

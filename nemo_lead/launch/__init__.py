@@ -1,0 +1,1 @@
+"""launch layer (see DESIGN.md)."""

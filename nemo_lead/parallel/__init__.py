@@ -1,0 +1,1 @@
+"""parallel layer (see DESIGN.md)."""

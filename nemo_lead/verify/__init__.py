@@ -1,0 +1,1 @@
+"""verify layer (see DESIGN.md)."""
