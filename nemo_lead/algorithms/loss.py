@@ -55,20 +55,22 @@ def kl_penalty(logp: torch.Tensor, ref_logp: torch.Tensor, estimator: str) -> to
     return torch.exp(neg) - neg - 1.0
 
 
-def token_weights(mask: torch.Tensor, cfg: LeadConfig) -> torch.Tensor:
+def token_weights(mask: torch.Tensor, cfg: LeadConfig, dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """Per-token weight before the global denominator: 1/|o_i| for seq_mean_token_mean, else 1."""
-    m = mask.to(torch.float32)
+    m = mask.to(dtype)
     if cfg.loss_agg == "seq_mean_token_mean":
         return m / m.sum(dim=1, keepdim=True).clamp_min(1.0)
     return m
 
 
 def loss_denominator(mask: torch.Tensor, cfg: LeadConfig) -> torch.Tensor:
-    """This batch's share of the global denominator (sum it over micro-batches and DP ranks)."""
-    m = mask.to(torch.float32)
+    """This batch's share of the global denominator (sum it over micro-batches and DP ranks).
+
+    float64, so that token counts of large global batches (> 2**24 tokens) stay exact."""
+    m = mask.to(torch.float64)
     if cfg.loss_agg == "token_mean":
         return m.sum()
-    nonempty = (m.sum(dim=1) > 0).to(torch.float32).sum()
+    nonempty = (m.sum(dim=1) > 0).to(torch.float64).sum()
     if cfg.loss_agg == "constant_norm":
         max_len = cfg.max_response_len or mask.shape[-1]
         return nonempty * max_len
@@ -129,7 +131,7 @@ def policy_loss(
     if cfg.entropy_coeff > 0:
         per_token = per_token - cfg.entropy_coeff * masked(entropy)
 
-    weights = token_weights(mask, cfg).to(logp.dtype)
+    weights = token_weights(mask, cfg, logp.dtype)
     denom = loss_denominator(mask, cfg) if denominator is None else torch.as_tensor(denominator)
     denom = denom.to(logp.dtype)
     total = (per_token * weights).sum()

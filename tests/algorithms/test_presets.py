@@ -1,0 +1,64 @@
+"""Presets: the ablation ladder of Table 1 and the authors' code, field by field (DESIGN.md table)."""
+
+import pytest
+
+from nemo_lead.algorithms import PRESETS, LeadConfig
+
+
+def test_every_preset_builds_and_names_itself():
+    for name in PRESETS:
+        cfg = LeadConfig.from_preset(name)
+        assert cfg.preset == name
+
+
+def test_paper_defaults():
+    cfg = LeadConfig()
+    assert cfg == LeadConfig.paper()
+    assert (cfg.alpha, cfg.wrong_reward, cfg.length_reward, cfg.reweighting) == (0.05, -1.0, True, "lead")
+    assert (cfg.A, cfg.B, cfg.rho0, cfg.k) == (0.4, 1.5, 0.75, 10.0)
+    assert (cfg.clip_eps_low, cfg.clip_eps_high, cfg.kl_coeff, cfg.group_filter) == (0.2, 0.2, 0.0, "none")
+    assert cfg.loss_agg == "seq_mean_token_mean"  # 1/G sum_i 1/|o_i| sum_t
+
+
+def test_table1_ladder_adds_one_part_at_a_time():
+    grpo, length, reweight, lead = (LeadConfig.grpo(), LeadConfig.grpo_length(),
+                                    LeadConfig.grpo_length_reweight(), LeadConfig.lead())
+    assert not grpo.length_reward and grpo.reweighting == "none" and grpo.wrong_reward == 0.0
+    assert length.length_reward and length.reweighting == "none" and length.wrong_reward == 0.0
+    assert reweight.length_reward and reweight.reweighting == "lead" and reweight.wrong_reward == 0.0
+    assert lead.length_reward and lead.reweighting == "lead" and lead.wrong_reward == -1.0
+
+
+def test_reference_code_deviations():
+    cfg = LeadConfig.reference_code()
+    assert cfg.length_gate_tokens == 4000 and cfg.length_gate_k == 3 and cfg.length_std == "sample"
+    assert cfg.truncated_reward == 0.0 and cfg.repetition_reward == -2.0
+    assert cfg.rho_source == "positive_reward" and cfg.group_filter == "reference_code"
+    assert cfg.loss_agg == "token_mean" and cfg.entropy_coeff == 0.001 and cfg.kl_coeff == 0.0
+    stage2 = LeadConfig.reference_code_stage2()
+    assert not stage2.length_reward and stage2.check_repetition and stage2.repetition_reward == -2.0
+
+
+def test_neighbours():
+    assert LeadConfig.dapo().clip_eps_high == 0.28 and LeadConfig.dapo().group_filter == "dynamic_sampling"
+    assert LeadConfig.dr_grpo().advantage_estimator == "dr_grpo" and LeadConfig.dr_grpo().loss_agg == "constant_norm"
+    assert LeadConfig.dgpo().reweighting == "dgpo_softmax" and LeadConfig.dgpo().dgpo_temperature == 2.0
+
+
+@pytest.mark.parametrize(
+    "bad, match",
+    [
+        ({"advantage_estimator": "ppo"}, "lead.advantage_estimator='ppo' is not one of"),
+        ({"loss_agg": "mean"}, "lead.loss_agg"),
+        ({"alpha": -0.1}, "lead.alpha=-0.1 must be >= 0"),
+        ({"dual_clip_c": 0.5}, "dual_clip_c"),
+        ({"clip_eps_low": 1.0}, "clip_eps_low"),
+        ({"overlong_buffer_len": 10}, "max_response_len"),
+        ({"preset": "nope"}, "lead.preset"),
+    ],
+)
+def test_invalid_values_name_the_field(bad, match):
+    with pytest.raises(ValueError, match=match):
+        LeadConfig(**bad)
+    with pytest.raises(ValueError, match="unknown LEAD preset"):
+        LeadConfig.from_preset("nope")
