@@ -1,1 +1,18 @@
-"""verify layer (see DESIGN.md)."""
+"""Answer verification: extraction, math-verify grading in worker processes, repetition, voting keys.
+
+    from nemo_lead.verify import MathVerifier, Grade, extract_answer, canonical_answer, find_repetition
+
+Modules, one job each: `extract` (where the final answer is), `canonical` (voting keys), `repetition`
+(the stage-2 penalty's detector), `match` (is an answer equal to the gold; runs in workers), `pool`
+(worker processes with hard deadlines), `verifier` (`MathVerifier`, `Grade`).
+
+Importing this package is cheap: it imports neither math-verify (only the workers do) nor torch (`Outcome`
+is imported when the first grades are built).
+"""
+
+from .canonical import canonical_answer
+from .extract import extract_answer
+from .repetition import find_repetition
+from .verifier import Grade, MathVerifier
+
+__all__ = ["Grade", "MathVerifier", "canonical_answer", "extract_answer", "find_repetition"]

@@ -1,0 +1,126 @@
+"""Where a response's final answer is, and how to read it out (pure string work, no math-verify).
+
+What counts as *the* answer:
+- the content of the **last** `\\boxed{...}` (or `\\fbox{...}`) in the chosen region. The last box decides:
+  if its braces never close, or it is empty, the response has no answer; an earlier box is not used, because
+  the model did not leave it as its final word. Escaped braces `\\{ \\}` inside the box do not count;
+- `\\boxed 5` (no braces, as some models write) gives the next whitespace-free token, cut at `$` and at
+  trailing punctuation.
+
+Where to look (`region`):
+- "after_think": after the last `</think>`. A response with `<think>` but no `</think>` never finished
+  thinking and has no answer; one with no think tags at all (a non-reasoning model) is read whole.
+- "before_think": before the first `</think>` -- what the GRPO-LEAD authors' code reads (DESIGN.md's table:
+  likely a slip, kept as a preset). Without `</think>` their code gives no answer, and so does this.
+- "all": the whole text.
+
+Multiple-choice decorations (`\\textbf{(C)}\\ 70`, `(D) 31`, `\\text{(B)}\\ 2`) are common in competition
+solutions; `split_choice_label` separates the letter from the value so a grader can accept either.
+
+Everything here is linear in the text length: the parent process extracts before handing work to graders.
+"""
+
+from __future__ import annotations
+
+import re
+
+REGIONS = ("after_think", "before_think", "all")
+THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
+_BOX_MACROS = ("\\boxed", "\\fbox")
+_BRACE_TOKEN = re.compile(r"\\.|[{}]", re.DOTALL)
+_BARE_TOKEN = re.compile(r"[^\s$]+")
+_TRAILING_PUNCT = ".,;:"
+
+
+def answer_region(text: str, region: str = "after_think") -> str:
+    """The part of `text` where the final answer is read (see the module docstring)."""
+    if region == "all":
+        return text
+    if region == "after_think":
+        head, sep, tail = text.rpartition(THINK_CLOSE)
+        if sep:
+            return tail
+        return "" if THINK_OPEN in text else text
+    if region == "before_think":
+        head, sep, _ = text.partition(THINK_CLOSE)
+        return head if sep else ""
+    raise ValueError(f"answer_region must be one of {REGIONS}, got {region!r}")
+
+
+def _last_box_start(text: str) -> tuple[int, int] | None:
+    """(start, end of macro name) of the last `\\boxed`/`\\fbox` that is not a longer macro name."""
+    best = None
+    for macro in _BOX_MACROS:
+        end = len(text)
+        while True:
+            i = text.rfind(macro, 0, end)
+            if i < 0:
+                break
+            j = i + len(macro)
+            if j < len(text) and text[j].isalpha():  # e.g. \boxedanswer: some other macro
+                end = i
+                continue
+            if best is None or i > best[0]:
+                best = (i, j)
+            break
+    return best
+
+
+def _braced_group(text: str, open_at: int) -> str | None:
+    """Content of the `{...}` group opening at `open_at`, or None when it never closes."""
+    depth = 0
+    for m in _BRACE_TOKEN.finditer(text, open_at):
+        tok = m.group()
+        if tok == "{":
+            depth += 1
+        elif tok == "}":
+            depth -= 1
+            if depth == 0:
+                return text[open_at + 1 : m.start()]
+    return None
+
+
+def extract_answer(text: str, region: str = "after_think") -> str | None:
+    """The content of the last `\\boxed{...}` / `\\fbox{...}` / `\\boxed X` in `region`, stripped; None if
+    there is none, it is empty, or its braces do not close."""
+    if not isinstance(text, str):
+        raise TypeError(f"extract_answer expects a str, got {type(text).__name__}")
+    part = answer_region(text, region)
+    found = _last_box_start(part)
+    if found is None:
+        return None
+    _, j = found
+    k = j
+    while k < len(part) and part[k].isspace():
+        k += 1
+    if k < len(part) and part[k] == "{":
+        content = _braced_group(part, k)
+    else:
+        m = _BARE_TOKEN.match(part, k)
+        content = m.group().rstrip(_TRAILING_PUNCT) if m else None
+    if content is None:
+        return None
+    content = content.strip()
+    return content or None
+
+
+# A choice label at the start of an answer: "(C)", "\textbf{(C)}", "\text{(B)}", "\mathrm{(A)}" ...
+_WRAP = r"\\(?:textbf|text|mathrm|mathbf|textrm|mathsf|textsf)\s*"
+_LABEL_ALONE = re.compile(rf"^(?:{_WRAP}\{{\s*\(([A-E])\)\s*\}}|\(([A-E])\))(.*)$", re.DOTALL)
+_LABEL_IN_WRAP = re.compile(rf"^{_WRAP}\{{\s*\(([A-E])\)\s*([^{{}}]*)\}}$", re.DOTALL)
+_SEPARATORS = re.compile(r"^(?:\s|\\ |~|\\quad|\\qquad|\\,|\\;|\\:|\\!|:|\$)+")
+
+
+def split_choice_label(answer: str) -> tuple[str | None, str]:
+    """Split a multiple-choice label off an answer: `\\textbf{(C)}\\ 70` -> ("C", "70"),
+    `(D) 31` -> ("D", "31"), `\\text{(B)}` -> ("B", ""), `70` -> (None, "70")."""
+    s = answer.strip()
+    m = _LABEL_IN_WRAP.match(s)
+    if m:
+        return m.group(1), m.group(2).strip()
+    m = _LABEL_ALONE.match(s)
+    if m:
+        label = m.group(1) or m.group(2)
+        rest = _SEPARATORS.sub("", m.group(3)).strip()
+        return label, rest
+    return None, s

@@ -1,0 +1,131 @@
+"""`MathVerifier`: grade a batch of responses against gold answers -- right, fast, and never hanging.
+
+Per response, in the calling process: `finished=False` -> status "truncated" (not graded); no answer in the
+region -> "no_answer"; otherwise the extracted answer (short) goes to a worker process (`match.grade_task`),
+which compares it with the gold under a soft time limit of `timeout_s`. The parent kills a worker whose
+response passes `timeout_s + grace_s` (code stuck in C) and starts a new one.
+
+Outcome of each response (`nemo_lead.algorithms.Outcome`):
+- CORRECT when the answer equals the gold (see `match.py` for what counts as equal);
+- REPETITION when `check_repetition` is on, the response is not correct, and `find_repetition` fires --
+  the authors' code applies the repetition penalty only to wrong or answerless responses;
+- TRUNCATED for "truncated" and "no_answer" (no final answer);
+- WRONG otherwise, including "timeout" and "error" (a grader that gave up says nothing in the answer's
+  favour, and a hostile answer must not earn the milder truncation reward).
+
+Workers return outcome *names*, and `Outcome` is imported only when grades are built, so neither importing
+this package nor starting a worker imports torch.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from .extract import REGIONS, extract_answer
+from .pool import WorkerPool
+
+if TYPE_CHECKING:
+    from nemo_lead.algorithms import Outcome
+
+_log = logging.getLogger(__name__)
+STATUSES = ("ok", "no_answer", "truncated", "timeout", "error")
+
+
+@dataclass(frozen=True)
+class Grade:
+    """The verdict on one response. `seconds`: wall time from handing it to a worker to the answer (0 when
+    it needed no worker)."""
+
+    correct: bool
+    outcome: Outcome
+    extracted: str | None
+    status: str
+    seconds: float
+
+
+class MathVerifier:
+    """Grades responses in `workers` processes with a `timeout_s` budget each (see the module docstring).
+
+    answer_region: "after_think" (default), "before_think" (the GRPO-LEAD authors' code) or "all".
+    grace_s: how long past `timeout_s` the parent waits before killing a worker.
+    Use as a context manager, or call `close()`; workers also stop when the verifier is garbage collected
+    or the interpreter exits.
+    """
+
+    def __init__(self, workers: int = 2, timeout_s: float = 5.0, answer_region: str = "after_think",
+                 grace_s: float = 0.5):
+        if answer_region not in REGIONS:
+            raise ValueError(f"answer_region must be one of {REGIONS}, got {answer_region!r}")
+        if not timeout_s > 0 or not grace_s >= 0:
+            raise ValueError(f"timeout_s must be > 0 and grace_s >= 0, got {timeout_s}, {grace_s}")
+        self.timeout_s, self.grace_s, self.answer_region = float(timeout_s), float(grace_s), answer_region
+        self._pool = WorkerPool("nemo_lead.verify.match:grade_task", workers, init="nemo_lead.verify.match:warm_up")
+
+    def __enter__(self) -> MathVerifier:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Stop the worker processes (idempotent). Grading afterwards raises RuntimeError."""
+        self._pool.close()
+
+    def wait_ready(self) -> None:
+        """Block until every worker has started (`grade` does not need this; benchmarks do)."""
+        self._pool.wait_ready()
+
+    def grade(self, responses: Sequence[str], golds: Sequence[str], finished: Sequence[bool] | None = None,
+              check_repetition: bool = False) -> list[Grade]:
+        """One Grade per response, in input order. `finished[i]` False means response i was cut at the
+        maximum length: it is TRUNCATED without grading (or REPETITION, with `check_repetition`)."""
+        from nemo_lead.algorithms import Outcome
+
+        n = len(responses)
+        if len(golds) != n or (finished is not None and len(finished) != n):
+            raise ValueError(
+                f"grade needs as many golds and finished flags as responses: got {n} responses, "
+                f"{len(golds)} golds, {'no' if finished is None else len(finished)} finished flags"
+            )
+        extracted: list[str | None] = []
+        status: list[str] = []
+        jobs, job_of = [], {}
+        for i, (text, gold) in enumerate(zip(responses, golds)):
+            if not isinstance(text, str) or not isinstance(gold, str):
+                raise TypeError(f"response {i} and its gold must be str, got {type(text).__name__}, "
+                                f"{type(gold).__name__}")
+            done = finished is None or bool(finished[i])
+            answer = extract_answer(text, self.answer_region) if done else None
+            extracted.append(answer)
+            status.append("ok" if answer is not None else "no_answer" if done else "truncated")
+            if answer is not None or check_repetition:
+                job_of[i] = len(jobs)
+                jobs.append((answer, gold, text if check_repetition else None, self.timeout_s))
+        results = self._pool.run(jobs, self.timeout_s + self.grace_s) if jobs else []
+
+        grades = []
+        for i in range(n):
+            correct, repetition, seconds = False, False, 0.0
+            if i in job_of:
+                kind, value, seconds = results[job_of[i]]
+                verdict = kind
+                if kind == "done":
+                    verdict, correct, found = value
+                    repetition = found is not None
+                elif kind in ("error", "crashed"):
+                    _log.warning("grading response %d failed (%s): %s", i, kind, value)
+                if status[i] == "ok" and verdict != "ok":  # an unanswered response stays TRUNCATED
+                    status[i] = "timeout" if verdict in ("timeout", "killed") else "error"
+            if correct:
+                outcome = Outcome.CORRECT
+            elif repetition:
+                outcome = Outcome.REPETITION
+            elif status[i] in ("truncated", "no_answer"):
+                outcome = Outcome.TRUNCATED
+            else:
+                outcome = Outcome.WRONG
+            grades.append(Grade(correct, outcome, extracted[i], status[i], seconds))
+        return grades
