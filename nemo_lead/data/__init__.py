@@ -1,1 +1,34 @@
-"""data layer (see DESIGN.md)."""
+"""data layer (see DESIGN.md): problem sets (shipped and user files), curriculum filters, prompts."""
+
+from .filters import (
+    STAGE1_MIN_DIFFICULTY,
+    STAGE1_REFERENCE_MIN_DIFFICULTY,
+    STAGE2_MAX_PASS_RATE,
+    answer_allows_eval,
+    filter_by_difficulty,
+    filter_by_pass_rate,
+    filter_evaluable_answers,
+)
+from .problems import BUILTIN_DATASETS, Problem, builtin_path, load_problems
+from .prompts import LEAD_INSTRUCTION, PromptConfig, chat_messages, format_prompt, prompt_token_ids
+from .readers import DataError
+
+__all__ = [
+    "BUILTIN_DATASETS",
+    "LEAD_INSTRUCTION",
+    "STAGE1_MIN_DIFFICULTY",
+    "STAGE1_REFERENCE_MIN_DIFFICULTY",
+    "STAGE2_MAX_PASS_RATE",
+    "DataError",
+    "Problem",
+    "PromptConfig",
+    "answer_allows_eval",
+    "builtin_path",
+    "chat_messages",
+    "filter_by_difficulty",
+    "filter_by_pass_rate",
+    "filter_evaluable_answers",
+    "format_prompt",
+    "load_problems",
+    "prompt_token_ids",
+]

@@ -1,0 +1,122 @@
+"""Curriculum filters of the GRPO-LEAD recipes, as plain functions over `Problem` lists.
+
+    stage 1 (paper)           DeepScaleR difficulty >= 2.5 (about 9,000 problems)
+    stage 1 (authors' code)   difficulty >= 3.5 and an answer "sympy can evaluate"
+                              (`deepscaler/data/preprocess/data_preprocess.ipynb`)
+    stage 2                   pass_rate <= 0.75 (the stage-1 model's 16-sample accuracy; the shipped
+                              `lead_stage2` set holds the unfiltered rates, up to 1.0)
+
+A problem without the field a filter reads is an error, not a silent drop: filtering a set that has no
+difficulty ratings is a configuration mistake.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+from .problems import Problem
+from .readers import DataError
+
+STAGE1_MIN_DIFFICULTY = 2.5  # paper
+STAGE1_REFERENCE_MIN_DIFFICULTY = 3.5  # authors' preprocessing notebook
+STAGE2_MAX_PASS_RATE = 0.75
+
+
+def _number(p: Problem, key: str) -> float:
+    value = p.meta.get(key)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        found = "missing" if value is None else f"not a number ({value!r})"
+        raise DataError(f"problem {p.id!r}: field {key!r} is {found}")
+    return float(value)
+
+
+def filter_by_difficulty(
+    problems: Sequence[Problem], min_difficulty: float = STAGE1_MIN_DIFFICULTY, key: str = "difficulty"
+) -> list[Problem]:
+    """Problems with meta[key] >= min_difficulty."""
+    return [p for p in problems if _number(p, key) >= min_difficulty]
+
+
+def filter_by_pass_rate(
+    problems: Sequence[Problem],
+    max_pass_rate: float = STAGE2_MAX_PASS_RATE,
+    *,
+    min_pass_rate: float | None = None,
+    key: str = "pass_rate",
+) -> list[Problem]:
+    """Problems with min_pass_rate <= meta[key] <= max_pass_rate (both bounds inclusive)."""
+    lo = float("-inf") if min_pass_rate is None else min_pass_rate
+    return [p for p in problems if lo <= _number(p, key) <= max_pass_rate]
+
+
+# ----------------------------------------------------------------------------- "sympy can evaluate"
+# The authors keep a problem when DeepScaleR's `should_allow_eval(_normalize(answer))` holds: after
+# normalisation the answer has at most two distinct letters (not counting "sqrt" and "frac") and no
+# exponent that could make sympy hang ("^{", "^(", "^12", "2^3^4"). Their normaliser turns LaTeX into
+# text with pylatexenc; this is a dependency-free rendition of the same rule with a small LaTeX table.
+# Rare macros may count differently from pylatexenc; the common answer forms agree (see the tests).
+_UNITS = ("degree", "cm", "centimeter", "meter", "mile", "second", "minute", "hour", "day", "week",
+          "month", "year", "foot", "feet", "inch", "yard")
+_GREEK = ("alpha", "beta", "gamma", "delta", "epsilon", "varepsilon", "zeta", "eta", "theta", "vartheta",
+          "iota", "kappa", "lambda", "mu", "nu", "xi", "rho", "sigma", "tau", "upsilon", "phi", "varphi",
+          "chi", "psi", "omega", "Gamma", "Delta", "Theta", "Lambda", "Xi", "Sigma", "Phi", "Psi", "Omega")
+_MACRO_TEXT = {"pi": "pi", "infty": "inf", "cup": "U", "sqrt": "sqrt"}
+_TEXT_WRAPPERS = re.compile(r"\\(?:text|textbf|textit|mathrm|mathbf|mbox|operatorname)\s*\{([^{}]*)\}")
+_ENVIRONMENT = re.compile(r"\\(?:begin|end)\s*\{[^{}]*\}")
+_FRAC = re.compile(r"\\[dt]?frac\s*\{([^{}]*)\}\s*\{([^{}]*)\}")
+_FRAC_DIGITS = re.compile(r"\\[dt]?frac\s*(\d)(\d)")
+_SQRT = re.compile(r"\\sqrt\s*\{([^{}]*)\}")
+_MACRO = re.compile(r"\\([A-Za-z]+)")
+_BAD_SUBSTRINGS = ("^{", "^(")
+_BAD_REGEXES = (re.compile(r"\^[0-9]+\^"), re.compile(r"\^[0-9][0-9]+"))
+
+
+def _normalize_for_eval(answer: str) -> str:
+    expr = answer.strip()
+    m = re.fullmatch(r"\\text\{(.+?)\}", expr)
+    if m:
+        expr = m.group(1)
+    expr = expr.replace("\\%", "").replace("\\$", "").replace("$", "").replace("%", "")
+    expr = expr.replace(" or ", " , ").replace(" and ", " , ")
+    for word, power in (("million", "6"), ("billion", "9"), ("trillion", "12")):
+        expr = expr.replace(word, f"*10^{power}")
+    for unit in _UNITS:
+        expr = re.sub(rf"{unit}(es)?(s)? *(\^[0-9]+)?", "", expr)
+    expr = re.sub(r"\^ *\\circ", "", expr)
+    if "\\" in expr:  # LaTeX to text, innermost groups first, as pylatexenc renders it
+        expr = _ENVIRONMENT.sub(" ", expr)
+        previous = None
+        while previous != expr:
+            previous = expr
+            expr = _TEXT_WRAPPERS.sub(r"\1", expr)
+            expr = _FRAC.sub(r"(\1)/(\2)", expr)
+            expr = _FRAC_DIGITS.sub(r"\1/\2", expr)
+            expr = _SQRT.sub(r"sqrt(\1)", expr)
+
+        def macro(m: re.Match) -> str:
+            name = m.group(1)
+            if name in _MACRO_TEXT:
+                return _MACRO_TEXT[name]
+            if name in _GREEK:  # one letter each, as pylatexenc renders them (alpha -> α)
+                return chr(0x3B1 + _GREEK.index(name))
+            return " "  # \frac, \left, \cdot, \le ...: structure or symbols, no letters
+
+        expr = _MACRO.sub(macro, expr)
+    return expr.replace(" ", "").replace("{", "").replace("}", "").lower()
+
+
+def answer_allows_eval(answer: str) -> bool:
+    """The authors' "sympy can evaluate this answer" test (see the comment above)."""
+    expr = _normalize_for_eval(answer)
+    letters = {c for c in expr.replace("sqrt", "").replace("frac", "") if c.isalpha()}
+    if len(letters) > 2:
+        return False
+    if any(s in expr for s in _BAD_SUBSTRINGS):
+        return False
+    return not any(r.search(expr) for r in _BAD_REGEXES)
+
+
+def filter_evaluable_answers(problems: Sequence[Problem]) -> list[Problem]:
+    """Problems whose answer passes `answer_allows_eval` (the authors' stage-1 answer filter)."""
+    return [p for p in problems if answer_allows_eval(p.answer)]
