@@ -43,19 +43,33 @@ class TimeUp(BaseException):
     """Raised by `time_limit`. A BaseException so that math-verify's `except Exception` does not eat it."""
 
 
+_REFIRE_S = 0.05
+
+
 @contextmanager
 def time_limit(seconds: float):
-    """Raise TimeUp in the calling (main) thread after `seconds` of wall time."""
+    """Raise TimeUp in the calling (main) thread after `seconds` of wall time.
+
+    The alarm fires again every 50 ms until the block exits: Python drops exceptions raised while a
+    garbage-collector callback or a `__del__` runs, so one alarm can be lost."""
+    active = [True]
 
     def _expire(signum, frame):
-        raise TimeUp(f"over {seconds} s")
+        if active[0]:
+            raise TimeUp(f"over {seconds} s")
 
     previous = signal.signal(signal.SIGALRM, _expire)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
+    signal.setitimer(signal.ITIMER_REAL, seconds, _REFIRE_S)
     try:
         yield
     finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
+        while True:  # an alarm landing here, before `active` is cleared, must not skip the disarming
+            try:
+                active[0] = False
+                signal.setitimer(signal.ITIMER_REAL, 0)
+                break
+            except TimeUp:
+                continue
         signal.signal(signal.SIGALRM, previous)
 
 

@@ -19,7 +19,9 @@ Why fresh interpreters (`subprocess` with `sys.executable -c ...`), not fork, fo
 
 No worker outlives the pool: `close()` (also called by a `weakref.finalize`, which runs at garbage
 collection or interpreter exit) stops them; a worker whose parent dies gets EOF on its task pipe, and on
-Linux also SIGKILL via PR_SET_PDEATHSIG for the case where it is stuck in C when that happens.
+Linux also SIGKILL via PR_SET_PDEATHSIG for the case where it is stuck in C when that happens. (Linux sends
+that signal when the *thread* that started the worker ends: a pool driven from a short-lived thread sees
+its replacement workers die with that thread and starts new ones, at a cost of a start-up each.)
 """
 
 from __future__ import annotations
@@ -116,7 +118,7 @@ class WorkerPool:
     def __init__(self, target: str, workers: int, init: str = "", start_timeout_s: float = 120.0):
         if workers < 1:
             raise ValueError(f"workers must be >= 1, got {workers}")
-        self._target, self._init, self._size = target, init, workers
+        self._target, self._init = target, init
         self._start_timeout_s = start_timeout_s
         self._workers: list[_Worker] = [_spawn(target, init) for _ in range(workers)]
         self._lock = threading.Lock()
@@ -140,15 +142,22 @@ class WorkerPool:
                 self._pump(None, float("inf"))
 
     def run(self, tasks: Sequence, deadline_s: float) -> list[TaskResult]:
+        """Run every task; a task still running `deadline_s` after it started is killed with its worker.
+        If this raises (workers cannot start, or KeyboardInterrupt), the pool is closed: workers may hold
+        tasks of the abandoned run."""
         with self._lock:
             self._check_open()
             results: list[TaskResult | None] = [None] * len(tasks)
             queue = deque(range(len(tasks)))
-            while queue or any(w.task is not None for w in self._workers):
-                for w in self._workers:
-                    if w.ready and w.task is None and queue:
-                        self._dispatch(w, queue, tasks)
-                self._pump(results, deadline_s)
+            try:
+                while queue or any(w.task is not None for w in self._workers):
+                    for w in self._workers:
+                        if w.ready and w.task is None and queue:
+                            self._dispatch(w, queue, tasks)
+                    self._pump(results, deadline_s)
+            except BaseException:
+                self.close()
+                raise
             return results  # type: ignore[return-value]
 
     # -- internals -------------------------------------------------------------------------------------

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from nemo_lead.verify.match import _log10_size, answers_match, grade_task, time_limit, warm_up
+from nemo_lead.verify.match import TimeUp, _log10_size, answers_match, grade_task, time_limit, warm_up
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -95,12 +95,26 @@ def test_explosive_answer_is_still_compared_against_an_equally_large_gold():
     assert _log10_size(sympy.factorial(sympy.Integer(10**8), evaluate=False)) > 1e8
 
 
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # an alarm lost in a gc hook
 def test_time_limit_turns_slow_grading_into_timeout():
     # the LaTeX parser is slow on nested parentheses (~0.6 s for 10 levels on these machines)
     slow = "(" * 12 + "1" + ")" * 12
     t = time.perf_counter()
     assert grade_task((slow, "2", None, 0.2)) == ("timeout", False, None)
     assert time.perf_counter() - t < 0.6
+
+
+def test_time_limit_fires_again_when_the_first_alarm_is_swallowed():
+    t = time.perf_counter()
+    with pytest.raises(TimeUp):
+        with time_limit(0.1):
+            try:
+                time.sleep(5)
+            except TimeUp:  # as Python does with an exception raised inside a gc callback or __del__
+                pass
+            time.sleep(5)
+    assert time.perf_counter() - t < 0.5
+    time.sleep(0.15)  # disarmed: no stray alarm after the block
 
 
 def test_repetition_checked_only_when_not_correct():
