@@ -3,7 +3,8 @@
 Per response, in the calling process: `finished=False` -> status "truncated" (not graded); no answer in the
 region -> "no_answer"; otherwise the extracted answer (short) goes to a worker process (`match.grade_task`),
 which compares it with the gold under a soft time limit of `timeout_s`. The parent kills a worker whose
-response passes `timeout_s + grace_s` (code stuck in C) and starts a new one.
+response passes `timeout_s + grace_s` (code stuck in C) and starts a new one. With `check_repetition` the
+whole text goes to the worker too, and the repetition check shares the response's time budget.
 
 Outcome of each response (`nemo_lead.algorithms.Outcome`):
 - CORRECT when the answer equals the gold (see `match.py` for what counts as equal);
@@ -13,8 +14,8 @@ Outcome of each response (`nemo_lead.algorithms.Outcome`):
 - WRONG otherwise, including "timeout" and "error" (a grader that gave up says nothing in the answer's
   favour, and a hostile answer must not earn the milder truncation reward).
 
-Workers return outcome *names*, and `Outcome` is imported only when grades are built, so neither importing
-this package nor starting a worker imports torch.
+Workers return plain values (status, correct, repetition found) and `Outcome` is imported only when grades
+are built, so neither importing this package nor starting a worker imports torch.
 """
 
 from __future__ import annotations
@@ -44,6 +45,15 @@ class Grade:
     extracted: str | None
     status: str
     seconds: float
+
+
+def _outcome_name(correct: bool, repetition: bool, status: str) -> str:
+    """The precedence of the module docstring: correct, then repetition, then no answer, else wrong."""
+    if correct:
+        return "CORRECT"
+    if repetition:
+        return "REPETITION"
+    return "TRUNCATED" if status in ("truncated", "no_answer") else "WRONG"
 
 
 class MathVerifier:
@@ -104,7 +114,7 @@ class MathVerifier:
             if answer is not None or check_repetition:
                 job_of[i] = len(jobs)
                 jobs.append((answer, gold, text if check_repetition else None, self.timeout_s))
-        results = self._pool.run(jobs, self.timeout_s + self.grace_s) if jobs else []
+        results = self._pool.run(jobs, self.timeout_s + self.grace_s)
 
         grades = []
         for i in range(n):
@@ -119,13 +129,6 @@ class MathVerifier:
                     _log.warning("grading response %d failed (%s): %s", i, kind, value)
                 if status[i] == "ok" and verdict != "ok":  # an unanswered response stays TRUNCATED
                     status[i] = "timeout" if verdict in ("timeout", "killed") else "error"
-            if correct:
-                outcome = Outcome.CORRECT
-            elif repetition:
-                outcome = Outcome.REPETITION
-            elif status[i] in ("truncated", "no_answer"):
-                outcome = Outcome.TRUNCATED
-            else:
-                outcome = Outcome.WRONG
+            outcome = Outcome[_outcome_name(correct, repetition, status[i])]
             grades.append(Grade(correct, outcome, extracted[i], status[i], seconds))
         return grades
