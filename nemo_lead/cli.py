@@ -41,6 +41,16 @@ COMMANDS: dict[str, Command] = {
     "eval": Command(help="AIME-style evaluation: Cons@k, Pass@1, length (not built yet).", schema=None, runner=None),
     "generate": Command(help="Sample responses from a checkpoint (not built yet).", schema=None, runner=None),
     "submit": Command(help="Submit a job to SLURM (not built yet).", schema=None, runner=None),
+    "convert": Command(
+        help="Convert a HF model folder to a nemo-lead checkpoint (--from-hf DIR --out CKPT) or back "
+        "(--from-ckpt CKPT --to-hf DIR).",
+        schema="nemo_lead.training.convert:ConvertConfig",
+        runner="nemo_lead.training.convert:run_convert",
+        flags={"--from-hf": "from_hf", "--out": "out", "--from-ckpt": "from_ckpt", "--to-hf": "to_hf",
+               "--tp": "tp", "--pp": "pp", "--precision": "precision", "--dtype": "dtype"},
+        epilog="Started as one process with tp x pp > 1 it runs itself on tp x pp local ranks; under torchrun\n"
+        "or srun it uses the ranks it is given. Checkpoints load at any TP/PP, whatever layout wrote them.",
+    ),
 }
 
 

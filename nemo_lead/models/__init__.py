@@ -1,1 +1,30 @@
-"""models layer (see DESIGN.md)."""
+"""models layer (see DESIGN.md): Megatron GPT builders from a HF config (Qwen2 / Llama families), the HF <->
+Megatron weight mapping (TP- and PP-aware), tokenizer loading and the tiny-model fixture.
+
+    model = build_gpt(hf_config_or_folder_or_preset, parallel_info, "fp32")
+    load_hf_weights(model, hf_dir)
+    for name, tensor in export_hf_weights(model): ...
+
+Imports megatron-core, transformers and tokenizers only (megatron / transformers inside the functions).
+"""
+
+from .gpt import (
+    PRECISIONS,
+    build_gpt,
+    forward_logits,
+    gather_vocab_logits,
+    mask_vocab_padding,
+    te_available,
+    transformer_config,
+)
+from .hf_config import Arch, ModelConfigError, arch_from_hf, padded_vocab_size, preset_names, read_hf_config
+from .hf_weights import HFReader, export_hf_weights, hf_names, hf_shapes, load_hf_weights, save_hf_folder
+from .tiny import char_tokenizer, tiny_hf_config, write_tiny_model
+from .tokenizer import load_tokenizer, tokenizer_files
+
+__all__ = [
+    "PRECISIONS", "Arch", "HFReader", "ModelConfigError", "arch_from_hf", "build_gpt", "char_tokenizer",
+    "export_hf_weights", "forward_logits", "gather_vocab_logits", "hf_names", "hf_shapes", "load_hf_weights", "save_hf_folder", "load_tokenizer",
+    "mask_vocab_padding", "padded_vocab_size", "preset_names", "read_hf_config", "te_available",
+    "tiny_hf_config", "tokenizer_files", "transformer_config", "write_tiny_model",
+]

@@ -1,1 +1,25 @@
-"""parallel layer (see DESIGN.md)."""
+"""parallel layer (see DESIGN.md): process groups (nccl on GPU, gloo on CPU), megatron-core's parallel
+state, the CPU compatibility layer, and a local multi-rank launcher.
+
+    info = init_parallel(tp=2, pp=1, seed=1234, model_config=hf_config)   # checks the layout first
+    ...
+    destroy_parallel()
+
+Only megatron-core and torch are imported here (megatron lazily, inside the functions that need it).
+"""
+
+from .layout import Layout, LayoutError, check_layout, model_shape
+from .state import (
+    Launch,
+    ParallelInfo,
+    destroy_parallel,
+    detect_launch,
+    free_port,
+    init_parallel,
+    seed_model_parallel_rng,
+)
+
+__all__ = [
+    "Launch", "Layout", "LayoutError", "ParallelInfo", "check_layout", "destroy_parallel", "detect_launch",
+    "free_port", "init_parallel", "model_shape", "seed_model_parallel_rng",
+]
