@@ -184,16 +184,19 @@ def _vocab_range(local_width: int) -> tuple[int, int]:
 
 
 def mask_vocab_padding(logits: torch.Tensor, vocab_size: int) -> torch.Tensor:
-    """This TP rank's logits with the padded columns (global index >= vocab_size) set to -inf.
+    """This TP rank's logits [..., V_pad / tp] with the padded columns (global index >= vocab_size) pushed to
+    the dtype's lowest value.
 
-    Apply before megatron's `vocab_parallel_cross_entropy` or any softmax over the padded vocabulary, so
-    log-probs equal a softmax over the real vocabulary (HF's). Differentiable (padding gets zero grad).
+    Apply before megatron's `tensor_parallel.vocab_parallel_cross_entropy` or any softmax over the padded
+    vocabulary, so log-probs equal a softmax over the real vocabulary (HF's). The lowest finite value rather
+    than -inf keeps p * log p (entropy) finite: the padding gets probability exactly 0 and a finite log-prob.
+    Differentiable (the padding gets zero gradient).
     """
     start, end = _vocab_range(logits.shape[-1])
     if end <= vocab_size:
         return logits
     pad = torch.arange(start, end, device=logits.device) >= vocab_size
-    return logits.masked_fill(pad, float("-inf"))
+    return logits.masked_fill(pad, torch.finfo(logits.dtype).min)
 
 
 def gather_vocab_logits(logits: torch.Tensor, vocab_size: int) -> torch.Tensor:

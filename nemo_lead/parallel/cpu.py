@@ -64,22 +64,26 @@ class CudaToCpuMode(TorchFunctionMode):
     """Rewrites CUDA device arguments of every torch call to the CPU (see the module docstring)."""
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
-        kwargs = dict(kwargs or {})
-        if func is torch.Tensor.cuda:
-            return args[0]
-        if func is torch.Tensor.type and len(args) == 1 and not kwargs:
-            name = func(*args)
-            caller = sys._getframe(1).f_globals.get("__name__", "")
-            if caller.startswith(_TYPE_NAME_CALLERS):
-                return _CUDA_TYPE_NAMES.get(name, name)
-            return name
-        if _is_cuda_device(kwargs.get("device")):
-            kwargs["device"] = _CPU
-        if kwargs.get("pin_memory"):
-            kwargs["pin_memory"] = False
-        if func is torch.Tensor.to and len(args) > 1 and _is_cuda_device(args[1]):
-            args = (args[0], _CPU, *args[2:])
+        kwargs = kwargs or {}
+        if func in _SPECIAL:
+            if func is torch.Tensor.cuda:
+                return args[0]
+            if func is torch.Tensor.type and len(args) == 1 and not kwargs:
+                name = func(*args)
+                caller = sys._getframe(1).f_globals.get("__name__", "")
+                return _CUDA_TYPE_NAMES.get(name, name) if caller.startswith(_TYPE_NAME_CALLERS) else name
+            if func is torch.Tensor.to and len(args) > 1 and _is_cuda_device(args[1]):
+                args = (args[0], _CPU, *args[2:])
+        if kwargs and ("device" in kwargs or "pin_memory" in kwargs):  # the common call has neither: fast path
+            kwargs = dict(kwargs)
+            if _is_cuda_device(kwargs.get("device")):
+                kwargs["device"] = _CPU
+            if kwargs.get("pin_memory"):
+                kwargs["pin_memory"] = False
         return func(*args, **kwargs)
+
+
+_SPECIAL = frozenset({torch.Tensor.cuda, torch.Tensor.type, torch.Tensor.to})
 
 
 class CpuRNGStatesTracker:

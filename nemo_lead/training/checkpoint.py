@@ -8,8 +8,8 @@ Folder layout (one folder per saved step):
                          vocab padding, the HF config (so the model can be rebuilt from the checkpoint alone)
         tokenizer/       the HF tokenizer files, copied (optional)
         model/           dist_checkpointing (torch_dist format) of {"model": model.sharded_state_dict()}
-        ...              phase 2 adds optim/, rng/ and loop state inside the same atomic write:
-                         `with atomic_dir(path) as tmp:` then write parts into `tmp`.
+        <part>/          more parts written in the same atomic save via `save_checkpoint(extra_parts=...)`
+                         (training adds the optimizer and RNG states this way); meta.json lists them
       .tmp-step_000200/  a save in progress (or one that died): never read; removed by the next save
 
 Atomicity: all ranks write into `.tmp-step_N`; after a barrier rank 0 renames it to `step_N` (a rename is
@@ -33,7 +33,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -164,11 +164,16 @@ def save_checkpoint(
     step: int | None = None,
     tokenizer_dir: str | Path | None = None,
     extra_meta: dict[str, Any] | None = None,
+    extra_parts: Mapping[str, Callable[[Path], None]] | None = None,
 ) -> Path:
     """Collective: save `model` (from `nemo_lead.models.build_gpt`) as a complete checkpoint folder `path`.
 
     `tokenizer_dir`: a HF folder whose tokenizer files are copied into `path/tokenizer/`.
-    `extra_meta`: more JSON-able entries for meta.json (phase 2: loop counters, config).
+    `extra_meta`: more JSON-able entries for meta.json (loop counters, the run's config).
+    `extra_parts`: name -> writer; each writer is called on every rank with the (not yet existing) folder
+    `<temp>/<name>` inside the atomic write, after the model part, in order; meta.json lists the parts.
+    Phase 2 saves the optimizer this way, e.g. `{"optim": lambda d: dist_checkpointing.save(...)}`, and
+    reads it back from `path / "optim"`.
     """
     from nemo_lead.models import tokenizer_files
 
@@ -182,12 +187,14 @@ def save_checkpoint(
         "vocab_size": model.arch.vocab_size,
         "padded_vocab_size": model.vocab_size,
         "vocab_divisible_by": model.vocab_divisible_by,
-        "parts": ["model"],
+        "parts": ["model", *(extra_parts or {})],
         "hf_config": model.hf_config,
         **(extra_meta or {}),
     }
     with atomic_dir(path) as tmp:
         save_model_state(model, tmp / "model")
+        for name, write in (extra_parts or {}).items():
+            write(tmp / name)
         if _rank() == 0:
             if tokenizer_dir is not None:
                 (tmp / "tokenizer").mkdir()

@@ -48,6 +48,13 @@ def test_backward_code_runs_under_the_layer(cpu_layer):
     assert torch.equal(g, torch.full((3,), 2.0))
 
 
+def test_megatron_scratch_buffer_lives_on_cpu(cpu_layer):
+    from megatron.core.utils import GlobalMemoryBuffer
+
+    buf = GlobalMemoryBuffer().get_tensor((2, 3), torch.float32, "scratch")
+    assert buf.shape == (2, 3) and buf.device.type == "cpu"
+
+
 def test_type_names_are_cuda_only_for_megatron_optimizer(cpu_layer):
     x = torch.ones(2)
     assert x.type() == "torch.FloatTensor"  # this module is not megatron's optimizer

@@ -58,7 +58,16 @@ def _checkpoint_job(hf_dir, ckpt):
     model = build_gpt(hf_dir, info)
     load_hf_weights(model, hf_dir)
     out["saved"] = _eval_loss(model, ids)
-    save_checkpoint(ckpt, model, step=7, tokenizer_dir=hf_dir)
+    def write_extra(folder):  # a part written by every rank inside the atomic save (phase 2: optimizer)
+        import torch.distributed as dist
+
+        if dist.get_rank() == 0:
+            folder.mkdir()
+        dist.barrier()
+        (folder / f"rank{dist.get_rank()}.txt").write_text("x")
+
+    save_checkpoint(ckpt, model, step=7, tokenizer_dir=hf_dir, extra_meta={"loop": {"consumed": 3}},
+                    extra_parts={"extra": write_extra})
     destroy_parallel(keep_process_group=True)
     reader = HFReader(hf_dir)
     for tp, pp in ((2, 1), (1, 2)):
@@ -95,4 +104,6 @@ def test_checkpoint_reshards_to_tp2_and_pp2(tmp_path):
             assert abs(before - saved) > 1e-3  # the load changed something: random init gives another loss
     meta = read_checkpoint_meta(ckpt)
     assert meta["hf_config"]["model_type"] == "qwen2" and meta["padded_vocab_size"] == 128
+    assert meta["parts"] == ["model", "extra"] and meta["loop"] == {"consumed": 3}
+    assert sorted(p.name for p in (ckpt / "extra").iterdir()) == ["rank0.txt", "rank1.txt"]
     assert (ckpt / "tokenizer" / "tokenizer.json").is_file() and not (ckpt.parent / ".tmp-step_000007").exists()
