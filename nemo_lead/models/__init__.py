@@ -16,6 +16,7 @@ from .gpt import (
     mask_vocab_padding,
     te_available,
     transformer_config,
+    unwrap_model,
 )
 from .hf_config import Arch, ModelConfigError, arch_from_hf, padded_vocab_size, preset_names, read_hf_config
 from .hf_weights import HFReader, export_hf_weights, hf_names, hf_shapes, load_hf_weights, save_hf_folder
@@ -26,5 +27,5 @@ __all__ = [
     "PRECISIONS", "Arch", "HFReader", "ModelConfigError", "arch_from_hf", "build_gpt", "char_tokenizer",
     "export_hf_weights", "forward_logits", "gather_vocab_logits", "hf_names", "hf_shapes", "load_hf_weights", "save_hf_folder", "load_tokenizer",
     "mask_vocab_padding", "padded_vocab_size", "preset_names", "read_hf_config", "te_available",
-    "tiny_hf_config", "tokenizer_files", "transformer_config", "write_tiny_model",
+    "tiny_hf_config", "tokenizer_files", "transformer_config", "unwrap_model", "write_tiny_model",
 ]

@@ -175,6 +175,13 @@ def build_gpt(
     return model
 
 
+def unwrap_model(model):
+    """The GPTModel inside wrappers (megatron's DistributedDataParallel, Float16Module: `.module`)."""
+    while hasattr(model, "module"):
+        model = model.module
+    return model
+
+
 # ----------------------------------------------------------------------------- vocabulary-parallel logits
 def _vocab_range(local_width: int) -> tuple[int, int]:
     from megatron.core import parallel_state as ps
@@ -214,11 +221,13 @@ def forward_logits(model, input_ids: torch.Tensor, position_ids: torch.Tensor | 
     Runs megatron's own schedule (`get_forward_backward_func`, forward only, one micro-batch), so the
     hidden states travel between PP stages by its p2p code. Returns the logits on the last PP stage and
     None on the others. Every rank passes the same `input_ids` [b, s] (causal attention, no padding mask).
+    `model` may be wrapped (DDP).
     """
     from megatron.core import parallel_state as ps
     from megatron.core.pipeline_parallel import get_forward_backward_func
 
     b, s = input_ids.shape
+    vocab_size = unwrap_model(model).arch.vocab_size
     device = next(model.parameters()).device
     input_ids = input_ids.to(device)
     if position_ids is None:
@@ -233,4 +242,4 @@ def forward_logits(model, input_ids: torch.Tensor, position_ids: torch.Tensor | 
     )
     if not ps.is_pipeline_last_stage():
         return None
-    return gather_vocab_logits(out[0], model.arch.vocab_size)
+    return gather_vocab_logits(out[0], vocab_size)

@@ -37,6 +37,7 @@ from pathlib import Path
 
 import torch
 
+from .gpt import unwrap_model
 from .hf_config import Arch
 
 # ----------------------------------------------------------------------------- the mapping table
@@ -239,8 +240,9 @@ def load_hf_weights(model, hf_dir: str | Path) -> None:
     """Fill this rank's stage of `model` (from `build_gpt`) with the weights of a HF folder.
 
     Every parameter of the stage must be covered by the mapping and every HF tensor it needs must exist
-    with the expected shape; otherwise this raises, naming the tensor.
+    with the expected shape; otherwise this raises, naming the tensor. `model` may be wrapped (DDP).
     """
+    model = unwrap_model(model)
     arch = model.arch
     reader = HFReader(hf_dir)
     for name, shape in hf_shapes(arch).items():
@@ -305,10 +307,12 @@ def _full_hf_tensors(item: Item, arch: Arch, local: torch.Tensor) -> list[torch.
 @torch.no_grad()
 def export_hf_weights(model, dtype: torch.dtype | None = None) -> Iterator[tuple[str, torch.Tensor]]:
     """Yield `(hf_name, full tensor)` for the whole model, on every rank (a collective: iterate it fully
-    on all ranks). `dtype`: cast to this (default: the parameters' dtype). Tensors are on the CPU."""
+    on all ranks). `dtype`: cast to this (default: the parameters' dtype). Tensors are on the CPU.
+    `model` may be wrapped (DDP)."""
     import torch.distributed as dist
     from megatron.core import parallel_state as ps
 
+    model = unwrap_model(model)
     arch = model.arch
     pp, pp_rank = ps.get_pipeline_model_parallel_world_size(), ps.get_pipeline_model_parallel_rank()
     params = _local_params(model)

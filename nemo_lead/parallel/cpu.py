@@ -25,8 +25,11 @@ covers exactly those, measured on megatron-core 0.16.1 / torch 2.13 CPU (DESIGN.
    is a lazy no-op there); `nemo_lead.parallel.seed_model_parallel_rng` calls it on both devices.
 
 Everything is undone by `disable()` (tests use it); `enable()` is idempotent. Apply it only when
-`torch.cuda.is_available()` is False: `nemo_lead.parallel.init_parallel` does that. Not covered (GPU-only
-features): `sequence_parallel=True` (torch's norm wrapper refuses it), CUDA graphs, TE, fused kernels.
+`torch.cuda.is_available()` is False: `nemo_lead.parallel.init_parallel` does that. The mode is
+thread-local: it covers the thread that called `enable()` (and autograd's backward), not megatron code run
+from other threads. Not covered (GPU-only features): `sequence_parallel=True` (torch's norm wrapper refuses
+it), CUDA streams/events (keep DDP's `overlap_grad_reduce` / `overlap_param_gather` off on CPU), CUDA
+graphs, TE, fused kernels.
 """
 
 from __future__ import annotations

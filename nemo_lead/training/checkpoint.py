@@ -166,7 +166,8 @@ def save_checkpoint(
     extra_meta: dict[str, Any] | None = None,
     extra_parts: Mapping[str, Callable[[Path], None]] | None = None,
 ) -> Path:
-    """Collective: save `model` (from `nemo_lead.models.build_gpt`) as a complete checkpoint folder `path`.
+    """Collective: save `model` (from `nemo_lead.models.build_gpt`, may be wrapped) as a complete checkpoint
+    folder `path`.
 
     `tokenizer_dir`: a HF folder whose tokenizer files are copied into `path/tokenizer/`.
     `extra_meta`: more JSON-able entries for meta.json (loop counters, the run's config).
@@ -175,8 +176,9 @@ def save_checkpoint(
     Phase 2 saves the optimizer this way, e.g. `{"optim": lambda d: dist_checkpointing.save(...)}`, and
     reads it back from `path / "optim"`.
     """
-    from nemo_lead.models import tokenizer_files
+    from nemo_lead.models import tokenizer_files, unwrap_model
 
+    model = unwrap_model(model)
     path = Path(path)
     meta = {
         "format": FORMAT_VERSION,
@@ -216,7 +218,11 @@ def read_checkpoint_meta(path: str | Path) -> dict[str, Any]:
 
 
 def load_checkpoint(path: str | Path, model) -> dict[str, Any]:
-    """Collective: load a checkpoint's model part into `model` (any layout); return its meta.json."""
+    """Collective: load a checkpoint's model part into `model` (any layout, may be wrapped); return its
+    meta.json."""
+    from nemo_lead.models import unwrap_model
+
+    model = unwrap_model(model)
     meta = read_checkpoint_meta(path)
     if meta["padded_vocab_size"] != model.vocab_size:
         raise ValueError(f"{path}: saved with a padded vocabulary of {meta['padded_vocab_size']} rows, the model "

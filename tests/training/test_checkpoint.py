@@ -54,8 +54,11 @@ def _checkpoint_job(hf_dir, ckpt):
 
     ids = torch.randint(0, 102, (2, 20), generator=torch.Generator().manual_seed(1))
     out = {}
+    from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig
+
     info = init_parallel(1, 1)  # DP2: the fully parallel strategy splits the writing over both ranks
-    model = build_gpt(hf_dir, info)
+    gpt = build_gpt(hf_dir, info)
+    model = DistributedDataParallel(gpt.config, DistributedDataParallelConfig(), gpt)  # as training wraps it
     load_hf_weights(model, hf_dir)
     out["saved"] = _eval_loss(model, ids)
     def write_extra(folder):  # a part written by every rank inside the atomic save (phase 2: optimizer)
