@@ -110,6 +110,12 @@ def write_tiny_model(
         torch.random.set_rng_state(state)
     model.to(dtype)
     kwargs = {"max_shard_size": max_shard_size} if max_shard_size is not None else {}
-    model.save_pretrained(folder, **kwargs)
+    bars = transformers.utils.logging.is_progress_bar_enabled()
+    transformers.utils.logging.disable_progress_bar()  # a fixture writes quietly
+    try:
+        model.save_pretrained(folder, **kwargs)
+    finally:
+        if bars:
+            transformers.utils.logging.enable_progress_bar()
     tok.save_pretrained(folder)
     return folder

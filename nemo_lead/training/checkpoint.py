@@ -24,7 +24,7 @@ loading uses the plain strategy (each rank reads what it holds) - both work on C
 writer starts helper processes (a spawned multiprocessing Manager and forked writers), so scripts that
 save must guard their entry point with `if __name__ == "__main__":`.
 
-Tested (tests/training/test_checkpoint.py, 2 ranks on gloo): saved at TP1 (DP2) and loaded at TP2 and
+Tested (tests/training/test_checkpoint.py, 2 ranks on gloo): saved through DDP at TP1 (DP2) and loaded at TP2 and
 PP2 with identical eval loss; atomic rename and listing.
 """
 
@@ -229,3 +229,19 @@ def load_checkpoint(path: str | Path, model) -> dict[str, Any]:
                          f"has {model.vocab_size} (build it with vocab_divisible_by={meta['vocab_divisible_by']})")
     load_model_state(model, Path(path) / "model")
     return meta
+
+
+def build_from_checkpoint(path: str | Path, parallel: Any = None, precision: str | None = None):
+    """Collective: build the model a checkpoint describes (its HF config and vocabulary padding) for the
+    current layout and load it. Returns (model, meta). `precision` defaults to the saved one (fp8
+    checkpoints keep bf16 parameters, so fp8 becomes bf16 where TE is missing)."""
+    from nemo_lead.models import build_gpt, te_available
+
+    meta = read_checkpoint_meta(path)
+    precision = precision or meta["precision"]
+    if precision == "fp8" and not te_available():
+        precision = "bf16"
+    model = build_gpt(meta["hf_config"], parallel, precision, init=False,
+                      vocab_divisible_by=meta["vocab_divisible_by"])
+    load_checkpoint(path, model)
+    return model, meta

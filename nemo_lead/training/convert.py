@@ -80,7 +80,7 @@ def convert_rank(cfg: ConvertConfig) -> None:
     from nemo_lead.models import build_gpt, export_hf_weights, load_hf_weights, read_hf_config, save_hf_folder
     from nemo_lead.parallel import destroy_parallel, init_parallel
 
-    from .checkpoint import load_checkpoint, read_checkpoint_meta, save_checkpoint
+    from .checkpoint import build_from_checkpoint, read_checkpoint_meta, save_checkpoint
 
     if cfg.from_hf is not None:
         hf_config = read_hf_config(cfg.from_hf)
@@ -95,14 +95,11 @@ def convert_rank(cfg: ConvertConfig) -> None:
             destroy_parallel()
         return
 
-    meta = read_checkpoint_meta(cfg.from_ckpt)
-    hf_config = meta["hf_config"]
+    hf_config = read_checkpoint_meta(cfg.from_ckpt)["hf_config"]
     info = init_parallel(cfg.tp, cfg.pp, seed=cfg.seed, model_config=hf_config)
     try:
-        precision = "bf16" if meta["precision"] == "fp8" else meta["precision"]  # fp8 ckpts keep bf16 params
-        _say(f"{cfg.from_ckpt} -> {cfg.to_hf} (tp {info.tp}, pp {info.pp}, {precision} params)")
-        model = build_gpt(hf_config, info, precision, init=False, vocab_divisible_by=meta["vocab_divisible_by"])
-        load_checkpoint(cfg.from_ckpt, model)
+        _say(f"{cfg.from_ckpt} -> {cfg.to_hf} (tp {info.tp}, pp {info.pp})")
+        model, _ = build_from_checkpoint(cfg.from_ckpt, info)
         dtype = _export_dtype(cfg, hf_config, model.config.params_dtype)
         tok_dir = os.path.join(cfg.from_ckpt, "tokenizer")
         save_hf_folder(
