@@ -327,7 +327,7 @@ def export_hf_weights(model, dtype: torch.dtype | None = None) -> Iterator[tuple
             mg = next(n for n in item.megatron if n in params)
             tensors = [t.to(dtype) for t in _full_hf_tensors(item, arch, params[mg].detach())]
         else:
-            tensors = [torch.empty(shapes[n], dtype=dtype, device=params_device(params)) for n in item.hf]
+            tensors = [torch.empty(shapes[n], dtype=dtype, device=_params_device(params)) for n in item.hf]
         if pp > 1:
             src = dist.get_global_rank(ps.get_pipeline_model_parallel_group(), owner)
             for t in tensors:
@@ -336,7 +336,7 @@ def export_hf_weights(model, dtype: torch.dtype | None = None) -> Iterator[tuple
             yield name, t.cpu()
 
 
-def params_device(params: dict[str, torch.Tensor]) -> torch.device:
+def _params_device(params: dict[str, torch.Tensor]) -> torch.device:
     return next(iter(params.values())).device
 
 
