@@ -1,1 +1,24 @@
-"""generation layer (see DESIGN.md)."""
+"""generation layer (see DESIGN.md): rollout engines behind one interface.
+
+    from nemo_lead.generation import SamplingParams, Rollout, build_engine
+    engine = build_engine(EngineConfig(kind="megatron"), actor)          # or kind="trtllm"
+    rollouts = engine.generate(prompt_token_ids, SamplingParams(n=8, temperature=0.6, seed=step))
+    engine.refit(actor); engine.sleep(); engine.wake()
+    metrics = logprob_mismatch([r.policy_logprobs for r in rollouts], actor_logprobs)
+
+Engines: `MegatronEngine` (KV-cache sampler on the live actor modules; CPU and GPU, TP and PP) and
+`TrtllmEngine` (TensorRT-LLM, refit in memory; GPU container only, imported lazily). `sample_tokens` is the
+one sampling function, shared with evaluation. Imports models and parallel only (DESIGN.md layers).
+"""
+
+from .engine import ENGINE_KINDS, EngineConfig, build_engine
+from .megatron_engine import MegatronEngine, resolve_model
+from .mismatch import logprob_mismatch
+from .params import FINISH_REASONS, Rollout, RolloutEngine, SamplingParams, check_prompts
+from .sampling import Draw, make_generator, sample_tokens, truncated_logits
+
+__all__ = [
+    "ENGINE_KINDS", "FINISH_REASONS", "Draw", "EngineConfig", "MegatronEngine", "Rollout", "RolloutEngine",
+    "SamplingParams", "build_engine", "check_prompts", "logprob_mismatch", "make_generator", "resolve_model",
+    "sample_tokens", "truncated_logits",
+]

@@ -1,0 +1,67 @@
+"""Choosing a rollout engine from configuration: `EngineConfig` (nest it in a job's config) -> `build_engine`.
+
+    engine = build_engine(EngineConfig(kind="megatron", max_batch_size=256), actor)
+
+`kind="trtllm"` imports TensorRT-LLM only here, when asked for, and fails with one clear error where it
+is not installed (see `nemo_lead.generation.trtllm_engine.INSTALL_HINT`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from .params import RolloutEngine
+
+ENGINE_KINDS = ("megatron", "trtllm")
+
+
+@dataclass
+class TrtllmConfig:
+    """Options of the `trtllm` engine (TensorRT-LLM 1.2, PyTorch backend)."""
+
+    hf_dir: Optional[str] = None  # HF folder (config.json + tokenizer) the engine is built from; weights come by refit
+    dtype: str = "auto"  # auto (the actor's parameter dtype) | bfloat16 | float16 | float32
+    max_batch_size: int = 256
+    max_seq_len: Optional[int] = None  # None: TensorRT-LLM's default for the model
+    kv_cache_fraction: float = 0.5  # of the GPU memory free after loading (the actor shares the GPU)
+    refit_bucket_mb: float = 512  # weights staged on the GPU per update_weights call
+    finalize_refit: Optional[bool] = None  # send update_weights(None) after a refit; None = detect
+    llm_kwargs: dict[str, Any] = field(default_factory=dict)  # more tensorrt_llm.LLM arguments (placement, ...)
+
+    def __post_init__(self) -> None:
+        if self.dtype not in ("auto", "bfloat16", "float16", "float32"):
+            raise ValueError(f"trtllm.dtype must be auto, bfloat16, float16 or float32, got {self.dtype!r}")
+        if not 0 < self.kv_cache_fraction < 1:
+            raise ValueError(f"trtllm.kv_cache_fraction must be in (0, 1), got {self.kv_cache_fraction}")
+        if self.refit_bucket_mb <= 0 or self.max_batch_size < 1:
+            raise ValueError("trtllm.refit_bucket_mb must be > 0 and trtllm.max_batch_size >= 1")
+
+
+@dataclass
+class EngineConfig:
+    kind: str = "megatron"  # megatron | trtllm
+    max_batch_size: int = 256  # megatron: sequences decoding at once (continuous batching)
+    max_prefill_tokens: int = 16384  # megatron: padded prompt tokens prefilled together
+    sync_every: Optional[int] = None  # megatron: decode steps between host syncs (None: 1 on CPU, 8 on GPU)
+    trtllm: TrtllmConfig = field(default_factory=TrtllmConfig)
+
+    def __post_init__(self) -> None:
+        if self.kind not in ENGINE_KINDS:
+            raise ValueError(f"kind must be one of {', '.join(ENGINE_KINDS)}, got {self.kind!r}")
+        if self.max_batch_size < 1 or self.max_prefill_tokens < 1:
+            raise ValueError("max_batch_size and max_prefill_tokens must be >= 1")
+        if self.sync_every is not None and self.sync_every < 1:
+            raise ValueError(f"sync_every must be >= 1, got {self.sync_every}")
+
+
+def build_engine(cfg: EngineConfig, actor: Any) -> RolloutEngine:
+    """The engine `cfg.kind` over `actor` (a GPTModel, a list of one chunk, or an object with `.model`)."""
+    if cfg.kind == "megatron":
+        from .megatron_engine import MegatronEngine
+
+        return MegatronEngine(actor, max_batch_size=cfg.max_batch_size, max_prefill_tokens=cfg.max_prefill_tokens,
+                              sync_every=cfg.sync_every)
+    from .trtllm_engine import TrtllmEngine
+
+    return TrtllmEngine(actor, cfg.trtllm)

@@ -1,0 +1,350 @@
+"""The `megatron` rollout engine: batched sampling on the live actor modules, with a KV cache of its own.
+
+    engine = MegatronEngine(model)                  # model: a GPTModel from nemo_lead.models.build_gpt
+    rollouts = engine.generate(prompt_token_ids, SamplingParams(n=8, temperature=0.6, seed=step))
+    ...train the actor...
+    engine.refit(actor)                             # free: the engine runs on the actor's own modules
+
+`refit(actor)` protocol: `actor` is the GPTModel itself, a one-element list of model chunks (what
+megatron's schedules take), anything wrapping it in `.module` (megatron DDP, Float16Module), or any object
+with a `.model` attribute holding one of those (e.g. the training layer's actor). Nothing is copied; if a
+megatron DDP wrapper uses the distributed optimizer with overlapped parameter all-gather, `refit` forces
+that gather so generation does not read the previous step's weights.
+
+How a `generate` call runs (every rank of the model-parallel group calls it with the same arguments):
+- Continuous batching. Prompts wait in a queue; up to `max_batch_size` sequences decode together. A
+  group of prompts is prefilled once per prompt (padded to the group's longest, at most `max_prefill_tokens`
+  padded tokens), its cache rows repeated for the n samples, and merged into the live batch.
+- Decode: one token for every live sequence per step (`StageRunner.decode`). Every `sync_every` steps (and
+  whenever a sequence may have reached max_tokens) the sampled tokens come to the host in one copy, finished
+  sequences leave the batch (their cache rows are dropped) and waiting prompts are admitted. On a GPU this
+  keeps the host from waiting on every token; finished rows computed between syncs are ignored.
+- Pipeline parallel: each stage receives hidden states from the previous stage (send / recv on the PP group;
+  gloo on CPU), runs its layers with its own cache and sends on. Stages run in turn, without micro-batch
+  pipelining, so PP spreads memory, not time.
+- Sampling happens on one rank (last stage, TP rank 0) with `sample_tokens` from a generator seeded with
+  `params.seed`; tokens and both log-probs go to every rank of the model-parallel group in one broadcast.
+  So all TP / PP ranks hold identical rollouts, and a fixed seed gives the same output (for the same
+  prompts, params, batch limits and layout of ranks; TP=2 matches TP=1 up to the float rounding of logits).
+Memory: the cache lives only during `generate`; `sleep` / `wake` release the allocator's cached blocks.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from .kv_cache import KVCache
+from .params import Rollout, SamplingParams, check_prompts
+from .sampling import make_generator, sample_tokens
+from .stage import StageRunner
+
+
+# ----------------------------------------------------------------------------- the actor protocol
+def resolve_model(actor: Any):
+    """The GPTModel inside `actor` (see the module docstring for what `actor` may be)."""
+    seen = actor
+    for _ in range(8):
+        if isinstance(actor, (list, tuple)):
+            if len(actor) != 1:
+                raise ValueError(f"the megatron engine needs one model chunk per rank, got {len(actor)} "
+                                 "(virtual pipeline parallelism is not supported)")
+            actor = actor[0]
+        elif isinstance(actor, torch.nn.Module) and hasattr(actor, "decoder") and hasattr(actor, "pre_process"):
+            return actor
+        elif hasattr(actor, "module"):
+            actor = actor.module
+        elif hasattr(actor, "model"):
+            actor = actor.model
+        else:
+            break
+    raise TypeError(f"cannot find a megatron GPTModel in {type(seen).__name__}: give the model, a list "
+                    "with one model chunk, a wrapper with .module, or an object with .model")
+
+
+def _finish_param_gather(actor: Any) -> None:
+    """Megatron DDP with the distributed optimizer and overlap_param_gather all-gathers updated parameters
+    lazily, in the next training forward's pre-hooks; the engine bypasses those hooks, so force it now."""
+    for _ in range(8):
+        if isinstance(actor, (list, tuple)) and len(actor) == 1:
+            actor = actor[0]
+        cfg = getattr(actor, "ddp_config", None)
+        if cfg is not None and getattr(cfg, "use_distributed_optimizer", False) and getattr(cfg, "overlap_param_gather", False):
+            actor.start_param_sync(force_sync=True)
+            return
+        nxt = getattr(actor, "module", None) or getattr(actor, "model", None)
+        if nxt is None or nxt is actor:
+            return
+        actor = nxt
+
+
+@contextlib.contextmanager
+def _eval_mode(model):
+    """model.eval() and no autograd for the duration; each module's training flag is restored after."""
+    flags = [(m, m.training) for m in model.modules()]
+    model.eval()
+    try:
+        with torch.no_grad():
+            yield
+    finally:
+        for m, training in flags:
+            m.training = training
+
+
+# ----------------------------------------------------------------------------- distributed plumbing
+class _Comm:
+    """Who samples, and how hidden states and sampled tokens travel (no-ops on a single rank)."""
+
+    def __init__(self):
+        import torch.distributed as dist
+        from megatron.core import parallel_state as ps
+
+        self.dist = dist
+        self.pp = ps.get_pipeline_model_parallel_world_size()
+        self.pp_group = ps.get_pipeline_model_parallel_group()
+        self.first = ps.is_pipeline_first_stage()
+        self.last = ps.is_pipeline_last_stage()
+        self.next_rank = ps.get_pipeline_model_parallel_next_rank() if self.pp > 1 else None
+        self.prev_rank = ps.get_pipeline_model_parallel_prev_rank() if self.pp > 1 else None
+        self.mp_group = ps.get_model_parallel_group()
+        self.mp_size = dist.get_world_size(self.mp_group)
+        self.is_sampler = self.last and ps.get_tensor_model_parallel_rank() == 0
+        self.sampler_rank = dist.get_rank()
+        if self.mp_size > 1:
+            flags = [None] * self.mp_size
+            dist.all_gather_object(flags, (dist.get_rank(), self.is_sampler), group=self.mp_group)
+            self.sampler_rank = next(rank for rank, sampler in flags if sampler)
+
+    def send_next(self, h: torch.Tensor) -> None:
+        self.dist.send(h.contiguous(), dst=self.next_rank, group=self.pp_group)
+
+    def recv_prev(self, shape, dtype, device) -> torch.Tensor:
+        buf = torch.empty(shape, dtype=dtype, device=device)
+        self.dist.recv(buf, src=self.prev_rank, group=self.pp_group)
+        return buf
+
+    def share(self, packed: torch.Tensor) -> torch.Tensor:
+        if self.mp_size > 1:
+            self.dist.broadcast(packed, src=self.sampler_rank, group=self.mp_group)
+        return packed
+
+
+# ----------------------------------------------------------------------------- host bookkeeping
+@dataclass
+class _Seq:
+    prompt_index: int
+    sample_index: int
+    prompt_len: int
+    tokens: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    policy: list[float] = field(default_factory=list)
+    finish: str | None = None
+
+
+class MegatronEngine:
+    """See the module docstring. Options:
+
+    max_batch_size: sequences decoding at once (continuous batching admits more as others finish).
+    max_prefill_tokens: padded prompt tokens prefilled together (bounds prefill activation memory).
+    sync_every: decode steps between host syncs; None = 1 on CPU, 8 on GPU.
+    vocab_size: the real vocabulary (default: `model.arch.vocab_size` from build_gpt); padding columns of
+        the output layer are never sampled.
+    """
+
+    def __init__(self, model: Any, *, max_batch_size: int = 256, max_prefill_tokens: int = 16384,
+                 sync_every: int | None = None, vocab_size: int | None = None):
+        if max_batch_size < 1 or max_prefill_tokens < 1:
+            raise ValueError("max_batch_size and max_prefill_tokens must be >= 1")
+        if sync_every is not None and sync_every < 1:
+            raise ValueError(f"sync_every must be >= 1, got {sync_every}")
+        self.max_batch_size = max_batch_size
+        self.max_prefill_tokens = max_prefill_tokens
+        self._sync_every = sync_every
+        self._vocab_size = vocab_size
+        self._comm: _Comm | None = None
+        self.refit(model)
+
+    # ----------------------------------------------------------------------------- RolloutEngine
+    def refit(self, actor: Any) -> None:
+        """Point the engine at the actor's live modules (no copy; see the module docstring)."""
+        _finish_param_gather(actor)
+        self.model = resolve_model(actor)
+        self.runner = StageRunner(self.model)
+        arch = getattr(self.model, "arch", None)
+        self.vocab_size = self._vocab_size or (arch.vocab_size if arch is not None else self.model.vocab_size)
+        self.max_positions = getattr(self.model, "max_sequence_length", None)
+
+    def sleep(self) -> None:
+        """The cache is freed when `generate` returns; hand the allocator's cached blocks back to the GPU."""
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+
+    def wake(self) -> None:
+        """Nothing to restore: the engine holds no memory between calls."""
+
+    def generate(self, prompt_token_ids: list[list[int]], params: SamplingParams) -> list[Rollout]:
+        check_prompts(prompt_token_ids, self.vocab_size)
+        if self.max_positions is not None:
+            for i, ids in enumerate(prompt_token_ids):
+                if len(ids) + params.max_tokens > self.max_positions:
+                    raise ValueError(f"prompt {i}: {len(ids)} prompt tokens + max_tokens {params.max_tokens} exceed "
+                                     f"the model's {self.max_positions} positions")
+        if self._comm is None:
+            self._comm = _Comm()
+        with _eval_mode(self.model):
+            seqs = _Generation(self, prompt_token_ids, params).run()
+        return [Rollout(s.prompt_index, s.sample_index, s.tokens, s.logprobs, s.policy, s.finish) for s in seqs]
+
+
+class _Generation:
+    """The state of one `generate` call (see the module docstring for the schedule)."""
+
+    def __init__(self, engine: MegatronEngine, prompts: list[list[int]], params: SamplingParams):
+        self.e, self.r, self.comm = engine, engine.runner, engine._comm
+        self.prompts, self.params = prompts, params
+        self.device = self.r.device
+        self.sync_every = engine._sync_every or (8 if self.device.type == "cuda" else 1)
+        self.stops = set(params.stop_token_ids)
+        self.gen = make_generator(params.seed, self.device) if self.comm.is_sampler else None
+        longest = max(len(p) for p in prompts)
+        self.rope = self.r.rope_tables(longest + params.max_tokens + self.sync_every)
+        self.pending = deque(range(len(prompts)))
+        self.done: list[_Seq] = []
+        self.live: list[_Seq] = []
+        self.row_len: list[int] = []  # cache positions filled per live row (host copy of self.lengths)
+        self.cache: KVCache | None = None
+        self.lengths = torch.zeros(0, dtype=torch.long, device=self.device)
+        self.next_tokens = torch.zeros(0, dtype=torch.long, device=self.device)
+        self.records: list[tuple[list[_Seq], torch.Tensor]] = []  # unsynced (rows, packed [3, rows])
+
+    # ----------------------------------------------------------------------------- schedule
+    def run(self) -> list[_Seq]:
+        while True:
+            self._sync()
+            if self.pending and len(self.live) + self.params.n <= max(self.e.max_batch_size, self.params.n):
+                self._admit()
+                self._sync()
+            if not self.live:
+                if self.pending:
+                    continue
+                break
+            remaining = min(self.params.max_tokens - len(s.tokens) for s in self.live)
+            for _ in range(max(1, min(self.sync_every, remaining))):
+                self._decode_step()
+        return sorted(self.done, key=lambda s: (s.prompt_index, s.sample_index))
+
+    def _sync(self) -> None:
+        """Bring unsynced tokens to the host (one copy), finish sequences, drop finished rows."""
+        if not self.records:
+            return
+        flat = torch.cat([packed.reshape(-1) for _, packed in self.records]).tolist()
+        at = 0
+        for rows, _ in self.records:
+            b = len(rows)
+            tokens, lps, policy = flat[at:at + b], flat[at + b:at + 2 * b], flat[at + 2 * b:at + 3 * b]
+            at += 3 * b
+            for seq, tok, lp, pl in zip(rows, tokens, lps, policy):
+                if seq.finish is not None:
+                    continue
+                seq.tokens.append(int(tok))
+                seq.logprobs.append(lp)
+                seq.policy.append(pl)
+                if int(tok) in self.stops:
+                    seq.finish = "stop"
+                elif len(seq.tokens) >= self.params.max_tokens:
+                    seq.finish = "length"
+        self.records = []
+        keep = [i for i, s in enumerate(self.live) if s.finish is None]
+        self.done.extend(s for s in self.live if s.finish is not None)
+        if len(keep) == len(self.live):
+            return
+        self.live = [self.live[i] for i in keep]
+        self.row_len = [self.row_len[i] for i in keep]
+        index = torch.tensor(keep, dtype=torch.long, device=self.device)
+        self.lengths, self.next_tokens = self.lengths[index], self.next_tokens[index]
+        if keep:
+            self.cache.select(index)
+        else:
+            self.cache = None
+
+    def _take_group(self) -> list[int]:
+        """Waiting prompts to prefill now: as many as fit the batch and the prefill token budget (>= 1)."""
+        n = self.params.n
+        group: list[int] = []
+        while self.pending:
+            nxt = self.pending[0]
+            rows = len(self.live) + (len(group) + 1) * n
+            padded = (len(group) + 1) * max(len(self.prompts[i]) for i in (*group, nxt))
+            if group and (rows > self.e.max_batch_size or padded > self.e.max_prefill_tokens):
+                break
+            group.append(self.pending.popleft())
+        return group
+
+    # ----------------------------------------------------------------------------- model steps
+    def _new_cache(self, rows: int, capacity: int) -> KVCache:
+        return KVCache(len(self.r.layers), rows, self.r.groups, self.r.head_dim, capacity, self.r.dtype, self.device)
+
+    def _through_stage(self, first_inputs, shape, run):
+        """First stage: run on `first_inputs`; later stages: run on hidden states received. Returns the last
+        stage's output, None elsewhere (after sending on)."""
+        x = first_inputs if self.comm.first else self.comm.recv_prev(shape, self.r.dtype, self.device)
+        out = run(x)
+        if not self.comm.last:
+            self.comm.send_next(out)
+            return None
+        return out
+
+    def _sample(self, h_last: torch.Tensor | None, rows: int, repeat: int = 1) -> torch.Tensor:
+        """Logits of the last stage's hidden states -> tokens + log-probs on the sampler -> every rank."""
+        packed = torch.empty((3, rows), dtype=torch.float64, device=self.device)
+        if self.comm.last:
+            from nemo_lead.models import gather_vocab_logits
+
+            logits = gather_vocab_logits(self.r.logits(h_last), self.e.vocab_size)
+            if self.comm.is_sampler:
+                if repeat > 1:
+                    logits = logits.repeat_interleave(repeat, dim=0)
+                draw = sample_tokens(logits, self.params, self.gen)
+                packed = torch.stack([draw.tokens.double(), draw.logprobs.double(), draw.policy_logprobs.double()])
+        return self.comm.share(packed)
+
+    def _admit(self) -> None:
+        group = self._take_group()
+        n = self.params.n
+        lens = [len(self.prompts[i]) for i in group]
+        s, b = max(lens), len(group)
+        ids = torch.zeros((b, s), dtype=torch.long)
+        for row, i in enumerate(group):
+            ids[row, : lens[row]] = torch.tensor(self.prompts[i])
+        lengths = torch.tensor(lens, dtype=torch.long, device=self.device)
+        cache = self._new_cache(b, s + self.sync_every + 16)
+        h_last = self._through_stage(ids.to(self.device), (s, b, self.r.hidden_size),
+                                     lambda x: self.r.prefill(x, lengths, cache, self.rope))
+        packed = self._sample(h_last, b * n, repeat=n)
+        cache.repeat_rows(n)
+        seqs = [_Seq(i, j, len(self.prompts[i])) for i in group for j in range(n)]
+        self.records.append((seqs, packed))
+        self.live.extend(seqs)
+        self.row_len.extend(len(self.prompts[i]) for i in group for _ in range(n))
+        self.lengths = torch.cat([self.lengths, lengths.repeat_interleave(n)])
+        self.next_tokens = torch.cat([self.next_tokens, packed[0].long()])
+        if self.cache is None:
+            self.cache = cache
+        else:
+            self.cache.extend(cache)
+
+    def _decode_step(self) -> None:
+        b = len(self.live)
+        max_length = max(self.row_len) + 1
+        self.cache.reserve(max_length)
+        h_last = self._through_stage(self.next_tokens[:, None], (1, b, self.r.hidden_size),
+                                     lambda x: self.r.decode(x, self.lengths, self.cache, self.rope, max_length))
+        packed = self._sample(h_last, b)
+        self.records.append((list(self.live), packed))
+        self.lengths = self.lengths + 1
+        self.row_len = [x + 1 for x in self.row_len]
+        self.next_tokens = packed[0].long()

@@ -1,0 +1,171 @@
+"""One pipeline stage of a megatron-core `GPTModel`, run incrementally with our own KV cache.
+
+The choice (walk the model's submodules, do attention ourselves): megatron-core's inference contexts
+changed shape across 0.16-0.19 (static vs dynamic engines, flash-attn requirements for dynamic batching,
+more CUDA assumptions on CPU; DESIGN.md "Facts measured"), while the submodules a decoder layer is made of
+have kept their call signatures. So this module calls, per layer:
+
+    input_layernorm -> self_attention.get_query_key_value_tensors -> [RoPE, KV cache, attention: ours]
+      -> self_attention.linear_proj -> + residual -> pre_mlp_layernorm -> mlp -> + residual
+
+The linears are megatron's own (column / row parallel), so tensor parallelism comes for free: each TP rank
+computes its own heads and the row-parallel projections all-reduce. With Transformer Engine specs the input
+norm is fused into `linear_qkv` (`input_layernorm` is an IdentityOp) and the pre-MLP norm into `linear_fc1`;
+the same calls work. Attention is `scaled_dot_product_attention` with an explicit mask, grouped-query heads
+folded into the query length so the cache is never expanded to all heads. RoPE is computed from the model's
+own `rotary_pos_emb.inv_freq` (Llama-3 scaling included), per sequence position, non-interleaved.
+
+Refused with a clear error (not silently wrong): sequence parallelism, context parallelism, interleaved
+RoPE, multi-latent attention, gated attention output, layers without RoPE, virtual pipeline chunks.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+
+class UnsupportedModel(ValueError):
+    """A model feature the megatron engine cannot run faithfully."""
+
+
+def check_supported(model) -> None:
+    cfg = model.config
+    problems = []
+    if getattr(cfg, "sequence_parallel", False):
+        problems.append("sequence_parallel=True (generate with a model built without it)")
+    if getattr(cfg, "context_parallel_size", 1) > 1:
+        problems.append("context parallelism")
+    if getattr(cfg, "rotary_interleaved", False):
+        problems.append("interleaved RoPE")
+    if getattr(cfg, "multi_latent_attention", False):
+        problems.append("multi-latent attention")
+    if getattr(cfg, "attention_output_gate", False):
+        problems.append("gated attention output")
+    if getattr(cfg, "no_rope_freq", None):
+        problems.append("layers without RoPE (no_rope_freq)")
+    if getattr(model, "position_embedding_type", "rope") != "rope":
+        problems.append(f"position embedding {model.position_embedding_type!r} (only 'rope')")
+    if cfg.num_query_groups is not None and cfg.num_query_groups < cfg.tensor_model_parallel_size:
+        problems.append("fewer KV heads than TP ranks")
+    if problems:
+        raise UnsupportedModel("the megatron rollout engine does not support " + "; ".join(problems))
+
+
+class StageRunner:
+    """Prefill and decode through this rank's stage of `model` (a GPTModel), with a `KVCache`."""
+
+    def __init__(self, model):
+        check_supported(model)
+        cfg = model.config
+        tp = cfg.tensor_model_parallel_size
+        self.model = model
+        self.layers = list(model.decoder.layers)
+        self.pre_process = model.pre_process
+        self.post_process = model.post_process
+        self.heads = cfg.num_attention_heads // tp
+        self.groups = (cfg.num_query_groups or cfg.num_attention_heads) // tp
+        self.head_dim = cfg.kv_channels
+        self.scale = cfg.softmax_scale if cfg.softmax_scale is not None else 1.0 / math.sqrt(self.head_dim)
+        self.hidden_size = cfg.hidden_size
+        param = next(model.parameters())
+        self.dtype, self.device = param.dtype, param.device
+        rope = model.rotary_pos_emb
+        self.inv_freq = rope.inv_freq.to(self.device, torch.float32)
+        self.position_scale = 1.0 / (rope.seq_len_interpolation_factor or 1.0)
+
+    # ----------------------------------------------------------------------------- pieces
+    def rope_tables(self, max_positions: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos, sin [max_positions, rot_dim] in the model dtype (computed in fp32, as megatron does)."""
+        pos = torch.arange(max_positions, device=self.device, dtype=torch.float32) * self.position_scale
+        freqs = torch.outer(pos, self.inv_freq)
+        emb = torch.cat([freqs, freqs], dim=-1)
+        return emb.cos().to(self.dtype), emb.sin().to(self.dtype)
+
+    @staticmethod
+    def _rotate(t: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        """RoPE on t [s, b, heads, d] with cos / sin [s, b, 1, rot] (rot <= d; the rest passes through)."""
+        rot = cos.shape[-1]
+        x, rest = t[..., :rot], t[..., rot:]
+        half = rot // 2
+        rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
+        out = x * cos + rotated * sin
+        return torch.cat([out, rest], dim=-1) if rest.shape[-1] else out
+
+    def _attend(self, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """q [s, b, heads, d], keys / values [b, groups, L, d], mask [b, s, L] (True = attend) -> [s, b, heads*d]."""
+        s, b = q.shape[0], q.shape[1]
+        per_group = self.heads // self.groups
+        # heads are group-major (g * per_group + i); fold the group's heads into the query length
+        qg = q.reshape(s, b, self.groups, per_group, self.head_dim).permute(1, 2, 3, 0, 4)
+        qg = qg.reshape(b, self.groups, per_group * s, self.head_dim)
+        m = mask[:, None, None].expand(b, 1, per_group, s, mask.shape[-1]).reshape(b, 1, per_group * s, -1)
+        ctx = F.scaled_dot_product_attention(qg, keys, values, attn_mask=m, scale=self.scale)
+        ctx = ctx.reshape(b, self.groups, per_group, s, self.head_dim).permute(3, 0, 1, 2, 4)
+        return ctx.reshape(s, b, self.heads * self.head_dim)
+
+    def _layer(self, i: int, layer, h, cos, sin, cache, mask, length: int, positions):
+        residual = h
+        x = layer.input_layernorm(h)
+        q, k, v = layer.self_attention.get_query_key_value_tensors(x)  # [s, b, heads|groups, d]
+        q, k = self._rotate(q, cos, sin), self._rotate(k, cos, sin)
+        k, v = k.permute(1, 2, 0, 3), v.permute(1, 2, 0, 3)  # [b, groups, s, d]
+        if positions is None:
+            cache.write_block(i, k, v)
+        else:
+            cache.write_at(i, k[:, :, 0], v[:, :, 0], positions)
+        keys, values = cache.view(i, length)
+        out, bias = layer.self_attention.linear_proj(self._attend(q, keys, values, mask))
+        h = residual + (out if bias is None else out + bias)
+        residual = h
+        out, bias = layer.mlp(layer.pre_mlp_layernorm(h))
+        return residual + (out if bias is None else out + bias)
+
+    def _body(self, inputs, pos, cache, mask, length, write_positions, rope):
+        """Embedding (first stage) or received hidden states, then this stage's layers."""
+        if self.pre_process:
+            h = self.model.embedding(input_ids=inputs, position_ids=pos)  # [s, b, h]
+        else:
+            h = inputs
+        cos, sin = (t[pos.t()][:, :, None] for t in rope)  # [s, b, 1, rot]
+        for i, layer in enumerate(self.layers):
+            h = self._layer(i, layer, h, cos, sin, cache, mask, length, write_positions)
+        return h
+
+    def logits(self, h_last: torch.Tensor) -> torch.Tensor:
+        """Vocab-parallel logits [b, V_pad / tp] of hidden states [b, hidden] (last stage only)."""
+        h = h_last[None]
+        norm = getattr(self.model.decoder, "final_layernorm", None)
+        if norm is not None:
+            h = norm(h)
+        weight = self.model.shared_embedding_or_output_weight() if self.model.share_embeddings_and_output_weights else None
+        out, _ = self.model.output_layer(h, weight=weight)
+        return out[0]
+
+    # ----------------------------------------------------------------------------- prefill / decode
+    def prefill(self, inputs: torch.Tensor, lengths: torch.Tensor, cache, rope) -> torch.Tensor:
+        """Prompts right-padded to s tokens. inputs: token ids [b, s] (first stage) or hidden [s, b, h].
+
+        Fills positions 0 .. s-1 of `cache` (a fresh one with b rows). Returns this stage's output: hidden
+        states [s, b, h], or on the last stage the hidden state at each prompt's last token [b, h]."""
+        s = inputs.shape[1] if self.pre_process else inputs.shape[0]
+        b = lengths.shape[0]
+        pos = torch.arange(s, device=self.device).expand(b, s)
+        key = torch.arange(s, device=self.device)
+        mask = (key[None, None, :] <= key[None, :, None]) & (key[None, None, :] < lengths[:, None, None])  # [b, s, s]
+        h = self._body(inputs, pos, cache, mask, s, None, rope)
+        if not self.post_process:
+            return h
+        return h[lengths - 1, torch.arange(b, device=self.device)]
+
+    def decode(self, inputs: torch.Tensor, lengths: torch.Tensor, cache, rope, max_length: int) -> torch.Tensor:
+        """One new token per row at position lengths[b]. inputs: token ids [b, 1] or hidden [1, b, h].
+
+        `max_length` >= max(lengths) + 1 (known on the host). Returns hidden [1, b, h] or, on the last stage,
+        [b, h]."""
+        key = torch.arange(max_length, device=self.device)
+        mask = (key[None, :] <= lengths[:, None])[:, None, :]  # [b, 1, L]
+        h = self._body(inputs, lengths[:, None], cache, mask, max_length, lengths, rope)
+        return h[0] if self.post_process else h

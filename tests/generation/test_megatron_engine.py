@@ -1,0 +1,185 @@
+"""The megatron rollout engine on a tiny Qwen2 (fp32, CPU/gloo).
+
+One rank: greedy equals a naive loop over the full forward; stop tokens, max_tokens, n > 1, prompts of
+different lengths, bad prompts; same seed same output; continuous batching and host-sync intervals do not
+change greedy output; after a training step + refit the engine's log-probs match a full forward to 1e-5.
+Two ranks: TP=2 and PP=2 give the TP=1 output (the same weights loaded from one HF folder).
+"""
+
+import pytest
+import torch
+from distributed import run_distributed
+
+from nemo_lead.generation import SamplingParams
+from nemo_lead.models import write_tiny_model
+
+PROMPTS = [[5, 6, 7, 8, 9], [10, 11], [12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22]]
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    # init_std 0.1: peaked enough that greedy has no near-ties, logits of order 1-5
+    return str(write_tiny_model(tmp_path_factory.mktemp("gen") / "qwen2", "qwen2", seed=7, init_std=0.1))
+
+
+def _build(hf_dir, tp=1, pp=1):
+    from nemo_lead.models import build_gpt, load_hf_weights
+    from nemo_lead.parallel import init_parallel
+
+    info = init_parallel(tp, pp)
+    model = build_gpt(hf_dir, info, "fp32", init=False)
+    load_hf_weights(model, hf_dir)
+    return model
+
+
+def _full_logprobs(model, prompt, tokens, temperature=1.0):
+    """log softmax(logits / T) of `tokens` after `prompt`, from one full forward (last stage; None elsewhere)."""
+    from nemo_lead.models import forward_logits
+
+    ids = torch.tensor([prompt + tokens])
+    logits = forward_logits(model, ids)
+    if logits is None:
+        return None
+    lp = torch.log_softmax(logits[0].double() / temperature, dim=-1)
+    return [lp[len(prompt) - 1 + i, t].item() for i, t in enumerate(tokens)]
+
+
+def _naive_greedy(model, prompt, steps):
+    from nemo_lead.models import forward_logits
+
+    ids = list(prompt)
+    for _ in range(steps):
+        ids.append(int(forward_logits(model, torch.tensor([ids]))[0, -1].argmax()))
+    return ids[len(prompt):]
+
+
+def _single_rank_job(hf_dir):
+    from nemo_lead.generation import MegatronEngine
+    from nemo_lead.parallel import destroy_parallel
+
+    model = _build(hf_dir)
+    engine = MegatronEngine(model)
+    out = {}
+    greedy = SamplingParams(temperature=0, max_tokens=10)
+    rollouts = engine.generate(PROMPTS, greedy)
+    out["greedy"] = [(r.prompt_index, r.sample_index, r.token_ids, r.logprobs, r.finish_reason) for r in rollouts]
+    out["naive"] = [_naive_greedy(model, p, 10) for p in PROMPTS]
+    out["greedy_policy_err"] = max(
+        max(abs(a - b) for a, b in zip(r.policy_logprobs, _full_logprobs(model, PROMPTS[r.prompt_index], r.token_ids)))
+        for r in rollouts)
+    # continuous batching (2 sequences at a time) and syncing every 3 steps change nothing under greedy
+    small = MegatronEngine(model, max_batch_size=2, max_prefill_tokens=8, sync_every=3)
+    out["greedy_small_batches"] = [r.token_ids for r in small.generate(PROMPTS, greedy)]
+
+    sampled = SamplingParams(n=3, temperature=0.9, top_p=0.9, top_k=40, max_tokens=12, seed=5)
+    a = engine.generate(PROMPTS, sampled)
+    b = engine.generate(PROMPTS, sampled)
+    c = engine.generate(PROMPTS, SamplingParams(n=3, temperature=0.9, top_p=0.9, top_k=40, max_tokens=12, seed=6))
+    out["seed"] = ([r.token_ids for r in a], [r.token_ids for r in b], [r.token_ids for r in c])
+    out["n_order"] = [(r.prompt_index, r.sample_index) for r in a]
+    out["sampled_policy_err"] = max(
+        max(abs(x - y) for x, y in zip(r.policy_logprobs, _full_logprobs(model, PROMPTS[r.prompt_index], r.token_ids, 0.9)))
+        for r in a)
+    out["truncated_vs_policy"] = [(r.logprobs, r.policy_logprobs) for r in a]
+
+    # stop tokens: stop on the token greedy emits third for prompt 0
+    stop_tok = out["greedy"][0][2][2]
+    stopped = engine.generate(PROMPTS, SamplingParams(temperature=0, max_tokens=10, stop_token_ids=[stop_tok]))
+    out["stopped"] = [(r.token_ids, r.finish_reason, r.num_tokens) for r in stopped]
+    out["max_tokens_1"] = [(r.token_ids, r.finish_reason) for r in engine.generate(PROMPTS, SamplingParams(temperature=0, max_tokens=1))]
+
+    errors = {}
+    for name, prompts in (("empty_list", []), ("empty_prompt", [[1, 2], []]), ("oov", [[1, 10_000]])):
+        try:
+            engine.generate(prompts, greedy)
+        except ValueError as e:
+            errors[name] = str(e)
+    try:
+        engine.generate([[1] * 1000], SamplingParams(max_tokens=100))
+    except ValueError as e:
+        errors["too_long"] = str(e)
+    out["errors"] = errors
+
+    # a training step changes the weights; refit; the engine's log-probs follow the new weights
+    before = engine.generate(PROMPTS[:1], SamplingParams(temperature=1.0, max_tokens=8, seed=1))[0]
+    model.train()
+    opt = torch.optim.SGD(model.parameters(), lr=0.5)
+    ids = torch.tensor([PROMPTS[2]])
+    logits = model(ids, torch.arange(ids.shape[1])[None], None)
+    torch.log_softmax(logits[..., :102], -1)[0, :-1].gather(-1, ids[0, 1:, None]).mean().neg().backward()
+    opt.step()
+    engine.refit([model])
+    out["training_flag_kept"] = model.training
+    after = engine.generate(PROMPTS[:1], SamplingParams(temperature=1.0, max_tokens=8, seed=1))[0]
+    out["refit_same_tokens_old_vs_new_lp"] = max(
+        abs(x - y) for x, y in zip(_full_logprobs(model, PROMPTS[0], before.token_ids), before.policy_logprobs))
+    out["refit_err"] = max(abs(x - y) for x, y in zip(_full_logprobs(model, PROMPTS[0], after.token_ids), after.policy_logprobs))
+    destroy_parallel()
+    return out
+
+
+def test_engine_single_rank(tiny):
+    (out,) = run_distributed(_single_rank_job, 1, tiny)
+    greedy = out["greedy"]
+    assert [g[2] for g in greedy] == out["naive"]  # greedy == naive full-forward loop, prompts of 3 lengths
+    assert [g[:2] for g in greedy] == [(0, 0), (1, 0), (2, 0)]
+    assert all(g[4] == "length" and len(g[2]) == 10 and g[3] == [0.0] * 10 for g in greedy)
+    assert out["greedy_policy_err"] < 1e-5
+    assert out["greedy_small_batches"] == [g[2] for g in greedy]
+
+    a, b, c = out["seed"]
+    assert a == b and a != c  # same seed same output; another seed differs
+    assert out["n_order"] == [(p, s) for p in range(3) for s in range(3)]
+    assert len({tuple(t) for t in a[:3]}) > 1  # n samples of one prompt are not copies
+    assert out["sampled_policy_err"] < 1e-5
+    for lps, policy in out["truncated_vs_policy"]:  # truncation renormalises: logprob >= policy logprob
+        assert all(lp >= pl - 1e-6 and lp <= 1e-6 for lp, pl in zip(lps, policy))
+
+    stop_tok = greedy[0][2][2]
+    stopped = out["stopped"]
+    assert stopped[0] == (greedy[0][2][:3], "stop", 3)  # stop token included, then the sample ends
+    for (tokens, reason, num), g in zip(stopped[1:], greedy[1:]):
+        want = g[2][: g[2].index(stop_tok) + 1] if stop_tok in g[2] else g[2]
+        assert (tokens, reason, num) == (want, "stop" if stop_tok in g[2] else "length", len(want))
+    assert out["max_tokens_1"] == [([g[2][0]], "length") for g in greedy]
+
+    errors = out["errors"]
+    assert "at least one prompt" in errors["empty_list"]
+    assert "prompt 1 is empty" in errors["empty_prompt"]
+    assert "10000" in errors["oov"] and "vocabulary" in errors["oov"]
+    assert "prompt 0" in errors["too_long"] and "1024" in errors["too_long"]
+
+    assert out["training_flag_kept"] is True
+    assert out["refit_same_tokens_old_vs_new_lp"] > 1e-3  # the step really changed the model
+    assert out["refit_err"] < 1e-5
+
+
+def _layouts_job(hf_dir):
+    from nemo_lead.generation import MegatronEngine
+    from nemo_lead.parallel import destroy_parallel
+
+    params = [SamplingParams(temperature=0, max_tokens=8),
+              SamplingParams(n=2, temperature=1.0, top_p=0.95, max_tokens=8, seed=3, stop_token_ids=[0])]
+    out = {}
+    for tp, pp in ((1, 1), (2, 1), (1, 2)):
+        model = _build(hf_dir, tp, pp)
+        engine = MegatronEngine(model, max_batch_size=4)
+        out[(tp, pp)] = [[(r.token_ids, r.policy_logprobs, r.finish_reason) for r in engine.generate(PROMPTS, p)]
+                         for p in params]
+        destroy_parallel(keep_process_group=True)
+    destroy_parallel()
+    return out
+
+
+def test_tp2_and_pp2_match_tp1(tiny):
+    ranks = run_distributed(_layouts_job, 2, tiny)
+    ref = ranks[0][(1, 1)]
+    assert ranks[1][(1, 1)] == ref  # two DP replicas, same prompts and seed
+    for layout in ((2, 1), (1, 2)):
+        for rank in ranks:  # every rank of the model-parallel group holds the same rollouts
+            got = rank[layout]
+            for want_runs, got_runs in zip(ref, got):
+                assert [g[0] for g in got_runs] == [w[0] for w in want_runs], layout
+                assert [g[2] for g in got_runs] == [w[2] for w in want_runs], layout
+                err = max(abs(x - y) for g, w in zip(got_runs, want_runs) for x, y in zip(g[1], w[1]))
+                assert err < 1e-5, (layout, err)
