@@ -1,0 +1,59 @@
+"""KV cache bookkeeping (select / extend / reserve / repeat keep each row's data) and the train/inference
+mismatch metric (hand-computed numbers, both input forms, errors)."""
+
+import math
+
+import pytest
+import torch
+
+from nemo_lead.generation import logprob_mismatch
+from nemo_lead.generation.kv_cache import KVCache
+
+
+def _cache(rows, capacity, fill):
+    cache = KVCache(2, rows, 1, 2, capacity, torch.float32, torch.device("cpu"))
+    for layer in range(2):
+        k = torch.arange(rows * capacity * 2, dtype=torch.float32).reshape(rows, 1, capacity, 2) + fill + layer
+        cache.write_block(layer, k, -k)
+    return cache
+
+
+def test_cache_rows_survive_compaction_growth_and_merging():
+    a = _cache(3, 4, 0.0)
+    row2 = a.keys[1][2].clone()
+    a.reserve(5)  # grows geometrically, keeps the data, zero beyond
+    assert a.capacity == 6 and torch.equal(a.keys[1][2, :, :4], row2[:, :4]) and a.keys[1][:, :, 4:].abs().sum() == 0
+    a.select(torch.tensor([2, 0]))
+    assert a.batch == 2 and torch.equal(a.keys[1][0, :, :4], row2) and torch.equal(a.values[1][0, :, :4], -row2)
+    b = _cache(1, 9, 100.0)
+    a.extend(b)
+    assert a.batch == 3 and a.capacity == 9 and torch.equal(a.keys[0][2], b.keys[0][0])
+    assert torch.equal(a.keys[1][0, :, :4], row2)
+    a.write_at(0, torch.ones(3, 1, 2), torch.full((3, 1, 2), 2.0), torch.tensor([4, 5, 8]))
+    assert a.keys[0][0, 0, 4].tolist() == [1, 1] and a.values[0][2, 0, 8].tolist() == [2, 2]
+    k, v = a.view(0, 6)
+    assert k.shape == (3, 1, 6, 2) and v.shape == (3, 1, 6, 2)
+    a.repeat_rows(2)
+    assert a.batch == 6 and torch.equal(a.keys[0][0], a.keys[0][1]) and torch.equal(a.keys[0][4], a.keys[0][5])
+    assert a.nbytes() == 2 * 2 * 6 * 9 * 2 * 4
+
+
+def test_mismatch_hand_computed_for_lists_and_masked_tensors():
+    m = logprob_mismatch([[-1.0, -2.0], [-0.5]], [[-1.5, -2.0], [-0.25]])
+    assert m == {"mean": pytest.approx(0.75 / 3), "max": 0.5, "sum": pytest.approx(0.75), "count": 3}
+    engine = torch.tensor([[-1.0, -2.0, 9.0], [-0.5, 7.0, 7.0]])
+    actor = torch.tensor([[-1.5, -2.0, 0.0], [-0.25, 0.0, 0.0]])
+    mask = torch.tensor([[1, 1, 0], [1, 0, 0]])
+    assert logprob_mismatch(engine, actor, mask)["max"] == 0.5  # padding (|9 - 0|) is ignored
+    assert logprob_mismatch(engine, actor)["max"] == 9.0
+    assert logprob_mismatch([[]], [[]]) == {"mean": 0.0, "max": 0.0, "sum": 0.0, "count": 0}
+    assert math.isnan(logprob_mismatch([[math.nan]], [[0.0]])["mean"])  # unknown values are not hidden
+
+
+def test_mismatch_rejects_inconsistent_inputs():
+    with pytest.raises(ValueError, match="lengths differ"):
+        logprob_mismatch([[0.0, 1.0]], [[0.0]])
+    with pytest.raises(TypeError, match="same form"):
+        logprob_mismatch(torch.zeros(2), [[0.0, 0.0]])
+    with pytest.raises(ValueError, match="mask has shape"):
+        logprob_mismatch(torch.zeros(2, 3), torch.zeros(2, 3), torch.ones(3, 2))
