@@ -39,7 +39,17 @@ COMMANDS: dict[str, Command] = {
     "sft": Command(help="Supervised fine-tuning on reasoning traces (not built yet).", schema=None, runner=None),
     "rl": Command(help="GRPO-LEAD reinforcement learning (not built yet).", schema=None, runner=None),
     "eval": Command(help="AIME-style evaluation: Cons@k, Pass@1, length (not built yet).", schema=None, runner=None),
-    "generate": Command(help="Sample responses from a checkpoint (not built yet).", schema=None, runner=None),
+    "generate": Command(
+        help="Sample responses from a HF model folder for prompts (prompts=[...] or --prompts-file F), as JSONL.",
+        schema="nemo_lead.generation.command:GenerateConfig",
+        runner="nemo_lead.generation.command:run_generate",
+        flags={"--model": "model", "--prompts-file": "prompts_file", "--out": "out", "--n": "sampling.n",
+               "--temperature": "sampling.temperature", "--top-p": "sampling.top_p", "--max-tokens": "sampling.max_tokens",
+               "--seed": "sampling.seed", "--engine": "engine.kind", "--tp": "tp", "--pp": "pp"},
+        epilog="Prompt texts also as an override: prompts='[\"2+3=?\", \"7*6=?\"]'. A nemo-lead checkpoint: convert it\n"
+        "first (nemo-lead convert --from-ckpt CKPT --to-hf DIR). With tp x pp > 1 a single process runs itself\n"
+        "on tp x pp local ranks.",
+    ),
     "submit": Command(help="Submit a job to SLURM (not built yet).", schema=None, runner=None),
     "convert": Command(
         help="Convert a HF model folder to a nemo-lead checkpoint (--from-hf DIR --out CKPT) or back "

@@ -1,7 +1,8 @@
 """The `trtllm` rollout engine: TensorRT-LLM's LLM API (PyTorch backend), refit in memory every step.
 
 The only module that imports TensorRT-LLM (lazily, in `import_trtllm`). Written against TensorRT-LLM 1.2
-(NGC image nvcr.io/nvidia/tensorrt-llm/release:1.2.0) and these names of its API:
+(the `trtllm` target of containers/Dockerfile: NGC image nvcr.io/nvidia/tensorrt-llm/release:1.2.1) and
+these names of its API (read from its sources: llmapi/llm.py, llmapi/rlhf_utils.py, sampling_params.py):
 - `tensorrt_llm.LLM(model=hf_dir, orchestrator_type="ray",
   ray_worker_extension_cls="tensorrt_llm.llmapi.rlhf_utils.WorkerExtension", load_format="dummy",
   enable_sleep=True, kv_cache_config=KvCacheConfig(free_gpu_memory_fraction=...), ...)`: in-memory weight

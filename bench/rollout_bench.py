@@ -1,0 +1,267 @@
+"""Rollout throughput: the `megatron` engine against transformers' `generate` (with its KV cache).
+
+CPU (default): the same tiny-to-small Qwen2 weights (4 layers, hidden 256, 4 heads / 2 KV heads, ffn 1024, the
+~100-token character vocabulary) written by `nemo_lead.models.write_tiny_model`; 32 prompts of 8-40 tokens
+x 8 samples, 256 new tokens, temperature 1, one thread on both sides in the same run (DESIGN.md: threads).
+Two workloads: "eos" (sequences may stop on the end token; the random weights emit it about 1% of the time,
+so lengths spread out as in RL) and "full" (no stop token: every sequence runs 256 tokens, pure decode).
+Tokens/s counts generated tokens (stop token included) of both engines. Goal: >= 1.5x transformers.
+
+    OMP_NUM_THREADS=1 .venv/bin/python bench/rollout_bench.py [--record]
+
+GPU (`--gpu`, needs a CUDA device and megatron-core there): decode tokens/s of a Qwen2-1.5B-shaped model
+(random bf16 weights, local layer spec) at batch 256, and its fraction of the memory-bandwidth bound:
+per decode step the weights and the live KV cache are read once, so bound = (weight bytes + KV bytes)
+/ HBM bandwidth (H200: 4.8 TB/s, `--bandwidth-tbs`). Decode time = time(prompt + T tokens) - time(prompt
++ 1 token), so prefill is not counted. Writes JSON to `--out` when given.
+
+    .venv/bin/python bench/rollout_bench.py --gpu --out /tmp/rollout_gpu.json [--record]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import re
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
+SECTION = "## rollout"
+QWEN2_1P5B = dict(hidden_size=1536, intermediate_size=8960, num_hidden_layers=28, num_attention_heads=12,
+                  num_key_value_heads=2, vocab_size=151936, tie_word_embeddings=True, max_position_embeddings=32768,
+                  rope_theta=1000000.0, rms_norm_eps=1e-6, model_type="qwen2", hidden_act="silu")
+# --gpu --dry-run: the same code path on the CPU with a small shape, to check the script before a GPU session
+DRY_RUN_SHAPE = dict(QWEN2_1P5B, hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4,
+                     num_key_value_heads=2, vocab_size=1000)
+
+
+def machine_line(threads: int, load_start: tuple[float, ...]) -> str:
+    load = os.getloadavg()
+    return (f"{datetime.date.today().isoformat()}, nproc {os.cpu_count()}, torch threads {threads} (both sides), "
+            f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}, load average "
+            f"{load_start[0]:.2f} / {load_start[1]:.2f} / {load_start[2]:.2f} at the start, "
+            f"{load[0]:.2f} / {load[1]:.2f} / {load[2]:.2f} at the end (1 / 5 / 15 min)")
+
+
+def record(name: str, title: str, body: list[str]) -> None:
+    """Replace (or append) block `name` of the rollout section of RESULTS.md; other sections stay as they are."""
+    text = RESULTS.read_text()
+    if SECTION not in text.splitlines():
+        text = text.rstrip("\n") + f"\n\n{SECTION}\n"
+    block = f"<!-- rollout:{name} -->\n### {title}\n\n" + "\n".join(body) + f"\n<!-- /rollout:{name} -->"
+    pattern = re.compile(rf"<!-- rollout:{name} -->.*?<!-- /rollout:{name} -->", re.DOTALL)
+    if pattern.search(text):
+        text = pattern.sub(lambda _: block, text)
+    else:
+        lines = text.split("\n")
+        start = lines.index(SECTION)
+        end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), len(lines))
+        while end > start + 1 and not lines[end - 1].strip():
+            end -= 1
+        lines[end:end] = ["", block]
+        text = "\n".join(lines)
+    RESULTS.write_text(text.rstrip("\n") + "\n")
+
+
+# ----------------------------------------------------------------------------- CPU: megatron vs transformers
+def make_prompts(count: int, vocab: int, seed: int) -> list[list[int]]:
+    g = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(8, 41, (count,), generator=g).tolist()
+    return [torch.randint(6, vocab, (n,), generator=g).tolist() for n in lengths]
+
+
+def run_megatron(model, prompts, n, new_tokens, eos, seed):
+    from nemo_lead.generation import MegatronEngine, SamplingParams
+
+    engine = MegatronEngine(model, max_batch_size=len(prompts) * n)
+    params = SamplingParams(n=n, temperature=1.0, max_tokens=new_tokens, stop_token_ids=[eos] if eos is not None else [],
+                            seed=seed)
+    t = time.perf_counter()
+    rollouts = engine.generate(prompts, params)
+    return sum(r.num_tokens for r in rollouts), time.perf_counter() - t
+
+
+def run_transformers(hf, prompts, n, new_tokens, eos, pad, seed):
+    """transformers' generate with its KV cache, prompts left-padded, the same sampling (T = 1, no top-k/p)."""
+    from transformers import GenerationConfig
+
+    width = max(len(p) for p in prompts)
+    ids = torch.full((len(prompts), width), pad, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for i, p in enumerate(prompts):
+        ids[i, width - len(p):] = torch.tensor(p)
+        mask[i, width - len(p):] = 1
+    cfg = GenerationConfig(do_sample=True, temperature=1.0, top_k=0, top_p=1.0, max_new_tokens=new_tokens,
+                           num_return_sequences=n, eos_token_id=eos, pad_token_id=pad, use_cache=True)
+    torch.manual_seed(seed)
+    t = time.perf_counter()
+    with torch.no_grad():
+        out = hf.generate(input_ids=ids, attention_mask=mask, generation_config=cfg)
+    elapsed = time.perf_counter() - t
+    gen = out[:, width:]
+    if eos is None:
+        return gen.numel(), elapsed
+    tokens = 0
+    for row in gen.tolist():  # count up to and including the first eos, as the engine does
+        tokens += row.index(eos) + 1 if eos in row else len(row)
+    return tokens, elapsed
+
+
+def cpu_bench(args) -> None:
+    import transformers
+
+    from nemo_lead.models import build_gpt, load_hf_weights, write_tiny_model
+    from nemo_lead.parallel import destroy_parallel, init_parallel
+
+    torch.set_num_threads(args.threads)
+    load_start = os.getloadavg()
+    folder = Path(tempfile.mkdtemp(prefix="rollout_bench_")) / "qwen2"
+    write_tiny_model(folder, "qwen2", seed=0, num_hidden_layers=4, hidden_size=256, intermediate_size=1024,
+                     num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024)
+    hf = transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+    eos = pad = hf.config.eos_token_id
+    info = init_parallel(1, 1)
+    model = build_gpt(str(folder), info, "fp32", init=False)
+    load_hf_weights(model, str(folder))
+    prompts = make_prompts(args.prompts, hf.config.vocab_size, seed=1)
+    results = {}
+    try:
+        for workload, stop in (("eos", eos), ("full", None)):
+            runs = {"megatron": [], "transformers": []}
+            for rep in range(args.repeats):  # alternate the two sides so drifting load hits both
+                tok, sec = run_megatron(model, prompts, args.n, args.new_tokens, stop, seed=rep)
+                runs["megatron"].append((tok, sec))
+                tok, sec = run_transformers(hf, prompts, args.n, args.new_tokens, stop, pad, seed=rep)
+                runs["transformers"].append((tok, sec))
+                print(f"[{workload} rep {rep}] megatron {runs['megatron'][-1][0] / runs['megatron'][-1][1]:.0f} tok/s, "
+                      f"transformers {runs['transformers'][-1][0] / runs['transformers'][-1][1]:.0f} tok/s", flush=True)
+            rates = {k: statistics.median(t / s for t, s in v) for k, v in runs.items()}
+            tokens = {k: statistics.mean(t for t, _ in v) for k, v in runs.items()}
+            results[workload] = (rates, tokens)
+    finally:
+        destroy_parallel()
+    lines = []
+    for workload, (rates, tokens) in results.items():
+        ratio = rates["megatron"] / rates["transformers"]
+        lines.append(f"| {workload} | {tokens['megatron']:.0f} | {rates['megatron']:.0f} | {tokens['transformers']:.0f} | "
+                     f"{rates['transformers']:.0f} | **{ratio:.2f}x** |")
+        print(f"{workload}: megatron {rates['megatron']:.0f} tok/s, transformers {rates['transformers']:.0f} tok/s, "
+              f"ratio {ratio:.2f}x (goal >= 1.5x)")
+    if args.record:
+        cmd = "OMP_NUM_THREADS=1 .venv/bin/python bench/rollout_bench.py --record"
+        extra = [a for a in sys.argv[1:] if a != "--record"]
+        if extra:
+            cmd += " " + " ".join(extra)
+        record("cpu", "Megatron engine vs transformers generate (CPU)", [
+            f"Command: `{cmd}`; {machine_line(args.threads, load_start)}.",
+            "",
+            f"Qwen2 4 layers, hidden 256, 4 heads / 2 KV heads, ffn 1024, vocabulary {hf.config.vocab_size} (random "
+            f"weights, fp32); {args.prompts} prompts of 8-40 tokens x {args.n} samples, {args.new_tokens} new tokens, "
+            f"temperature 1; median of {args.repeats} alternating runs. Tokens = generated tokens (stop token "
+            "included). Baseline: transformers `generate` (KV cache, left padding) on the same weights.",
+            "",
+            "| workload | megatron tokens | megatron tok/s | transformers tokens | transformers tok/s | speed-up |",
+            "| --- | --- | --- | --- | --- | --- |",
+            *lines,
+            "",
+            "\"eos\": sequences stop on the end token (finished ones leave the engine's batch; transformers keeps "
+            "computing them until all finish). \"full\": no stop token, every sequence decodes all tokens.",
+        ])
+
+
+# ----------------------------------------------------------------------------- GPU: decode rate vs bandwidth
+def gpu_bench(args) -> dict:
+    from nemo_lead.generation import MegatronEngine, SamplingParams
+    from nemo_lead.models import build_gpt
+    from nemo_lead.parallel import destroy_parallel, init_parallel
+
+    if not torch.cuda.is_available() and not args.dry_run:
+        raise SystemExit("--gpu needs a CUDA device (or --dry-run to check the code path on the CPU)")
+    cfg = DRY_RUN_SHAPE if args.dry_run else QWEN2_1P5B
+    info = init_parallel(1, 1)
+    try:
+        model = build_gpt(dict(cfg), info, "bf16", spec="local")
+        engine = MegatronEngine(model, max_batch_size=args.batch, sync_every=args.sync_every)
+        prompts = [[(7 * i + j) % 1000 + 10 for j in range(args.prompt_len)] for i in range(args.batch)]
+
+        def timed(tokens: int) -> float:
+            params = SamplingParams(temperature=1.0, max_tokens=tokens, seed=0)  # no stop ids: all run to the end
+            torch.cuda.synchronize()
+            t = time.perf_counter()
+            engine.generate(prompts, params)
+            torch.cuda.synchronize()
+            return time.perf_counter() - t
+
+        timed(8)  # warm-up: allocator, kernels
+        prefill = min(timed(1) for _ in range(2))
+        total = timed(args.decode_tokens + 1)
+        decode_s = total - prefill
+        steps = args.decode_tokens
+        weight_bytes = sum(p.numel() for p in model.parameters()) * 2
+        kv_per_token = cfg["num_hidden_layers"] * 2 * cfg["num_key_value_heads"] * (cfg["hidden_size"] // cfg["num_attention_heads"]) * 2
+        mean_len = args.prompt_len + 1 + steps / 2
+        kv_bytes = args.batch * mean_len * kv_per_token
+        bytes_per_step = weight_bytes + kv_bytes
+        step_s = decode_s / steps
+        achieved = bytes_per_step / step_s
+        out = {
+            "model": ("dry run: small shape on CPU" if args.dry_run else "Qwen2-1.5B shape") + ", bf16, random weights, local spec, TP1",
+            "batch": args.batch, "prompt_len": args.prompt_len, "decode_tokens": steps, "sync_every": engine._sync_every,
+            "prefill_plus_first_token_s": prefill, "decode_s": decode_s, "decode_tokens_per_s": args.batch * steps / decode_s,
+            "ms_per_step": 1000 * step_s, "weight_gb": weight_bytes / 1e9, "mean_kv_gb_per_step": kv_bytes / 1e9,
+            "achieved_tb_per_s": achieved / 1e12, "bandwidth_tb_per_s": args.bandwidth_tbs,
+            "fraction_of_bandwidth_bound": achieved / (args.bandwidth_tbs * 1e12),
+            "device": "cpu (dry run)" if args.dry_run else torch.cuda.get_device_name(), "torch": torch.__version__,
+        }
+    finally:
+        destroy_parallel()
+    print(json.dumps(out, indent=2))
+    if args.out:
+        Path(args.out).write_text(json.dumps(out, indent=2))
+    if args.record and not args.dry_run:
+        record("gpu", "Megatron engine decode on a GPU", [
+            f"Command: `.venv/bin/python bench/rollout_bench.py --gpu --record`; {datetime.date.today().isoformat()}, "
+            f"{out['device']}, torch {out['torch']}.",
+            "",
+            f"{out['model']}; batch {out['batch']}, prompts of {out['prompt_len']} tokens, {steps} decode steps: "
+            f"**{out['decode_tokens_per_s']:.0f} tokens/s** ({out['ms_per_step']:.2f} ms per step); bytes read per step "
+            f"{out['weight_gb']:.2f} GB weights + {out['mean_kv_gb_per_step']:.2f} GB KV (mean) -> "
+            f"{out['achieved_tb_per_s']:.2f} TB/s = **{100 * out['fraction_of_bandwidth_bound']:.1f}%** of "
+            f"{args.bandwidth_tbs} TB/s.",
+        ])
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--gpu", action="store_true", help="GPU decode benchmark (1.5B shape, batch 256)")
+    ap.add_argument("--record", action="store_true", help="write the figures to bench/RESULTS.md")
+    ap.add_argument("--threads", type=int, default=1, help="CPU: torch threads for both sides")
+    ap.add_argument("--prompts", type=int, default=32)
+    ap.add_argument("--n", type=int, default=8)
+    ap.add_argument("--new-tokens", type=int, default=256)
+    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--batch", type=int, default=256, help="GPU: sequences")
+    ap.add_argument("--prompt-len", type=int, default=128, help="GPU: prompt tokens")
+    ap.add_argument("--decode-tokens", type=int, default=256, help="GPU: decode steps")
+    ap.add_argument("--sync-every", type=int, default=None, help="GPU: engine host-sync interval")
+    ap.add_argument("--bandwidth-tbs", type=float, default=4.8, help="GPU: HBM bandwidth (H200: 4.8)")
+    ap.add_argument("--out", default=None, help="GPU: write the figures as JSON here")
+    ap.add_argument("--dry-run", action="store_true", help="GPU: run its code path on the CPU with a small shape")
+    args = ap.parse_args()
+    if args.gpu:
+        gpu_bench(args)
+    else:
+        cpu_bench(args)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,162 @@
+"""`nemo-lead generate`: sample responses from a HF model folder for a list of prompts, as JSONL.
+
+    nemo-lead generate --model DIR 'prompts=["What is 2+3?"]' --n 4 --temperature 0.6 --out samples.jsonl
+    nemo-lead generate --model DIR --prompts-file prompts.jsonl --max-tokens 512 [--tp 2 --pp 1]
+
+Prompts: `prompts` (texts) and / or `prompts_file` (JSONL, one object per line with a "prompt" or
+"problem" field). Each text becomes one user turn of the tokenizer's chat template (with the generation
+prompt) when it has one and `chat_template` is true, else it is tokenised as it is. The tokenizer's EOS
+token is a stop token unless `stop_at_eos` is false. One output line per sample: prompt_index,
+sample_index, prompt, text, token_ids, num_tokens, finish_reason (and logprobs / policy_logprobs with
+`logprobs=true`). A nemo-lead checkpoint is read after converting it (`nemo-lead convert --from-ckpt CKPT
+--to-hf DIR`): checkpoints belong to the training layer, which this one may not import.
+Started as one process with tp x pp > 1 it runs itself on tp x pp local ranks (as `convert` does).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+from .engine import EngineConfig
+from .params import SamplingParams
+
+
+@dataclass
+class GenerateConfig:
+    model: Optional[str] = None  # HF folder: config.json, safetensors, tokenizer
+    prompts: list[str] = field(default_factory=list)
+    prompts_file: Optional[str] = None  # JSONL with a "prompt" or "problem" field per line
+    out: str = "-"  # JSONL file, or - for stdout
+    chat_template: bool = True
+    stop_at_eos: bool = True
+    logprobs: bool = False  # also write both log-prob lists per sample
+    tp: int = 1
+    pp: int = 1
+    precision: str = "fp32"  # fp32 | bf16 | fp16
+    sampling: SamplingParams = field(default_factory=lambda: SamplingParams(max_tokens=256, seed=1234))
+    engine: EngineConfig = field(default_factory=EngineConfig)
+
+    def __post_init__(self) -> None:
+        if not self.model:
+            raise ValueError("model must name a HF model folder (--model DIR)")
+        if not self.prompts and not self.prompts_file:
+            raise ValueError("give prompts (prompts='[\"text\", ...]') or prompts_file (--prompts-file F)")
+        if self.tp < 1 or self.pp < 1:
+            raise ValueError("tp and pp must be >= 1")
+        if self.precision not in ("fp32", "bf16", "fp16"):
+            raise ValueError(f"precision must be fp32, bf16 or fp16, got {self.precision!r}")
+
+
+def read_prompts(cfg: GenerateConfig) -> list[str]:
+    """The prompt texts of `cfg` (errors name the file and line)."""
+    texts = list(cfg.prompts)
+    if cfg.prompts_file:
+        path = Path(cfg.prompts_file)
+        for n, line in enumerate(path.read_text().splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{path}:{n}: invalid JSON: {e.msg}") from None
+            text = row.get("prompt", row.get("problem")) if isinstance(row, dict) else None
+            if not isinstance(text, str):
+                raise ValueError(f"{path}:{n}: needs a string field 'prompt' or 'problem'")
+            texts.append(text)
+    if not texts:
+        raise ValueError(f"{cfg.prompts_file}: no prompts in the file")
+    return texts
+
+
+def encode(tokenizer, text: str, chat_template: bool) -> list[int]:
+    """Token ids of one prompt: a chat template's user turn + generation prompt (it writes its own special
+    tokens, so none are added), or the plain text with the tokenizer's default special tokens."""
+    if chat_template and getattr(tokenizer, "chat_template", None):
+        rendered = tokenizer.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True,
+                                                 tokenize=False)
+        return tokenizer(rendered, add_special_tokens=False)["input_ids"]
+    return tokenizer(text)["input_ids"]
+
+
+def generate_rank(cfg: GenerateConfig) -> None:
+    """The job on one rank (every rank of the TP x PP group calls it; rank 0 writes)."""
+    import dataclasses
+
+    import torch.distributed as dist
+
+    from nemo_lead.models import build_gpt, load_hf_weights, load_tokenizer, read_hf_config
+    from nemo_lead.parallel import destroy_parallel, init_parallel
+
+    from .engine import build_engine
+
+    hf_config = read_hf_config(cfg.model)
+    tokenizer = load_tokenizer(cfg.model)
+    texts = read_prompts(cfg)
+    ids = [encode(tokenizer, t, cfg.chat_template) for t in texts]
+    params = cfg.sampling
+    if cfg.stop_at_eos and tokenizer.eos_token_id is not None and tokenizer.eos_token_id not in params.stop_token_ids:
+        params = dataclasses.replace(params, stop_token_ids=[*params.stop_token_ids, tokenizer.eos_token_id])
+    info = init_parallel(cfg.tp, cfg.pp, model_config=hf_config)
+    try:
+        if info.dp != 1:
+            raise ValueError(f"generate runs on exactly tp x pp = {cfg.tp * cfg.pp} ranks, got {info.world_size}")
+        model = build_gpt(hf_config, info, cfg.precision, init=False)
+        load_hf_weights(model, cfg.model)
+        if info.rank == 0:
+            print(f"[generate] {len(ids)} prompts x {params.n} samples, max_tokens {params.max_tokens}, "
+                  f"engine {cfg.engine.kind} (tp {info.tp}, pp {info.pp})", file=sys.stderr, flush=True)
+        rollouts = build_engine(cfg.engine, model).generate(ids, params)
+        if info.rank == 0:
+            _write(cfg, texts, rollouts, tokenizer)
+        if dist.is_initialized():
+            dist.barrier()
+    finally:
+        destroy_parallel()
+
+
+def _write(cfg: GenerateConfig, texts: list[str], rollouts, tokenizer) -> None:
+    lines = []
+    for r in rollouts:
+        row = {"prompt_index": r.prompt_index, "sample_index": r.sample_index, "prompt": texts[r.prompt_index],
+               "text": tokenizer.decode(r.token_ids, skip_special_tokens=True), "token_ids": r.token_ids,
+               "num_tokens": r.num_tokens, "finish_reason": r.finish_reason}
+        if cfg.logprobs:
+            row.update(logprobs=r.logprobs, policy_logprobs=r.policy_logprobs)
+        lines.append(json.dumps(row))
+    text = "\n".join(lines) + "\n"
+    if cfg.out == "-":
+        sys.stdout.write(text)
+    else:
+        Path(cfg.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(cfg.out).write_text(text)
+        print(f"[generate] wrote {len(rollouts)} samples to {cfg.out}", file=sys.stderr)
+
+
+def run_generate(cfg: GenerateConfig) -> int:
+    """CLI runner: generate here, or on tp x pp local ranks when started as a single plain process."""
+    from nemo_lead.parallel import detect_launch
+    from nemo_lead.parallel.local import RankFailed, run_local
+
+    ranks = cfg.tp * cfg.pp
+    try:
+        if (Path(cfg.model) / "meta.json").is_file():
+            raise ValueError(f"{cfg.model} is a nemo-lead checkpoint: convert it first with "
+                             f"`nemo-lead convert --from-ckpt {cfg.model} --to-hf DIR`, then --model DIR")
+        read_prompts(cfg)  # fail on a bad prompts file before starting ranks
+        if detect_launch(os.environ).world_size == 1 and ranks > 1:
+            print(f"[generate] starting {ranks} local ranks (tp {cfg.tp} x pp {cfg.pp})", file=sys.stderr, flush=True)
+            run_local(generate_rank, ranks, args=(cfg,), start_method="spawn")
+        else:
+            generate_rank(cfg)
+    except RankFailed as e:
+        print(f"nemo-lead generate: {e}", file=sys.stderr)
+        return 1
+    except (ValueError, OSError) as e:
+        print(f"nemo-lead generate: {e}", file=sys.stderr)
+        return 2
+    return 0
