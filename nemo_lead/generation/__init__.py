@@ -12,13 +12,13 @@ one sampling function, shared with evaluation. Imports models and parallel only 
 """
 
 from .engine import ENGINE_KINDS, EngineConfig, build_engine
-from .megatron_engine import MegatronEngine, resolve_model
+from .megatron_engine import MegatronEngine, eval_mode, resolve_model
 from .mismatch import logprob_mismatch
 from .params import FINISH_REASONS, Rollout, RolloutEngine, SamplingParams, check_prompts
 from .sampling import Draw, make_generator, sample_tokens, truncated_logits
 
 __all__ = [
     "ENGINE_KINDS", "FINISH_REASONS", "Draw", "EngineConfig", "MegatronEngine", "Rollout", "RolloutEngine",
-    "SamplingParams", "build_engine", "check_prompts", "logprob_mismatch", "make_generator", "resolve_model",
+    "SamplingParams", "build_engine", "check_prompts", "eval_mode", "logprob_mismatch", "make_generator", "resolve_model",
     "sample_tokens", "truncated_logits",
 ]

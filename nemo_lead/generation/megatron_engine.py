@@ -83,8 +83,9 @@ def _finish_param_gather(actor: Any) -> None:
 
 
 @contextlib.contextmanager
-def _eval_mode(model):
-    """model.eval() and no autograd for the duration; each module's training flag is restored after."""
+def eval_mode(model):
+    """model.eval() and no autograd for the duration; each module's training flag is restored after
+    (public: the training layer's forward-only passes want the same)."""
     flags = [(m, m.training) for m in model.modules()]
     model.eval()
     try:
@@ -195,7 +196,7 @@ class MegatronEngine:
                                      f"the model's {self.max_positions} positions")
         if self._comm is None:
             self._comm = _Comm()
-        with _eval_mode(self.model):
+        with eval_mode(self.model):
             seqs = _Generation(self, prompt_token_ids, params).run()
         return [Rollout(s.prompt_index, s.sample_index, s.tokens, s.logprobs, s.policy, s.finish) for s in seqs]
 

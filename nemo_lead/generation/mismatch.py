@@ -26,7 +26,7 @@ def logprob_mismatch(
     engine: torch.Tensor | Sequence[Sequence[float]],
     actor: torch.Tensor | Sequence[Sequence[float]],
     mask: torch.Tensor | None = None,
-) -> dict[str, float]:
+) -> dict[str, float | int]:
     """Mean and max of |engine - actor| over generated tokens.
 
     Give either two tensors of the same shape (e.g. [B, T] padded, with `mask` [B, T] true on generated
