@@ -82,7 +82,10 @@ class TrtllmEngine:
 
         self.cfg = cfg
         self.model = resolve_model(actor)
-        kwargs = llm_kwargs(set(TorchLlmArgs.model_fields), dtype=cfg.dtype, max_batch_size=cfg.max_batch_size,
+        # one dtype for the engine and the refit stream: "auto" = the actor's parameter dtype
+        self.dtype = next(self.model.parameters()).dtype if cfg.dtype == "auto" else getattr(torch, cfg.dtype)
+        kwargs = llm_kwargs(set(TorchLlmArgs.model_fields), dtype=str(self.dtype).removeprefix("torch."),
+                            max_batch_size=cfg.max_batch_size,
                             max_seq_len=cfg.max_seq_len, kv_cache_fraction=cfg.kv_cache_fraction,
                             extra=dict(cfg.llm_kwargs))
         kwargs["kv_cache_config"] = KvCacheConfig(**kwargs["kv_cache_config"])
@@ -112,9 +115,8 @@ class TrtllmEngine:
         self.model = resolve_model(actor)
         device = torch.device("cuda", torch.cuda.current_device())
         uuid = get_device_uuid(device.index)
-        dtype = next(self.model.parameters()).dtype if self.cfg.dtype == "auto" else getattr(torch, self.cfg.dtype)
         checker = RefitChecker(hf_shapes(self.model.arch))
-        stream = export_hf_weights(self.model, dtype=dtype)
+        stream = export_hf_weights(self.model, dtype=self.dtype)
         for bucket in weight_buckets(stream, int(self.cfg.refit_bucket_mb * 2**20)):
             staged = []
             for name, tensor in bucket:
