@@ -166,6 +166,8 @@ def build_gpt(
         rope_scaling=arch.rope_scaling_factor is not None,
         rope_scaling_factor=arch.rope_scaling_factor or 8.0,
     )
+    if not init:
+        _mark_tensor_parallel_weights(model)
     if torch.cuda.is_available():
         model.cuda(torch.cuda.current_device())
     model.hf_config = cfg
@@ -173,6 +175,29 @@ def build_gpt(
     model.layer_spec_name = spec_name
     model.vocab_divisible_by = vocab_divisible_by
     return model
+
+
+def _mark_tensor_parallel_weights(model) -> None:
+    """Tag TP-sharded weights as megatron's initialisation would (`tensor_model_parallel`, `partition_dim`,
+    `partition_stride`).
+
+    megatron-core (0.16.1) sets these on the weights of its vocab-, column- and row-parallel layers only
+    inside the initialisation it skips when `perform_initialization=False`. Untagged shards look like TP
+    replicas to everything that asks (the gradient norm and hence clipping, the optimizers' master
+    copies), which then count TP rank 0's shard only: at TP > 1 the gradient norm came out wrong.
+    Strides as megatron's: 2 for a gated MLP's fused [gate; up] fc1, else 1.
+    """
+    from megatron.core.tensor_parallel import ColumnParallelLinear, RowParallelLinear, VocabParallelEmbedding
+    from megatron.core.tensor_parallel.layers import set_tensor_model_parallel_attributes
+
+    for name, module in model.named_modules():
+        weight = getattr(module, "weight", None)
+        if weight is None or hasattr(weight, "tensor_model_parallel"):
+            continue
+        if isinstance(module, (VocabParallelEmbedding, ColumnParallelLinear, RowParallelLinear)):
+            dim = 1 if isinstance(module, RowParallelLinear) else 0
+            stride = 2 if name.endswith("mlp.linear_fc1") and model.config.gated_linear_unit else 1
+            set_tensor_model_parallel_attributes(weight, True, dim, stride)
 
 
 def unwrap_model(model):

@@ -8,8 +8,17 @@ Folder layout (one folder per saved step):
                          vocab padding, the HF config (so the model can be rebuilt from the checkpoint alone)
         tokenizer/       the HF tokenizer files, copied (optional)
         model/           dist_checkpointing (torch_dist format) of {"model": model.sharded_state_dict()}
-        <part>/          more parts written in the same atomic save via `save_checkpoint(extra_parts=...)`
-                         (training adds the optimizer and RNG states this way); meta.json lists them
+        <part>/          more parts written in the same atomic save via `save_checkpoint(extra_parts=...)`;
+                         meta.json lists them. A training checkpoint (`save_train_state`) adds:
+        optim/           dist_checkpointing of {"optimizer": optimizer.sharded_state_dict(model's)}: Adam
+                         moments (and fp32 master weights) as sharded tensors keyed like the model's
+                         parameters, so they reshard like the model; the distributed optimizer's as its
+                         DP ranks' flat shards ("dp_reshardable": any DP size, the same TP x PP; see
+                         _OPTIM_METADATA); param-group settings as common state
+        rng/rank_NNNNN.pt  each rank's RNG states: python, numpy, torch CPU, CUDA (when present), megatron's
+                         model-parallel tracker (dropout inside TP regions)
+                       and in meta.json: "loop" (the caller's loop state: step, consumed samples, data
+                       position), "scheduler" (the learning-rate schedule's position), "world_size"
       .tmp-step_000200/  a save in progress (or one that died): never read; removed by the next save
 
 Atomicity: all ranks write into `.tmp-step_N`; after a barrier rank 0 renames it to `step_N` (a rename is
@@ -24,13 +33,23 @@ loading uses the plain strategy (each rank reads what it holds) - both work on C
 writer starts helper processes (a spawned multiprocessing Manager and forked writers), so scripts that
 save must guard their entry point with `if __name__ == "__main__":`.
 
+Resuming (`load_train_state`): model, optimizer (the distributed optimizer's: any DP size at the saving
+TP x PP) and loop state load into any layout. RNG states are
+per rank and only mean something in the layout that saved them: they are restored when the world size,
+TP and PP are the same, and otherwise left as seeded (the return value says which).
+
 Tested (tests/training/test_checkpoint.py, 2 ranks on gloo): saved through DDP at TP1 (DP2) and loaded at TP2 and
-PP2 with identical eval loss; atomic rename and listing.
+PP2 with identical eval loss; atomic rename and listing. Training state (tests/training/test_resume.py):
+N steps straight vs k steps, save, fresh processes, load, N - k steps give bit-identical weights and
+losses (DP2, distributed optimizer, dropout, LR schedule); the (plain) optimizer state saved at TP1 x DP2
+continues training at TP2 and PP2 with the same losses and updates; a distributed optimizer's state
+refuses another TP x PP with a clear error.
 """
 
 from __future__ import annotations
 
 import json
+import random
 import re
 import shutil
 from collections.abc import Callable, Iterator, Mapping
@@ -245,3 +264,178 @@ def build_from_checkpoint(path: str | Path, parallel: Any = None, precision: str
                       vocab_divisible_by=meta["vocab_divisible_by"])
     load_checkpoint(path, model)
     return model, meta
+
+
+# ----------------------------------------------------------------------------- training state
+def _rng_states() -> dict[str, Any]:
+    import numpy as np
+    from megatron.core import tensor_parallel
+
+    return {
+        "python": random.getstate(),
+        "numpy": np.random.get_state(),
+        "torch": torch.get_rng_state(),
+        "cuda": torch.cuda.get_rng_state() if torch.cuda.is_available() else None,
+        "tracker": tensor_parallel.get_cuda_rng_tracker().get_states(),
+    }
+
+
+def _set_rng_states(states: dict[str, Any]) -> None:
+    import numpy as np
+    from megatron.core import tensor_parallel
+
+    random.setstate(states["python"])
+    np.random.set_state(states["numpy"])
+    torch.set_rng_state(states["torch"])
+    if states["cuda"] is not None and torch.cuda.is_available():
+        torch.cuda.set_rng_state(states["cuda"])
+    tensor_parallel.get_cuda_rng_tracker().set_states(states["tracker"])
+
+
+# The distributed optimizer's checkpoint format. "dp_reshardable" writes each DP rank's flat shard of the
+# optimizer buffers as it is (no gather) and loads into any DP size at the same TP x PP. The formats that
+# would also reshard over TP / PP do not work with megatron-core 0.16.1 when the Adam is torch's (no
+# Transformer Engine / apex, as on CPU): "fully_sharded_model_space" (its default) is refused by its own
+# dist_checkpointing ("flattened_range is not supported") and "fully_reshardable" fails on load (it copies
+# every optimizer-state key and torch Adam's "step" is not among the saved tensors). Plain (non-distributed)
+# optimizers ignore the setting: their state is sharded like the model's parameters and reshards anywhere.
+_OPTIM_METADATA = {"distrib_optim_sharding_type": "dp_reshardable"}
+
+
+def _is_distributed(optimizer) -> bool:
+    from megatron.core.optimizer.distrib_optimizer import DistributedOptimizer
+
+    return any(isinstance(o, DistributedOptimizer) for o in getattr(optimizer, "chained_optimizers", [optimizer]))
+
+
+def _ensure_adam_state(optimizer) -> None:
+    """Give every parameter of the torch Adam(W) inside megatron's optimizer the state its first step would
+    create (step 0, zero moments), if it has none yet: the state to be loaded needs its structure (megatron
+    0.16's distributed optimizer reads the common step from it and fails on a fresh optimizer when neither
+    Transformer Engine nor apex provides the Adam). Loading then overwrites every value."""
+    for sub in getattr(optimizer, "chained_optimizers", [optimizer]):
+        inner = sub.optimizer
+        if not isinstance(inner, torch.optim.Adam | torch.optim.AdamW):
+            continue
+        for group in inner.param_groups:
+            for p in group["params"]:
+                if not inner.state[p]:
+                    inner.state[p] = {"step": torch.tensor(0.0), "exp_avg": torch.zeros_like(p),
+                                      "exp_avg_sq": torch.zeros_like(p)}
+
+
+def _restore_adam_steps(optimizer, loaded) -> None:
+    """Give each parameter of a distributed optimizer's torch Adam its own step counter, set to the saved
+    step. megatron-core 0.16.1 (torch's Adam, no TE / apex) restores it wrongly: one tensor shared by all
+    parameters (torch's foreach Adam would then add 1 per parameter per step), which the dp_reshardable
+    loader then overwrites with the value the load started from. The saved step is in the common state
+    (`param_groups[*]["step"]`), where megatron's own state_dict puts it."""
+    from megatron.core.optimizer.distrib_optimizer import DistributedOptimizer
+
+    subs = getattr(optimizer, "chained_optimizers", [optimizer])
+    states = [loaded] if len(subs) == 1 else [loaded[k] for k in sorted(loaded)]
+    for sub, state in zip(subs, states):
+        inner = sub.optimizer
+        if not isinstance(sub, DistributedOptimizer) or not isinstance(inner, torch.optim.Adam | torch.optim.AdamW):
+            continue
+        steps = {g["step"] for g in state["optimizer"]["param_groups"] if g.get("step") is not None}
+        if len(steps) != 1:
+            raise ValueError(f"the optimizer checkpoint holds {len(steps)} different step counts: {sorted(steps)}")
+        step = float(steps.pop())
+        for param_state in inner.state.values():
+            param_state["step"] = torch.tensor(step, dtype=torch.float32)
+
+
+def _rng_file(folder: Path) -> Path:
+    return folder / f"rank_{_rank():05d}.pt"
+
+
+def save_train_state(
+    path: str | Path,
+    model,
+    optimizer,
+    *,
+    step: int,
+    loop_state: Mapping[str, Any] | None = None,
+    scheduler=None,
+    tokenizer_dir: str | Path | None = None,
+    extra_meta: dict[str, Any] | None = None,
+) -> Path:
+    """Collective: a complete training checkpoint in `path` (atomically): the model, megatron's optimizer
+    state, every rank's RNG states, `loop_state` (JSON-able: consumed samples, data-iterator position, ...)
+    as meta.json["loop"] and the learning-rate scheduler's state (megatron's OptimizerParamScheduler, if
+    given) as meta.json["scheduler"]. `model` may be DDP-wrapped. Take it between optimizer steps (the
+    gradients are not saved)."""
+    from megatron.core import dist_checkpointing
+
+    from nemo_lead.models import unwrap_model
+
+    gpt = unwrap_model(model)
+
+    def write_optimizer(folder: Path) -> None:
+        if _rank() == 0:
+            folder.mkdir()
+        _barrier()
+        state = {"optimizer": optimizer.sharded_state_dict(gpt.sharded_state_dict(), metadata=_OPTIM_METADATA)}
+        dist_checkpointing.save(state, str(folder), sharded_strategy=_save_strategy())
+
+    def write_rng(folder: Path) -> None:
+        if _rank() == 0:
+            folder.mkdir()
+        _barrier()
+        torch.save(_rng_states(), _rng_file(folder))
+
+    import torch.distributed as dist
+
+    meta = {"loop": dict(loop_state or {}), "world_size": dist.get_world_size() if dist.is_initialized() else 1,
+            "scheduler": scheduler.state_dict() if scheduler is not None else None,
+            "distributed_optimizer": _is_distributed(optimizer), **(extra_meta or {})}
+    return save_checkpoint(path, gpt, step=step, tokenizer_dir=tokenizer_dir, extra_meta=meta,
+                           extra_parts={"optim": write_optimizer, "rng": write_rng})
+
+
+def load_train_state(path: str | Path, model, optimizer=None, *, scheduler=None, load_rng: bool = True) -> dict[str, Any]:
+    """Collective: load what `save_train_state` wrote into `model` (any TP/PP/DP layout), `optimizer` and
+    `scheduler` (None = skip that part). RNG states are restored when `load_rng` and the layout (world
+    size, TP, PP) is the saving one. Returns meta.json, whose `loop` is the saved loop state, with
+    `rng_restored` (bool) added."""
+    from megatron.core import dist_checkpointing
+
+    from nemo_lead.models import unwrap_model
+
+    path = Path(path)
+    gpt = unwrap_model(model)
+    meta = load_checkpoint(path, gpt)
+    missing = [p for p in ("optim", "rng") if p not in meta["parts"]]
+    if missing:
+        raise ValueError(f"{path}: not a training checkpoint (no {' / '.join(missing)} part; "
+                         "saved by save_checkpoint, not save_train_state)")
+    layout = _layout()
+    same_mp = all(layout[k] == meta["saved_layout"][k] for k in ("tp", "pp"))
+    if optimizer is not None:
+        if meta["distributed_optimizer"] != _is_distributed(optimizer):
+            raise ValueError(f"{path}: saved with use_distributed_optimizer={meta['distributed_optimizer']}; load "
+                             "it with the same setting (or without the optimizer state)")
+        if meta["distributed_optimizer"] and not same_mp:
+            saved = meta["saved_layout"]
+            raise ValueError(f"{path}: the distributed optimizer's state was saved at tp={saved['tp']} "
+                             f"pp={saved['pp']} and reshards over data-parallel ranks only (megatron-core 0.16.1 "
+                             f"with torch's Adam); this run has tp={layout['tp']} pp={layout['pp']}. Load it at "
+                             "the saving TP x PP, or load the model without the optimizer state")
+        _ensure_adam_state(optimizer)
+        sharded = {"optimizer": optimizer.sharded_state_dict(gpt.sharded_state_dict(), is_loading=True,
+                                                             metadata=_OPTIM_METADATA)}
+        state = dist_checkpointing.load(sharded, str(path / "optim"))["optimizer"]
+        with torch.no_grad():  # the distributed optimizer copies into views of parameters
+            optimizer.load_state_dict(state)
+        _restore_adam_steps(optimizer, state)
+    if scheduler is not None and meta.get("scheduler"):
+        scheduler.load_state_dict(meta["scheduler"])
+    import torch.distributed as dist
+
+    world = dist.get_world_size() if dist.is_initialized() else 1
+    meta["rng_restored"] = bool(load_rng and same_mp and world == meta["world_size"])
+    if meta["rng_restored"]:
+        _set_rng_states(torch.load(_rng_file(path / "rng"), weights_only=False))
+    meta.setdefault("loop", {})
+    return meta

@@ -1,0 +1,293 @@
+"""The actor against transformers, and its layouts against each other (CPU, gloo, fp32).
+
+The reference is computed in this process with transformers' Qwen2ForCausalLM (tied embeddings, q/k/v
+biases) from the same HF folder: per-token log-probs and entropies of softmax(logits / T), the LEAD policy
+loss over the whole batch, its gradient norm, and the weights after one clipped AdamW step (torch's, with
+megatron's rule of no weight decay on biases and norms). Every layout must reproduce it:
+TP1 on 1 rank; TP2, PP2, DP2 (plain and distributed optimizer, global and per-rank batches) on 2 ranks;
+TP2 x PP2 on 4 ranks. Layouts other than TP1 use a small token budget, so they also run many micro-batches
+of different shapes (variable sequence lengths between PP stages).
+"""
+
+import dataclasses
+
+import pytest
+import torch
+from distributed import run_distributed
+
+from nemo_lead.algorithms import LeadConfig, policy_loss
+from nemo_lead.models import write_tiny_model
+from nemo_lead.training.actor import ActorConfig, ActorOptimConfig, model_source
+from nemo_lead.training.microbatch import SequenceBatch
+
+TEMPERATURE = 0.7
+LR = 1e-3
+# Clipping is active (the grad norm is ~2). Adam's first step moves each weight by lr * g / (|g| + eps): with
+# the default eps (1e-8) gradient entries near 1e-8, where float rounding differs between implementations,
+# move by anything up to lr (measured: 2.7e-6 apart); eps 1e-3 keeps the comparison about the optimizer.
+OPTIM = {"lr": LR, "weight_decay": 0.1, "clip_grad": 0.5, "adam_eps": 1e-3}
+LEAD = LeadConfig.reference_code().replace(entropy_coeff=0.01, kl_coeff=0.05)  # token-mean + entropy + KL
+SMALL_BUDGET = 48  # tokens per micro-batch: several micro-batches of different shapes
+
+
+@pytest.fixture(scope="module")
+def hf_dir(tmp_path_factory):
+    return str(write_tiny_model(tmp_path_factory.mktemp("actor") / "qwen2", "qwen2", seed=7, init_std=0.1,
+                                tie_word_embeddings=True))
+
+
+def _hf_model(hf_dir):
+    import transformers
+
+    return transformers.AutoModelForCausalLM.from_pretrained(hf_dir, attn_implementation="eager",
+                                                             dtype=torch.float32)
+
+
+def _hf_token_logprobs(model, batch, temperature):
+    """Per sequence (unpadded, one forward each): log-probs and entropies of the response tokens."""
+    logps, ents = [], []
+    for t, p in zip(batch.tokens, batch.prompt_lens):
+        logits = model(t[None]).logits[0, p - 1 : len(t) - 1] / temperature
+        logsm = torch.log_softmax(logits, -1)
+        logps.append(logsm.gather(-1, t[p:, None])[:, 0])
+        ents.append(-(logsm.exp() * logsm).sum(-1))
+    return logps, ents
+
+
+def _padded(values, width):
+    out = torch.zeros(len(values), width)
+    for i, v in enumerate(values):
+        out[i, : len(v)] = v
+    return out
+
+
+def _tokens(n, g):
+    """Random ids without 0: transformers' Qwen2 embeds the pad token (id 0 here) with padding_idx, so its
+    embedding row gets no gradient from inputs there; megatron's embedding has no such row."""
+    return torch.randint(1, 102, (n,), generator=g)
+
+
+def _make_batch(hf_dir, n=9, seed=0):
+    """Prompts 2-6 tokens, responses 3-34; old / ref log-probs = the model's, perturbed (ratios != 1, clipping)."""
+    g = torch.Generator().manual_seed(seed)
+    tokens, plens = [], []
+    for _ in range(n):
+        p, r = int(torch.randint(2, 7, (1,), generator=g)), int(torch.randint(3, 35, (1,), generator=g))
+        tokens.append(_tokens(p + r, g))
+        plens.append(p)
+    batch = SequenceBatch(tokens=tokens, prompt_lens=plens, advantages=torch.randn(n, generator=g))
+    with torch.no_grad():
+        logps, _ = _hf_token_logprobs(_hf_model(hf_dir), batch, TEMPERATURE)
+    old = [lp + 0.3 * torch.randn(lp.shape, generator=g) for lp in logps]
+    ref = [lp + 0.2 * torch.randn(lp.shape, generator=g) for lp in logps]
+    mask = [(torch.rand(lp.shape, generator=g) > 0.1).float() for lp in logps]  # some tokens left out
+    return dataclasses.replace(batch, old_logprobs=old, ref_logprobs=ref, loss_mask=mask)
+
+
+def _hf_reference(hf_dir, batch, lead):
+    """Loss, grad norm and post-step weights of one policy step of transformers' model (see module doc)."""
+    model = _hf_model(hf_dir)
+    logps, ents = _hf_token_logprobs(model, batch, TEMPERATURE)
+    width = max(batch.response_lens)
+    loss, _ = policy_loss(_padded(logps, width), _padded(batch.old_logprobs, width), batch.advantages,
+                          _padded(batch.loss_mask, width), lead, ref_logp=_padded(batch.ref_logprobs, width),
+                          entropy=_padded(ents, width))
+    loss.backward()
+    grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), OPTIM["clip_grad"])
+    decay = [p for n, p in model.named_parameters() if p.dim() > 1 and not n.endswith(".bias")]
+    no_decay = [p for n, p in model.named_parameters() if not (p.dim() > 1 and not n.endswith(".bias"))]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": OPTIM["weight_decay"]},
+                             {"params": no_decay, "weight_decay": 0.0}], lr=LR, eps=OPTIM["adam_eps"])
+    opt.step()
+    weights = {n: p.detach().clone() for n, p in model.state_dict().items() if n != "lm_head.weight"}
+    return loss.item(), grad_norm.item(), weights
+
+
+# ----------------------------------------------------------------------------- jobs (run on every rank)
+def _layout_step(hf_dir, batch, tp, pp, budget, lead=LEAD, **optim):
+    """Build the actor at tp x pp (DP = the rest), log-probs, one policy step; what rank 0 reports."""
+    import torch.distributed as dist
+
+    from nemo_lead.models import export_hf_weights
+    from nemo_lead.parallel import destroy_parallel, init_parallel
+    from nemo_lead.training.actor import ActorConfig, build_actor, compute_logprobs, policy_train_step
+
+    info = init_parallel(tp, pp)
+    actor = build_actor(ActorConfig(model=hf_dir, tp=tp, pp=pp, micro_batch_tokens=budget,
+                                    optim={**OPTIM, **optim}), info)
+    logps, ents = compute_logprobs(actor, batch, TEMPERATURE, entropy=True)
+    metrics = policy_train_step(actor, batch, lead, temperature=TEMPERATURE)
+    weights = dict(export_hf_weights(actor.model))
+    destroy_parallel(keep_process_group=True)
+    keep = dist.get_rank() == 0
+    return {"logp": logps, "entropy": ents, "metrics": metrics, "weights": weights if keep else None}
+
+
+def _one_rank_job(hf_dir, batch, sft_batch):
+    from nemo_lead.parallel import destroy_parallel, init_parallel
+    from nemo_lead.training.actor import ActorConfig, build_actor, sft_train_step
+
+    out = {"tp1": _layout_step(hf_dir, batch, 1, 1, budget=10**6)}
+    # token budgets: the normalisation must not depend on how the batch is cut (paper's seq-mean-token-mean
+    # and Dr. GRPO's constant normaliser too)
+    for name in ("paper", "dr_grpo"):
+        lead = LeadConfig.from_preset(name)
+        out[name] = [_layout_step(hf_dir, batch, 1, 1, budget=b, lead=lead)["metrics"] for b in (10**6, 64, 20)]
+    # activation recomputation (full, uniform, 1 layer per chunk) gives the same step
+    info = init_parallel(1, 1)
+    cfg = ActorConfig(model=hf_dir, micro_batch_tokens=SMALL_BUDGET, optim=OPTIM, recompute_granularity="full",
+                      recompute_method="uniform", recompute_num_layers=1)
+    from nemo_lead.training.actor import policy_train_step
+
+    out["recompute"] = policy_train_step(build_actor(cfg, info), batch, LEAD, temperature=TEMPERATURE)
+    # SFT: the first step's loss is the masked token-mean NLL; a few steps at a high lr reduce it
+    actor = build_actor(ActorConfig(model=hf_dir, micro_batch_tokens=SMALL_BUDGET, optim={"lr": 1e-2}), info)
+    out["sft"] = [sft_train_step(actor, sft_batch)["loss"] for _ in range(6)]
+    destroy_parallel()
+    return out
+
+
+def _two_rank_job(hf_dir, batch, sft_batch):
+    import torch.distributed as dist
+
+    from nemo_lead.parallel import destroy_parallel, init_parallel
+    from nemo_lead.training.actor import ActorConfig, build_actor, policy_train_step, sft_train_step
+
+    out = {(tp, pp): _layout_step(hf_dir, batch, tp, pp, SMALL_BUDGET) for tp, pp in ((2, 1), (1, 2), (1, 1))}
+    out["dp2_distopt"] = _layout_step(hf_dir, batch, 1, 1, SMALL_BUDGET, use_distributed_optimizer=True)
+    info = init_parallel(1, 1)
+    # each DP rank passes only its own sequences (split_over_dp=False): the same global step
+    half = list(range(dist.get_rank(), len(batch), 2))
+    actor = build_actor(ActorConfig(model=hf_dir, micro_batch_tokens=SMALL_BUDGET, optim=OPTIM), info)
+    out["dp2_local"] = policy_train_step(actor, batch.select(half), LEAD, temperature=TEMPERATURE,
+                                         split_over_dp=False)
+    # one sequence on two DP ranks: rank 1 runs an empty stand-in and the loss is rank 0's sequence's
+    actor = build_actor(ActorConfig(model=hf_dir, micro_batch_tokens=SMALL_BUDGET, optim=OPTIM), info)
+    out["dp2_single"] = sft_train_step(actor, sft_batch.select([0]))
+    destroy_parallel()
+    return out
+
+
+def _four_rank_job(hf_dir, batch):
+    from nemo_lead.parallel import destroy_parallel
+
+    out = _layout_step(hf_dir, batch, 2, 2, SMALL_BUDGET)
+    destroy_parallel()
+    return out
+
+
+# ----------------------------------------------------------------------------- checks
+def _check_step(result, reference, name, weights_too=True):
+    ref_loss, ref_norm, ref_weights = reference
+    m = result["metrics"]
+    assert m["loss"] == pytest.approx(ref_loss, abs=1e-5), name
+    assert m["grad_norm"] == pytest.approx(ref_norm, abs=1e-5), name
+    assert m["update_skipped"] == 0.0 and m["lr"] == LR
+    if weights_too:
+        assert sorted(result["weights"]) == sorted(ref_weights), name
+        worst = max(((result["weights"][k] - ref_weights[k]).abs().max().item(), k) for k in ref_weights)
+        assert worst[0] < 2e-6, (name, worst)
+
+
+def _check_logprobs(result, ref_logps, ref_ents, name):
+    for got, ref in zip(result["logp"], ref_logps):
+        assert got.shape == ref.shape and (got - ref).abs().max() < 1e-5, name
+    for got, ref in zip(result["entropy"], ref_ents):
+        assert (got - ref).abs().max() < 1e-5, name
+
+
+@pytest.fixture(scope="module")
+def batches(hf_dir):
+    batch = _make_batch(hf_dir)
+    g = torch.Generator().manual_seed(5)
+    sft = SequenceBatch(tokens=[_tokens(n, g) for n in (12, 20, 7, 16)],
+                        prompt_lens=[3, 1, 2, 5])
+    with torch.no_grad():
+        ref_logps, ref_ents = _hf_token_logprobs(_hf_model(hf_dir), batch, TEMPERATURE)
+        sft_logps, _ = _hf_token_logprobs(_hf_model(hf_dir), sft, 1.0)
+    return batch, sft, (ref_logps, ref_ents), sft_logps
+
+
+def test_one_rank_matches_transformers(hf_dir, batches):
+    batch, sft, (ref_logps, ref_ents), sft_logps = batches
+    reference = _hf_reference(hf_dir, batch, LEAD)
+    out = run_distributed(_one_rank_job, 1, hf_dir, batch, sft)[0]
+    _check_logprobs(out["tp1"], ref_logps, ref_ents, "tp1")
+    _check_step(out["tp1"], reference, "tp1")
+    m = out["tp1"]["metrics"]
+    assert m["microbatches"] == 1 and 0 < m["padding_fraction"] < 1 and m["sequences"] == len(batch)
+    assert m["tokens"] == sum(float(x.sum()) for x in batch.loss_mask)
+    assert 0 < m["clip_frac"] < 1 and m["entropy"] > 0 and m["kl_ref"] > 0  # the terms are in play
+    for name in ("paper", "dr_grpo"):
+        ref_loss, ref_norm, _ = _hf_reference(hf_dir, batch, LeadConfig.from_preset(name))
+        whole, *cut = out[name]
+        assert 1 < cut[0]["microbatches"] < cut[1]["microbatches"]
+        assert all(c["padding_fraction"] < whole["padding_fraction"] for c in cut)  # similar lengths together
+        for c in (whole, *cut):
+            assert c["loss"] == pytest.approx(ref_loss, abs=1e-6) and c["grad_norm"] == pytest.approx(ref_norm, abs=1e-6)
+    rec = out["recompute"]
+    assert rec["loss"] == pytest.approx(m["loss"], abs=1e-6) and rec["grad_norm"] == pytest.approx(m["grad_norm"], abs=1e-6)
+    masked_nll = torch.cat([-lp for lp in sft_logps]).mean().item()
+    assert out["sft"][0] == pytest.approx(masked_nll, abs=1e-5)
+    assert all(b < a for a, b in zip(out["sft"], out["sft"][1:])) and out["sft"][-1] < 0.8 * out["sft"][0]
+
+
+def test_tp2_pp2_dp2_match_transformers(hf_dir, batches):
+    batch, sft, (ref_logps, ref_ents), sft_logps = batches
+    reference = _hf_reference(hf_dir, batch, LEAD)
+    r0, r1 = run_distributed(_two_rank_job, 2, hf_dir, batch, sft)
+    for key in ((2, 1), (1, 2), (1, 1), "dp2_distopt"):
+        for rank, r in enumerate((r0, r1)):
+            _check_logprobs(r[key], ref_logps, ref_ents, (key, rank))  # every rank gets the whole batch's
+            assert r[key]["metrics"] == r0[key]["metrics"]  # the same metrics on every rank
+        _check_step(r0[key], reference, key)
+        assert r0[key]["metrics"]["microbatches"] > 1
+    for key in ("dp2_local",):
+        assert r0[key]["loss"] == pytest.approx(reference[0], abs=1e-5)
+        assert r0[key]["grad_norm"] == pytest.approx(reference[1], abs=1e-5)
+    single = r0["dp2_single"]
+    assert single == r1["dp2_single"] and single["sequences"] == 1
+    assert single["loss"] == pytest.approx((-sft_logps[0]).mean().item(), abs=1e-5)
+
+
+def test_tp2_x_pp2_matches_transformers(hf_dir, batches):
+    batch, _, (ref_logps, ref_ents), _ = batches
+    reference = _hf_reference(hf_dir, batch, LEAD)
+    results = run_distributed(_four_rank_job, 4, hf_dir, batch)
+    for rank, r in enumerate(results):
+        _check_logprobs(r, ref_logps, ref_ents, rank)
+        assert r["metrics"] == results[0]["metrics"]
+    _check_step(results[0], reference, "tp2xpp2")
+
+
+# ----------------------------------------------------------------------------- configuration
+@pytest.mark.parametrize("kwargs, message", [
+    ({"tp": 0}, "actor.tp=0 must be >= 1"),
+    ({"micro_batch_tokens": 0}, "actor.micro_batch_tokens=0"),
+    ({"precision": "int8"}, "actor.precision='int8'"),
+    ({"recompute_granularity": "some"}, "actor.recompute_granularity='some'"),
+    ({"recompute_granularity": "full"}, "needs actor.recompute_method"),
+    ({"recompute_granularity": "full", "recompute_method": "uniform"}, "needs actor.recompute_num_layers"),
+    ({"recompute_method": "uniform"}, "only with actor.recompute_granularity=full"),
+    ({"optim": {"lr": 0.0}}, "actor.optim.lr=0.0 must be > 0"),
+    ({"optim": {"adam_beta2": 1.0}}, r"actor.optim.adam_beta2=1.0 must be in \[0, 1\)"),
+])
+def test_bad_actor_config_names_the_key(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        ActorConfig(**kwargs)
+
+
+def test_actor_config_is_a_structured_config_section(tmp_path):
+    from omegaconf import OmegaConf
+
+    cfg = OmegaConf.structured(ActorConfig)
+    merged = OmegaConf.merge(cfg, {"tp": 2, "optim": {"lr": 3e-6}, "recompute_granularity": "selective"})
+    actor = OmegaConf.to_object(merged)
+    assert isinstance(actor.optim, ActorOptimConfig) and actor.optim.lr == 3e-6 and actor.tp == 2
+    assert ActorConfig(pp=2).megatron_overrides()["variable_seq_lengths"] is True
+    assert "variable_seq_lengths" not in ActorConfig().megatron_overrides()
+    assert model_source("tiny-qwen2") == ("preset", "tiny-qwen2")
+    (tmp_path / "config.json").write_text("{}")
+    assert model_source(str(tmp_path)) == ("hf", str(tmp_path))
+    with pytest.raises(ValueError, match="neither a checkpoint folder"):
+        model_source(str(tmp_path / "missing"))
