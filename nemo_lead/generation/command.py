@@ -16,7 +16,6 @@ Started as one process with tp x pp > 1 it runs itself on tp x pp local ranks (a
 from __future__ import annotations
 
 import json
-import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -139,24 +138,12 @@ def _write(cfg: GenerateConfig, texts: list[str], rollouts, tokenizer) -> None:
 
 def run_generate(cfg: GenerateConfig) -> int:
     """CLI runner: generate here, or on tp x pp local ranks when started as a single plain process."""
-    from nemo_lead.parallel import detect_launch
-    from nemo_lead.parallel.local import RankFailed, run_local
+    from nemo_lead.parallel.local import run_command
 
-    ranks = cfg.tp * cfg.pp
-    try:
+    def preflight() -> None:
         if (Path(cfg.model) / "meta.json").is_file():
             raise ValueError(f"{cfg.model} is a nemo-lead checkpoint: convert it first with "
                              f"`nemo-lead convert --from-ckpt {cfg.model} --to-hf DIR`, then --model DIR")
         read_prompts(cfg)  # fail on a bad prompts file before starting ranks
-        if detect_launch(os.environ).world_size == 1 and ranks > 1:
-            print(f"[generate] starting {ranks} local ranks (tp {cfg.tp} x pp {cfg.pp})", file=sys.stderr, flush=True)
-            run_local(generate_rank, ranks, args=(cfg,), start_method="spawn")
-        else:
-            generate_rank(cfg)
-    except RankFailed as e:
-        print(f"nemo-lead generate: {e}", file=sys.stderr)
-        return 1
-    except (ValueError, OSError) as e:
-        print(f"nemo-lead generate: {e}", file=sys.stderr)
-        return 2
-    return 0
+
+    return run_command("generate", generate_rank, (cfg,), ranks=cfg.tp * cfg.pp, preflight=preflight)

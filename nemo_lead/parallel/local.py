@@ -1,7 +1,7 @@
 """Run a function on N local ranks (one process each), as torchrun would, and collect what they return.
 
-Used by `nemo-lead convert --tp N --pp M` when it is started as a single process, and by the tests'
-launcher (tests/distributed.py). Each rank gets RANK / WORLD_SIZE / LOCAL_RANK / MASTER_ADDR /
+Used by the commands that run an SPMD job (`nemo-lead convert | generate | eval`, through `run_command`)
+when they are started as a single process, and by the tests' launcher (tests/distributed.py). Each rank gets RANK / WORLD_SIZE / LOCAL_RANK / MASTER_ADDR /
 MASTER_PORT (a free localhost port), so `init_parallel` inside `fn` sees a torchrun-style launch.
 
 Clean-up is the point of this module: every rank runs in its own process group (so helpers it starts,
@@ -16,12 +16,13 @@ import os
 import pickle
 import queue
 import signal
+import sys
 import time
 import traceback
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from .state import free_port
+from .state import detect_launch, free_port
 
 
 class RankFailed(RuntimeError):
@@ -120,3 +121,43 @@ def run_local(
         _kill(procs)
         results.close()
     return [out[r] for r in range(world_size)]
+
+
+def run_command(
+    name: str,
+    job: Callable[..., Any],
+    args: Sequence[Any] = (),
+    *,
+    ranks: int,
+    preflight: Callable[[], Any] | None = None,
+    log: Callable[[str], None] | None = None,
+) -> int:
+    """How a `nemo-lead NAME` command runs its SPMD job `job(*args)` (every rank calls it); the exit status.
+
+    Started under torchrun / srun, the job runs on the ranks the launcher gave. Started as one plain
+    process, it runs here when `ranks` is 1, else re-launches itself on `ranks` local ranks (`run_local`,
+    "spawn": fresh interpreters, so nothing of this process's state leaks into the ranks).
+    `preflight()` runs first, in this process only: checks that should fail before any rank starts.
+    Exit status: 0 done; 1 a rank failed (its traceback is printed); 2 bad input -- a ValueError or OSError
+    from the preflight or the job, printed as `nemo-lead NAME: message` (the messages name the file / key).
+    `log` receives the "starting N local ranks" line (default: stderr).
+    """
+    try:
+        if preflight is not None:
+            preflight()
+        if detect_launch(os.environ).world_size == 1 and ranks > 1:
+            (log or _to_stderr)(f"[{name}] starting {ranks} local ranks")
+            run_local(job, ranks, args=args, start_method="spawn")
+        else:
+            job(*args)
+    except RankFailed as e:
+        print(f"nemo-lead {name}: {e}", file=sys.stderr)
+        return 1
+    except (ValueError, OSError) as e:
+        print(f"nemo-lead {name}: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def _to_stderr(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)

@@ -18,7 +18,6 @@ HF at TP1, bit-identical tensors, config and tokenizer round-tripped.
 from __future__ import annotations
 
 import os
-import sys
 from dataclasses import dataclass
 from typing import Optional
 
@@ -116,24 +115,16 @@ def run_convert(cfg: ConvertConfig) -> int:
     """CLI runner: convert here, or on tp x pp local ranks when started as a single plain process."""
     from nemo_lead.models import read_hf_config
     from nemo_lead.parallel import check_layout, detect_launch, model_shape
-    from nemo_lead.parallel.local import RankFailed, run_local
+    from nemo_lead.parallel.local import run_command
 
     from .checkpoint import read_checkpoint_meta
 
     ranks = cfg.tp * cfg.pp
-    try:
+
+    def preflight() -> None:  # bad config / layout / files fail before starting anything
         world = detect_launch(os.environ).world_size
         hf_config = read_hf_config(cfg.from_hf) if cfg.from_hf else read_checkpoint_meta(cfg.from_ckpt)["hf_config"]
-        check_layout(max(world, ranks), cfg.tp, cfg.pp, **model_shape(hf_config))  # before starting anything
-        if world == 1 and ranks > 1:
-            print(f"[convert] starting {ranks} local ranks (tp {cfg.tp} x pp {cfg.pp})", flush=True)
-            run_local(convert_rank, ranks, args=(cfg,), start_method="spawn")
-        else:
-            convert_rank(cfg)
-    except RankFailed as e:
-        print(f"nemo-lead convert: {e}", file=sys.stderr)
-        return 1
-    except (ValueError, OSError) as e:  # bad config / layout / files: the message says which
-        print(f"nemo-lead convert: {e}", file=sys.stderr)
-        return 2
-    return 0
+        check_layout(max(world, ranks), cfg.tp, cfg.pp, **model_shape(hf_config))
+
+    return run_command("convert", convert_rank, (cfg,), ranks=ranks, preflight=preflight,
+                       log=lambda msg: print(msg, flush=True))
