@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import json
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,6 +27,7 @@ class Command:
     schema: str | None  # "module:Class" of the config dataclass; None = not built yet
     runner: str | None  # "module:function" taking the config object; None = not built yet
     flags: dict[str, str] = field(default_factory=dict)  # --flag -> dotted config key
+    list_flags: tuple[str, ...] = ()  # flags that take one or more values (a list key)
     epilog: str = ""
 
 
@@ -38,7 +40,22 @@ COMMANDS: dict[str, Command] = {
     ),
     "sft": Command(help="Supervised fine-tuning on reasoning traces (not built yet).", schema=None, runner=None),
     "rl": Command(help="GRPO-LEAD reinforcement learning (not built yet).", schema=None, runner=None),
-    "eval": Command(help="AIME-style evaluation: Cons@k, Pass@1, length (not built yet).", schema=None, runner=None),
+    "eval": Command(
+        help="The paper's evaluation (Cons@k, Pass@1, Len_avg, accuracy vs budget) of a HF folder or a checkpoint, "
+        "resumable; --compare RUN_A RUN_B ... tabulates finished runs.",
+        schema="nemo_lead.eval.config:EvalConfig",
+        runner="nemo_lead.eval.command:run_eval",
+        flags={"--model": "model", "--data": "data", "--out": "out", "--n": "sampling.n",
+               "--temperature": "sampling.temperature", "--top-p": "sampling.top_p",
+               "--max-tokens": "sampling.max_tokens", "--seed": "sampling.seed", "--limit": "limit",
+               "--answer-region": "answer_region", "--precision": "precision", "--engine": "engine.kind",
+               "--tp": "tp", "--pp": "pp", "--compare": "compare"},
+        list_flags=("--compare",),
+        epilog="--data: comma-separated built-in names (aime24, aime25, math500) and/or JSONL/Parquet files.\n"
+        "Defaults are the paper's protocol for the 14B models (AIME24+AIME25, T 0.6, top-p 0.95, 32 samples,\n"
+        "14,336 tokens); use --max-tokens 8192 for the 7B ones. Rerunning into the same --out folder resumes.\n"
+        "--compare takes one or more eval folders (put key=value overrides before it).",
+    ),
     "generate": Command(
         help="Sample responses from a HF model folder for prompts (prompts=[...] or --prompts-file F), as JSONL.",
         schema="nemo_lead.generation.command:GenerateConfig",
@@ -90,7 +107,10 @@ def _build_parser() -> argparse.ArgumentParser:
                        help="YAML file(s) applied on top of the defaults, in order")
         p.add_argument("--print-config", action="store_true", help="print the resolved configuration and exit")
         for flag, key in cmd.flags.items():
-            p.add_argument(flag, dest="flag:" + key, metavar="VALUE", help=f"same as {key}=VALUE")
+            if flag in cmd.list_flags:
+                p.add_argument(flag, dest="flag:" + key, metavar="VALUE", nargs="+", help=f"same as {key}=[VALUE,...]")
+            else:
+                p.add_argument(flag, dest="flag:" + key, metavar="VALUE", help=f"same as {key}=VALUE")
         p.add_argument("overrides", nargs="*", metavar="key=value", help="configuration overrides")
     return parser
 
@@ -114,7 +134,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"nemo-lead {args.command}: not built yet in this version (see the README support matrix)",
               file=sys.stderr)
         return 3
-    flag_overrides = [f"{k[5:]}={v}" for k, v in vars(args).items() if k.startswith("flag:") and v is not None]
+    flag_overrides = [f"{k[5:]}={json.dumps(v) if isinstance(v, list) else v}"
+                      for k, v in vars(args).items() if k.startswith("flag:") and v is not None]
     try:
         cfg = resolve_config(args.command, args.config, flag_overrides + args.overrides)
     except ConfigError as e:

@@ -1,0 +1,99 @@
+"""`EvalConfig`: what `nemo-lead eval` reads (defaults in conf/eval.yaml = the paper's protocol).
+
+The paper's protocol (PAPER.md, "Evaluation"): AIME24 and AIME25, temperature 0.6, top-p 0.95, 32 samples
+per problem, Cons@32 / Pass@1 / Len_avg, at a response budget of 14,336 tokens for the 14B models (the
+defaults here) or 8,192 for the 7B ablations (`--max-tokens 8192`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+from nemo_lead.data import PromptConfig
+from nemo_lead.generation import EngineConfig, SamplingParams
+
+PRECISIONS = ("auto", "fp32", "bf16", "fp16")
+ANSWER_REGIONS = ("after_think", "before_think", "all")  # nemo_lead.verify.extract.REGIONS
+PAPER_BUDGETS = [8192, 14336]  # the paper's response budgets: 7B and 14B
+
+
+def _paper_sampling() -> SamplingParams:
+    return SamplingParams(n=32, temperature=0.6, top_p=0.95, max_tokens=14336, seed=1234)
+
+
+@dataclass
+class EvalConfig:
+    model: Optional[str] = None  # HF model folder (config.json) or nemo-lead checkpoint folder (meta.json)
+    data: str = "aime24,aime25"  # comma-separated: built-in names (aime24, aime25, math500) and/or files
+    out: Optional[str] = None  # output folder; None: eval_runs/<model name>-t<T>-n<n>-<max_tokens>tok
+    compare: list[str] = field(default_factory=list)  # eval folders (or summary.json files) to tabulate
+    limit: Optional[int] = None  # first N problems of each dataset (smoke runs)
+    split: Optional[str] = None  # split of a HF datasets folder given in `data`
+    fields: dict[str, str] = field(default_factory=dict)  # column names of user files: problem/answer/id
+    tokenizer: Optional[str] = None  # tokenizer folder; None: the HF folder / the checkpoint's tokenizer/
+    tp: int = 1
+    pp: int = 1
+    precision: str = "auto"  # auto (the HF config's torch_dtype / the checkpoint's) | fp32 | bf16 | fp16
+    stop_at_eos: bool = True  # the tokenizer's EOS token ends a response
+    problems_per_call: int = 8  # problems per engine call: the unit of seeding and of resume (see runner.py)
+    sampling: SamplingParams = field(default_factory=_paper_sampling)
+    prompt: PromptConfig = field(default_factory=PromptConfig)
+    engine: EngineConfig = field(default_factory=EngineConfig)
+    answer_region: str = "after_think"  # where the final answer is read: after_think | before_think | all
+    verify_workers: int = 2
+    verify_timeout_s: float = 5.0
+    budgets: list[int] = field(default_factory=list)  # accuracy-vs-budget points; []: 16 steps to max_tokens
+    report_budgets: list[int] = field(default_factory=lambda: list(PAPER_BUDGETS))  # columns of the table
+    plot: bool = True  # write accuracy_vs_budget.png
+
+    def __post_init__(self) -> None:
+        if not self.model and not self.compare:
+            raise ValueError("model must name a HF folder or a nemo-lead checkpoint (--model DIR), "
+                             "or give runs to compare (--compare RUN_A RUN_B ...)")
+        if not self.compare and not dataset_specs(self.data):
+            raise ValueError("data must name at least one dataset (--data aime24,aime25)")
+        for key in ("tp", "pp", "problems_per_call", "verify_workers"):
+            if getattr(self, key) < 1:
+                raise ValueError(f"{key} must be >= 1, got {getattr(self, key)}")
+        if self.limit is not None and self.limit < 1:
+            raise ValueError(f"limit must be >= 1, got {self.limit}")
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
+        if self.answer_region not in ANSWER_REGIONS:
+            raise ValueError(f"answer_region must be one of {', '.join(ANSWER_REGIONS)}, got {self.answer_region!r}")
+        if not self.verify_timeout_s > 0:
+            raise ValueError(f"verify_timeout_s must be > 0, got {self.verify_timeout_s}")
+        if self.sampling.seed is None:
+            raise ValueError("sampling.seed must be an integer: each group of problems gets a seed derived from it, "
+                             "which is what makes a resumed run equal an uninterrupted one")
+        bad = [b for b in [*self.budgets, *self.report_budgets] if b < 1]
+        if bad:
+            raise ValueError(f"budgets and report_budgets must be token counts >= 1, got {bad}")
+
+
+def dataset_specs(data: str) -> list[str]:
+    """The comma-separated entries of `data`, stripped, empty ones dropped."""
+    return [s.strip() for s in data.split(",") if s.strip()]
+
+
+def budget_points(cfg: EvalConfig) -> list[int]:
+    """Budgets of the accuracy-vs-budget curve: `cfg.budgets`, or 16 even steps up to max_tokens plus the
+    report budgets below it. Budgets above max_tokens say nothing (no response is longer), so are dropped."""
+    top = cfg.sampling.max_tokens
+    points = cfg.budgets or [-(-top * i // 16) for i in range(1, 17)] + list(cfg.report_budgets)
+    return sorted({b for b in points if b <= top}) or [top]
+
+
+def model_name(model: str) -> str:
+    """A short name for a model folder: its name, or <run>-step_N for a checkpoint in <run>/checkpoints/."""
+    path = Path(model).resolve()
+    if path.name.startswith("step_") and path.parent.name == "checkpoints":
+        return f"{path.parent.parent.name}-{path.name}"
+    return path.name
+
+
+def default_out(cfg: EvalConfig) -> str:
+    s = cfg.sampling
+    return str(Path("eval_runs") / f"{model_name(cfg.model)}-t{s.temperature:g}-n{s.n}-{s.max_tokens}tok")

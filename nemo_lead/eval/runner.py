@@ -1,0 +1,293 @@
+"""The evaluation job: generate the missing samples chunk by chunk, grade them, append them, score the run.
+
+Every rank runs `eval_rank(cfg)` (SPMD, like `nemo-lead generate`). Global rank 0 is the writer: it reads
+the run folder, decides which chunks are missing (the others get that list by broadcast), grades with
+`MathVerifier`, writes every file, and prints progress. With more ranks than tp x pp (torchrun / srun), the
+data-parallel replicas generate different chunks at the same time and send their rollouts to rank 0.
+
+Output folder:
+    run.json                the settings the samples were made with (store.py: resume rules)
+    config.yaml             the resolved configuration of the latest run
+    samples.jsonl           one line per sample: dataset, problem_id, sample, response, extracted, correct,
+                            status, outcome, tokens, finish_reason, gold, grading, run
+    summary.json / .md      per dataset: Cons@k, Pass@1, Len_avg, accuracy at the budgets, truncation share
+    accuracy_vs_budget.png  the paper's Figure 3 for this run
+
+Token counts (`tokens`, Len_avg, the budget curve) are `Rollout.num_tokens`: every generated token with the
+stop token included -- the count `max_tokens` limits, so a response cut at the limit has tokens == max_tokens.
+The response text is the tokens decoded without the final stop token, special tokens kept (the think tags
+are special tokens in some tokenizers). Grading: responses cut at max_tokens (finish_reason "length") are
+not graded (status "truncated", wrong); the others are graded in `answer_region`. When the chat template
+opens the thinking block in the prompt (R1-Distill's ends with `<think>\\n`), the grader sees the response
+with that `<think>` in front, so a response that never closes it has no answer, as verify's regions define.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from nemo_lead.data import Problem, format_prompt, prompt_token_ids
+from nemo_lead.generation import SamplingParams
+from nemo_lead.verify.extract import THINK_CLOSE, THINK_OPEN
+
+from .config import EvalConfig, budget_points, dataset_specs, default_out
+from .plan import Chunk, load_datasets, plan_chunks
+from .policy import PolicySource, policy_source
+from .report import FIGURE, dataset_summary, plot_accuracy_vs_budget, summary_markdown, write_summary
+from .store import SampleStore
+
+
+def _say(msg: str) -> None:
+    print(f"[eval] {msg}", file=sys.stderr, flush=True)
+
+
+@dataclass
+class Prepared:
+    """Everything the job needs before the model: computed the same way in the launcher and on each rank."""
+
+    out: Path
+    source: PolicySource
+    tokenizer: Any
+    datasets: dict[str, list[Problem]]
+    chunks: list[Chunk]
+    params: SamplingParams  # with the stop tokens; its seed is the base seed
+    settings: dict[str, Any]  # what run.json records (store.py)
+    think_open: bool  # the prompt ends inside an open <think> block
+
+
+def prepare(cfg: EvalConfig) -> Prepared:
+    """Read the model's description, tokenizer and datasets; raise on anything bad (no torch needed)."""
+    from nemo_lead.models import load_tokenizer
+
+    source = policy_source(cfg.model, cfg.precision, cfg.tokenizer)
+    tokenizer = load_tokenizer(source.tokenizer_dir)
+    datasets = load_datasets(dataset_specs(cfg.data), limit=cfg.limit, split=cfg.split, fields=dict(cfg.fields))
+    params = cfg.sampling
+    eos = tokenizer.eos_token_id
+    if cfg.stop_at_eos and eos is not None and eos not in params.stop_token_ids:
+        params = dataclasses.replace(params, stop_token_ids=[*params.stop_token_ids, eos])
+    settings = {
+        "model": source.identity(),
+        "sampling": dataclasses.asdict(params),
+        "prompt": dataclasses.asdict(cfg.prompt),
+        "problems_per_call": cfg.problems_per_call,
+    }
+    prompt = format_prompt(tokenizer, "x", cfg.prompt)
+    return Prepared(
+        out=Path(cfg.out or default_out(cfg)), source=source, tokenizer=tokenizer, datasets=datasets,
+        chunks=plan_chunks(datasets, cfg.problems_per_call, params.seed), params=params, settings=settings,
+        think_open=prompt.rfind(THINK_OPEN) > prompt.rfind(THINK_CLOSE),
+    )
+
+
+def check_prompt_lengths(cfg: EvalConfig, prep: Prepared) -> None:
+    """Every prompt + max_tokens must fit the model's positions (fail before loading weights)."""
+    limit = prep.source.hf_config.get("max_position_embeddings")
+    if limit is None:
+        return
+    for name, problems in prep.datasets.items():
+        for p, ids in zip(problems, prompt_token_ids(prep.tokenizer, problems, cfg.prompt)):
+            if len(ids) + prep.params.max_tokens > limit:
+                raise ValueError(f"{name} problem {p.id}: {len(ids)} prompt tokens + max_tokens "
+                                 f"{prep.params.max_tokens} exceed the model's {limit} positions")
+
+
+def missing_samples(store: SampleStore, chunk: Chunk, n: int) -> int:
+    return sum(not store.has((chunk.dataset, p.id, s)) for p in chunk.problems for s in range(n))
+
+
+# ----------------------------------------------------------------------------- grading (writer rank)
+class Grader:
+    """Rollouts -> sample records (and regrading of stored ones) with one MathVerifier."""
+
+    def __init__(self, cfg: EvalConfig, prep: Prepared, tag: str):
+        from nemo_lead.verify import MathVerifier
+
+        self.verifier = MathVerifier(cfg.verify_workers, cfg.verify_timeout_s, cfg.answer_region)
+        self.region, self.tag, self.prep = cfg.answer_region, tag, prep
+        self.stops = set(prep.params.stop_token_ids)
+
+    def close(self) -> None:
+        self.verifier.close()
+
+    def _grade(self, texts: list[str], golds: list[str], finished: list[bool]):
+        prefix = THINK_OPEN if self.prep.think_open else ""
+        return self.verifier.grade([prefix + t for t in texts], golds, finished)
+
+    def records(self, chunk: Chunk, rollouts: list[tuple[int, int, list[int], str]]) -> list[dict[str, Any]]:
+        tok = self.prep.tokenizer
+        texts = [tok.decode(ids[:-1] if ids and ids[-1] in self.stops else ids, skip_special_tokens=False)
+                 for _, _, ids, _ in rollouts]
+        problems = [chunk.problems[p] for p, _, _, _ in rollouts]
+        grades = self._grade(texts, [p.answer for p in problems], [f == "stop" for *_, f in rollouts])
+        return [
+            {"dataset": chunk.dataset, "problem_id": p.id, "sample": s, "response": text, "extracted": g.extracted,
+             "correct": g.correct, "status": g.status, "outcome": g.outcome.name, "tokens": len(ids),
+             "finish_reason": finish, "gold": p.answer, "grading": self.region, "run": self.tag}
+            for p, (_, s, ids, finish), text, g in zip(problems, rollouts, texts, grades)
+        ]
+
+    def regrade_stale(self, store: SampleStore) -> int:
+        """Regrade stored samples graded in another answer region (no generation); their count."""
+        stale = [r for r in store.records.values() if r.get("grading") != self.region]
+        if stale:
+            _say(f"regrading {len(stale)} stored samples (answer_region {self.region})")
+            grades = self._grade([r["response"] for r in stale], [r["gold"] for r in stale],
+                                 [r["finish_reason"] == "stop" for r in stale])
+            store.rewrite({**r, "extracted": g.extracted, "correct": g.correct, "status": g.status,
+                           "outcome": g.outcome.name, "grading": self.region} for r, g in zip(stale, grades))
+        return len(stale)
+
+
+class Progress:
+    """Log lines with counts, throughput and an estimate of the time left (writer rank)."""
+
+    def __init__(self, total_samples: int, total_chunks: int):
+        self.total, self.chunks = total_samples, total_chunks
+        self.done = self.chunks_done = self.tokens = 0
+        self.start = time.monotonic()
+
+    def update(self, chunk: Chunk, records: list[dict[str, Any]], store: SampleStore, problems: int) -> None:
+        self.done += len(records)
+        self.chunks_done += 1
+        self.tokens += sum(r["tokens"] for r in records)
+        elapsed = time.monotonic() - self.start
+        left = elapsed / self.done * (self.total - self.done) if self.done else 0.0
+        mine = [r for r in store.records.values() if r["dataset"] == chunk.dataset]
+        acc = sum(r["correct"] for r in mine) / len(mine)
+        have = len({r["problem_id"] for r in mine})
+        _say(f"{chunk.dataset} chunk {chunk.index + 1}: {have}/{problems} problems with samples | "
+             f"{self.done}/{self.total} samples, {self.chunks_done}/{self.chunks} chunks this run | "
+             f"{self.tokens:,} tokens, {self.tokens / max(elapsed, 1e-9):,.0f} tok/s | "
+             f"{chunk.dataset} Pass@1 so far {acc:.3f} | left ~{left / 60:.1f} min")
+
+
+# ----------------------------------------------------------------------------- distributed plumbing
+def _broadcast(value: Any) -> Any:
+    import torch.distributed as dist
+
+    box = [value]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
+
+
+def _gather_to_writer(item: Any, info) -> list[Any]:
+    """Rank 0: the items of every data-parallel replica (one model-parallel rank of each sends); others: []."""
+    import torch.distributed as dist
+
+    if info.dp == 1:
+        return [item] if info.rank == 0 else []
+    from megatron.core import parallel_state as ps
+
+    leader = dist.get_rank(group=ps.get_model_parallel_group()) == 0
+    got: list[Any] | None = [None] * info.world_size if info.rank == 0 else None
+    dist.gather_object(item if leader else None, got, dst=0)
+    return [x for x in got if x is not None] if got is not None else []
+
+
+def _engine_config(cfg: EvalConfig, source: PolicySource):
+    """The engine section; `trtllm` without an hf_dir gets the model folder (HF), or a folder with the
+    checkpoint's config.json and tokenizer (its weights come by refit)."""
+    engine = cfg.engine
+    if engine.kind != "trtllm" or engine.trtllm.hf_dir:
+        return engine
+    hf_dir = source.path
+    if source.kind == "checkpoint":
+        import json
+        import shutil
+
+        from nemo_lead.models import tokenizer_files
+
+        hf_dir = tempfile.mkdtemp(prefix="nemo-lead-eval-trtllm-")
+        Path(hf_dir, "config.json").write_text(json.dumps(source.hf_config))
+        for f in tokenizer_files(source.tokenizer_dir):
+            shutil.copy2(f, hf_dir)
+    return dataclasses.replace(engine, trtllm=dataclasses.replace(engine.trtllm, hf_dir=hf_dir))
+
+
+# ----------------------------------------------------------------------------- the job
+def eval_rank(cfg: EvalConfig) -> None:
+    """The evaluation on one rank (every rank of the job calls it; see the module docstring)."""
+    import torch.distributed as dist
+
+    from nemo_lead.parallel import destroy_parallel, init_parallel
+
+    prep = prepare(cfg)
+    info = init_parallel(cfg.tp, cfg.pp, model_config=prep.source.hf_config)
+    grader = None
+    try:
+        store = None
+        if info.rank == 0:
+            from nemo_lead.config import save_config
+
+            store = SampleStore.open(prep.out, prep.settings, write=True)
+            save_config(cfg, prep.out / "config.yaml")
+            grader = Grader(cfg, prep, store.tag)
+            grader.regrade_stale(store)
+        n = prep.params.n
+        pending = _broadcast([i for i, c in enumerate(prep.chunks) if missing_samples(store, c, n)]
+                             if store is not None else None)
+        if info.rank == 0:
+            total = sum(missing_samples(store, prep.chunks[i], n) for i in pending)
+            _say(f"{prep.source.kind} model {prep.source.path} ({prep.source.precision}; tp {info.tp}, pp {info.pp}, "
+                 f"dp {info.dp}) | {', '.join(f'{k} ({len(v)})' for k, v in prep.datasets.items())} | n {n}, "
+                 f"T {prep.params.temperature:g}, top-p {prep.params.top_p:g}, max_tokens {prep.params.max_tokens} | "
+                 f"{len(store.records)} samples already in {prep.out}; {total} to generate in {len(pending)} chunks")
+        if pending:
+            _generate_pending(cfg, prep, info, pending, store, grader)
+        if info.rank == 0:
+            _write_reports(cfg, prep, store)
+        dist.barrier()
+    finally:
+        if grader is not None:
+            grader.close()
+        destroy_parallel()
+
+
+def _generate_pending(cfg, prep: Prepared, info, pending: list[int], store, grader) -> None:
+    from nemo_lead.generation import build_engine
+
+    from .policy import load_policy
+
+    engine = build_engine(_engine_config(cfg, prep.source), load_policy(prep.source, info, prep.source.precision))
+    progress = Progress(sum(missing_samples(store, prep.chunks[i], prep.params.n) for i in pending),
+                        len(pending)) if store is not None else None
+    for start in range(0, len(pending), info.dp):
+        batch = pending[start:start + info.dp]  # one chunk per data-parallel replica
+        mine = batch[info.dp_rank] if info.dp_rank < len(batch) else None
+        item = None
+        if mine is not None:
+            chunk = prep.chunks[mine]
+            ids = prompt_token_ids(prep.tokenizer, chunk.problems, cfg.prompt)
+            rollouts = engine.generate(ids, dataclasses.replace(prep.params, seed=chunk.seed))
+            item = (mine, [(r.prompt_index, r.sample_index, r.token_ids, r.finish_reason) for r in rollouts])
+        for index, rollouts in _gather_to_writer(item, info):
+            chunk = prep.chunks[index]
+            new = [r for r in grader.records(chunk, rollouts)
+                   if not store.has((r["dataset"], r["problem_id"], r["sample"]))]
+            store.append(new)
+            progress.update(chunk, new, store, len(prep.datasets[chunk.dataset]))
+
+
+def _write_reports(cfg: EvalConfig, prep: Prepared, store: SampleStore) -> dict[str, Any]:
+    budgets = budget_points(cfg)
+    summary = {
+        "model": prep.source.path, "model_kind": prep.source.kind, "model_step": prep.source.step,
+        "precision": prep.source.precision, "run": store.tag, "answer_region": cfg.answer_region,
+        "sampling": dataclasses.asdict(prep.params), "problems_per_call": cfg.problems_per_call,
+        "budgets": budgets, "report_budgets": list(cfg.report_budgets),
+        "datasets": {name: dataset_summary(name, problems, store.records, prep.params.n, budgets)
+                     for name, problems in prep.datasets.items()},
+    }
+    write_summary(prep.out, summary)
+    if cfg.plot:
+        plot_accuracy_vs_budget(summary, prep.out / FIGURE)
+    print(summary_markdown(summary), flush=True)
+    _say(f"wrote {prep.out}")
+    return summary

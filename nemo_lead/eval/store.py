@@ -1,0 +1,158 @@
+"""The run folder's samples: `samples.jsonl` (one graded sample per line) and `run.json` (the settings).
+
+Resume rules (why this module exists):
+- A sample is keyed by (dataset, problem_id, sample). A rerun into the same folder generates only the
+  chunks (see plan.py) that miss a key, and appends the missing samples; finished samples are never
+  regenerated or rewritten.
+- The settings that shape a sample (the model's identity, precision, sampling parameters incl. n and
+  seed, stop tokens, prompt format, problems_per_call) are stored in run.json, and a short hash of them
+  (`run`) is written on every line. Opening the folder with other settings fails with SettingsMismatch,
+  listing what differs, rather than mixing samples of two models or temperatures in one score. Dataset
+  choice and `limit` are free: a rerun may add datasets or problems.
+- Grading is not part of the settings: each line records its `grading` (the answer region). Lines graded
+  another way are regraded from their stored response on the next run (no generation), and the file is
+  rewritten atomically.
+- Crash safety: each chunk's lines are appended in one write, then flushed and fsynced. A crash can leave
+  a torn last line (no newline at the end): reading ignores it, and opening for writing cuts it off, so its
+  sample is generated again. A malformed line anywhere else is an error naming the file and line.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+SAMPLES_FILE = "samples.jsonl"
+RUN_FILE = "run.json"
+RECORD_KEYS = ("dataset", "problem_id", "sample", "run")
+
+Key = tuple[str, str, int]
+
+
+class SettingsMismatch(ValueError):
+    """The run folder holds samples made with other settings (the message lists the differences)."""
+
+
+def settings_tag(settings: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def _flatten(d: Any, prefix: str = "") -> dict[str, Any]:
+    if not isinstance(d, dict):
+        return {prefix.rstrip("."): d}
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        out.update(_flatten(v, f"{prefix}{k}."))
+    return out
+
+
+def describe_differences(old: dict[str, Any], new: dict[str, Any], limit: int = 6) -> str:
+    a, b = _flatten(old), _flatten(new)
+    diffs = [f"{k}: {a.get(k, '(unset)')!r} there, {b.get(k, '(unset)')!r} now"
+             for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
+    more = f"; and {len(diffs) - limit} more" if len(diffs) > limit else ""
+    return "; ".join(diffs[:limit]) + more
+
+
+def record_key(rec: dict[str, Any]) -> Key:
+    return rec["dataset"], rec["problem_id"], rec["sample"]
+
+
+class SampleStore:
+    """The samples of one run folder (use `open`)."""
+
+    def __init__(self, folder: Path, settings: dict[str, Any]):
+        self.folder = folder
+        self.settings = settings
+        self.tag = settings_tag(settings)
+        self.records: dict[Key, dict[str, Any]] = {}
+        self.torn_bytes = 0  # length of a torn last line (ignored)
+
+    @property
+    def samples_path(self) -> Path:
+        return self.folder / SAMPLES_FILE
+
+    @classmethod
+    def open(cls, folder: str | os.PathLike, settings: dict[str, Any], *, write: bool) -> SampleStore:
+        """Read and check the folder. `write`: also create it, record the settings, and cut a torn last line
+        (the writer rank does this; everyone else, and the checks before starting ranks, only read)."""
+        store = cls(Path(folder), settings)
+        store._check_run_file()
+        store._read()
+        if write:
+            store.folder.mkdir(parents=True, exist_ok=True)
+            run_file = store.folder / RUN_FILE
+            if not run_file.exists():
+                tmp = run_file.with_suffix(".json.tmp")
+                tmp.write_text(json.dumps({"run": store.tag, "settings": settings}, indent=2, sort_keys=True))
+                tmp.replace(run_file)
+            if store.torn_bytes:
+                with open(store.samples_path, "r+b") as f:
+                    f.truncate(store.samples_path.stat().st_size - store.torn_bytes)
+                store.torn_bytes = 0
+        return store
+
+    def _check_run_file(self) -> None:
+        run_file = self.folder / RUN_FILE
+        if not run_file.is_file():
+            return
+        try:
+            stored = json.loads(run_file.read_text())["settings"]
+        except (json.JSONDecodeError, KeyError, TypeError):
+            raise ValueError(f"{run_file}: not a run file of nemo-lead eval (remove it to start over)") from None
+        if settings_tag(stored) != self.tag:
+            raise SettingsMismatch(
+                f"{self.folder} holds samples made with other settings ({describe_differences(stored, self.settings)}). "
+                "Use another --out folder, or delete that folder to start over.")
+
+    def _read(self) -> None:
+        path = self.samples_path
+        if not path.is_file():
+            return
+        data = path.read_bytes()
+        body, _, torn = data.rpartition(b"\n")  # torn: what follows the last newline (b"" when none)
+        self.torn_bytes = len(torn)
+        for n, line in enumerate(body.decode("utf-8", errors="replace").split("\n") if body else [], 1):
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{path}:{n}: malformed line ({e.msg}); only a torn last line is tolerated") from None
+            if not isinstance(rec, dict) or any(k not in rec for k in RECORD_KEYS):
+                raise ValueError(f"{path}:{n}: a sample line needs the keys {', '.join(RECORD_KEYS)}")
+            if rec["run"] != self.tag:
+                raise SettingsMismatch(f"{path}:{n}: sample made with other settings (run {rec['run']}, now "
+                                       f"{self.tag}). Use another --out folder, or delete that folder to start over.")
+            self.records.setdefault(record_key(rec), rec)  # a sample written twice: the first one counts
+
+    def has(self, key: Key) -> bool:
+        return key in self.records
+
+    def append(self, records: Iterable[dict[str, Any]]) -> None:
+        """Add records (new keys only), one write + fsync."""
+        new = [r for r in records if record_key(r) not in self.records]
+        if not new:
+            return
+        text = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in new)
+        with open(self.samples_path, "a", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        for r in new:
+            self.records[record_key(r)] = r
+
+    def rewrite(self, records: Iterable[dict[str, Any]]) -> None:
+        """Replace records with the same keys (regrading), writing the whole file atomically."""
+        for r in records:
+            self.records[record_key(r)] = r
+        tmp = self.samples_path.with_suffix(".jsonl.tmp")
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in self.records.values()))
+            f.flush()
+            os.fsync(f.fileno())
+        tmp.replace(self.samples_path)

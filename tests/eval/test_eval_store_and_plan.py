@@ -1,0 +1,93 @@
+"""The pieces of `nemo-lead eval` that need no model: the run folder's resume rules, chunk seeds, budgets."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from nemo_lead.data import Problem
+from nemo_lead.eval.config import EvalConfig, budget_points, model_name
+from nemo_lead.eval.plan import chunk_seed, dataset_name, plan_chunks
+from nemo_lead.eval.store import SampleStore, SettingsMismatch, settings_tag
+from nemo_lead.generation import SamplingParams
+
+SETTINGS = {"model": {"path": "/m"}, "sampling": {"temperature": 0.6, "n": 2}}
+
+
+def _rec(pid: str, s: int, tag: str, **kw) -> dict:
+    return {"dataset": "d", "problem_id": pid, "sample": s, "run": tag, "correct": False, **kw}
+
+
+def test_store_tolerates_only_a_torn_last_line(tmp_path):
+    tag = settings_tag(SETTINGS)
+    store = SampleStore.open(tmp_path, SETTINGS, write=True)
+    store.append([_rec("a", 0, tag), _rec("a", 1, tag)])
+    path = tmp_path / "samples.jsonl"
+    path.write_bytes(path.read_bytes() + b'{"dataset": "d", "probl')  # a crash in the middle of a write
+    reader = SampleStore.open(tmp_path, SETTINGS, write=False)
+    assert sorted(reader.records) == [("d", "a", 0), ("d", "a", 1)] and reader.torn_bytes == 23
+    assert path.read_bytes().endswith(b"probl")  # reading alone leaves the file as it is
+    writer = SampleStore.open(tmp_path, SETTINGS, write=True)
+    writer.append([_rec("a", 1, tag, correct=True), _rec("b", 0, tag)])  # a known key is not written again
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    assert [(r["problem_id"], r["sample"], r["correct"]) for r in lines] == [("a", 0, False), ("a", 1, False),
+                                                                             ("b", 0, False)]
+    path.write_text(path.read_text().replace('"b"', '"b', 1))  # now a malformed line that is not the last
+    path.write_text(path.read_text() + json.dumps(_rec("c", 0, tag)) + "\n")
+    with pytest.raises(ValueError, match=r"samples.jsonl:3: malformed line"):
+        SampleStore.open(tmp_path, SETTINGS, write=False)
+
+
+def test_store_refuses_other_settings_naming_what_differs(tmp_path):
+    SampleStore.open(tmp_path, SETTINGS, write=True).append([_rec("a", 0, settings_tag(SETTINGS))])
+    other = {"model": {"path": "/m2"}, "sampling": {"temperature": 0.7, "n": 2}}
+    with pytest.raises(SettingsMismatch) as e:
+        SampleStore.open(tmp_path, other, write=False)
+    assert "model.path: '/m' there, '/m2' now; sampling.temperature: 0.6 there, 0.7 now" in str(e.value)
+    (tmp_path / "run.json").unlink()  # without run.json the tag on each line still tells
+    with pytest.raises(SettingsMismatch, match=r"samples.jsonl:1: sample made with other settings"):
+        SampleStore.open(tmp_path, other, write=False)
+
+
+def test_store_rewrite_replaces_records_atomically(tmp_path):
+    tag = settings_tag(SETTINGS)
+    store = SampleStore.open(tmp_path, SETTINGS, write=True)
+    store.append([_rec("a", 0, tag), _rec("a", 1, tag)])
+    store.rewrite([_rec("a", 1, tag, correct=True)])
+    again = SampleStore.open(tmp_path, SETTINGS, write=False)
+    assert [r["correct"] for r in again.records.values()] == [False, True]
+    assert not list(tmp_path.glob("*.tmp"))
+
+
+def _problems(name: str, n: int) -> list[Problem]:
+    return [Problem(f"{name}-{i}", f"q{i}", str(i)) for i in range(n)]
+
+
+def test_chunk_seeds_depend_on_the_chunk_only():
+    a, b = _problems("a", 5), _problems("b", 3)
+    chunks = plan_chunks({"a": a, "b": b}, 2, seed=7)
+    assert [(c.dataset, [p.id for p in c.problems]) for c in chunks] == [
+        ("a", ["a-0", "a-1"]), ("a", ["a-2", "a-3"]), ("a", ["a-4"]), ("b", ["b-0", "b-1"]), ("b", ["b-2"])]
+    alone = plan_chunks({"b": b}, 2, seed=7)  # b's chunks whatever comes before them
+    assert [c.seed for c in alone] == [c.seed for c in chunks[3:]]
+    assert chunks[3].seed == chunk_seed(7, "b", ["b-0", "b-1"]) < 2**63
+    assert len({c.seed for c in chunks}) == 5
+    assert chunk_seed(8, "b", ["b-0", "b-1"]) != chunks[3].seed and chunk_seed(7, "a", ["b-0", "b-1"]) != chunks[3].seed
+
+
+def test_budgets_names_and_config_checks(tmp_path):
+    cfg = EvalConfig(model="m")
+    assert cfg.sampling.temperature == 0.6 and cfg.sampling.top_p == 0.95 and cfg.sampling.n == 32
+    points = budget_points(cfg)
+    assert points[0] == 896 and points[-1] == 14336 and len(points) == 17 and 8192 in points  # 16 steps + 8192
+    cfg.sampling.max_tokens = 8192
+    assert budget_points(cfg) == [512 * i for i in range(1, 17)]
+    cfg.budgets = [100, 9000, 4000]
+    assert budget_points(cfg) == [100, 4000]
+    assert model_name(str(tmp_path / "lead-7b" / "checkpoints" / "step_000100")) == "lead-7b-step_000100"
+    assert dataset_name("aime24") == "aime24" and dataset_name("/x/my_set.jsonl") == "my_set"
+    with pytest.raises(ValueError, match="sampling.seed must be an integer"):
+        EvalConfig(model="m", sampling=SamplingParams(seed=None))
+    with pytest.raises(ValueError, match="--compare"):
+        EvalConfig()
