@@ -112,7 +112,10 @@ def read_summary(run: str) -> dict[str, Any]:
 def compare_markdown(runs: Sequence[str]) -> str:
     """The paper's table side by side: a row per run, Cons@k / Pass@1 / Len per dataset, then each run's
     settings (runs made with different settings are not comparable cell by cell)."""
-    summaries = [(Path(r).name if Path(r).is_dir() else Path(r).parent.name, read_summary(r)) for r in runs]
+    folders = [Path(r) if Path(r).is_dir() else Path(r).parent for r in runs]
+    names = [f.name for f in folders]
+    labels = [f.name if names.count(f.name) == 1 else str(f) for f in folders]  # full paths when names clash
+    summaries = [(label, read_summary(r)) for label, r in zip(labels, runs)]
     datasets: list[str] = []
     for _, s in summaries:
         datasets += [d for d in s["datasets"] if d not in datasets]
