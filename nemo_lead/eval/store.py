@@ -3,7 +3,7 @@
 Resume rules (why this module exists):
 - A sample is keyed by (dataset, problem_id, sample). A rerun into the same folder generates only the
   chunks (see plan.py) that miss a key, and appends the missing samples; finished samples are never
-  regenerated or rewritten.
+  regenerated (only rewritten when regraded, below).
 - The settings that shape a sample (the model's identity and tokenizer folder, precision, sampling
   parameters incl. n and seed, stop tokens, prompt format, problems_per_call) are stored in run.json, and a short hash of them
   (`run`) is written on every line. Opening the folder with other settings fails with SettingsMismatch,
