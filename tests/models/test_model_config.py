@@ -130,3 +130,18 @@ def test_char_tokenizer_round_trips_and_chats(tmp_path):
     assert prompt == "<|user|>1+1?<|assistant|><think>\n"
     with pytest.raises(FileNotFoundError, match="no tokenizer"):
         load_tokenizer(tmp_path)
+
+
+def test_tokenizer_is_the_same_with_or_without_config_json(tmp_path):
+    """A qwen2 config.json beside a generic tokenizer.json must not switch to Qwen2Tokenizer (which drops
+    whitespace for the character vocabulary): the HF folder and a checkpoint's tokenizer/ folder agree."""
+    import shutil
+
+    folder = write_tiny_model(tmp_path / "tiny", "qwen2")
+    bare = tmp_path / "tokenizer"
+    bare.mkdir()
+    for f in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(folder / f, bare / f)
+    text = "a b\nc"
+    ids = load_tokenizer(folder)(text)["input_ids"]
+    assert ids == load_tokenizer(bare)(text)["input_ids"] and len(ids) == len(text)
