@@ -35,11 +35,19 @@ its own longest sequence), so the model config sets megatron's `variable_seq_len
 the p2p code then sends each activation's shape before the activation. Losses and metrics live on the
 last stage; the step all-reduces them over DP there and broadcasts them to the other stages.
 
-Tested on CPU / gloo in fp32 (tests/training/test_actor.py): TP1, TP2, PP2, TP2xPP2 and DP2 (with and
-without the distributed optimizer) against each other and against transformers' model with torch's
-AdamW (loss, gradient norm, updated weights), log-probs against transformers at TP1 / TP2 / PP2,
-token budgets, activation recomputation on / off, SFT. bf16 parameters (the GPU default) only run in
-`bench/actor_bench.py --gpu`.
+What is tested where (CPU, gloo; tests/training/test_actor.py unless named):
+- fp32, against transformers' Qwen2 (tied embeddings, q/k/v biases) with torch's AdamW and the same loss:
+  loss, gradient norm (1e-5) and the weights after one clipped AdamW step (2e-6), and per-token log-probs
+  and entropies (1e-5), at TP1; TP2, PP2, DP2 (plain and distributed optimizer; global batch split here,
+  and each DP rank passing its own sequences); TP2 x PP2 (4 ranks). All but TP1 run many micro-batches.
+- token budgets (one micro-batch vs several vs one per sequence) for token-mean, the paper's
+  seq-mean-token-mean and Dr. GRPO's constant normaliser: the same loss and gradient norm (1e-6);
+- activation recomputation (full / uniform and selective) equal to none (1e-6); SFT loss = transformers'
+  masked NLL, and a few steps reduce it; one sequence on two DP ranks (the other runs an empty stand-in);
+- bf16 parameters (the GPU default; fp32 master weights): a CPU smoke test within 2% of fp32;
+- resume and resharding: tests/training/test_resume.py (see `nemo_lead.training.checkpoint`).
+Not tested here: Transformer Engine / FP8 and anything CUDA-only (`bench/actor_bench.py --gpu` runs bf16 on
+a GPU).
 """
 
 from __future__ import annotations
@@ -70,11 +78,10 @@ from .microbatch import (
 PRECISION_CHOICES = ("auto", "fp32", "bf16", "fp16", "fp8")
 RECOMPUTE_GRANULARITIES = ("full", "selective")
 RECOMPUTE_METHODS = ("uniform", "block")
+LR_DECAY_STYLES = ("constant", "linear", "cosine")
 
 
 # ----------------------------------------------------------------------------- configuration
-LR_DECAY_STYLES = ("constant", "linear", "cosine")
-
 
 @dataclass
 class ActorOptimConfig:
@@ -173,7 +180,6 @@ class ActorConfig:
         elif method is not None or n is not None:
             raise ValueError("actor.recompute_method / actor.recompute_num_layers apply only with "
                              "actor.recompute_granularity=full")
-        self.optim.validate()
 
     def megatron_overrides(self) -> dict[str, Any]:
         """TransformerConfig settings the actor needs (see the module docstring for the first two)."""
@@ -295,8 +301,8 @@ def build_actor(cfg: ActorConfig, parallel: Any = None) -> Actor:
     o = cfg.optim
     optimizer = get_megatron_optimizer(
         OptimizerConfig(
-            optimizer="adam", lr=o.lr, min_lr=o.lr if o.min_lr is None else o.min_lr, weight_decay=o.weight_decay, adam_beta1=o.adam_beta1,
-            adam_beta2=o.adam_beta2, adam_eps=o.adam_eps, clip_grad=o.clip_grad,
+            optimizer="adam", lr=o.lr, min_lr=o.lr if o.min_lr is None else o.min_lr, weight_decay=o.weight_decay,
+            adam_beta1=o.adam_beta1, adam_beta2=o.adam_beta2, adam_eps=o.adam_eps, clip_grad=o.clip_grad,
             use_distributed_optimizer=o.use_distributed_optimizer, bf16=precision in ("bf16", "fp8"),
             fp16=precision == "fp16", params_dtype=gpt.config.params_dtype,
         ),
@@ -390,20 +396,20 @@ def _reduce_metrics(outputs: list[dict[str, torch.Tensor]], sums: list[str], max
     """Sum (`sums`) / max (`maxes`) the micro-batches' metrics on the last stage, over DP, then share them
     with the other pipeline stages. Keys must be the same on every rank."""
     _, _, dp_group = _dp()
-    total = torch.zeros(len(sums), dtype=torch.float64)
-    peak = torch.full((len(maxes),), float("-inf"), dtype=torch.float64)
+    device = _collective_device()
+    total = torch.zeros(len(sums), dtype=torch.float64, device=device)
+    peak = torch.full((len(maxes),), float("-inf"), dtype=torch.float64, device=device)
     for out in outputs:
-        total += torch.stack([out[k].detach().double().cpu() for k in sums]) if sums else 0
+        if sums:
+            total += torch.stack([out[k].detach().double() for k in sums]).to(device)
         if maxes:
-            peak = torch.maximum(peak, torch.stack([out[k].detach().double().cpu() for k in maxes]))
-    packed = torch.cat([total, peak])
+            peak = torch.maximum(peak, torch.stack([out[k].detach().double() for k in maxes]).to(device))
     if _is_last_stage():
         dist.all_reduce(total, group=dp_group)
         if maxes:
             dist.all_reduce(peak, op=dist.ReduceOp.MAX, group=dp_group)
-        packed = torch.cat([total, peak])
-    packed = _broadcast_from_last_stage(packed.to(_collective_device()))
-    return {k: float(v) for k, v in zip([*sums, *maxes], packed.cpu().tolist())}
+    packed = _broadcast_from_last_stage(torch.cat([total, peak]))
+    return dict(zip([*sums, *maxes], packed.cpu().tolist()))
 
 
 def _collective_device() -> torch.device:
@@ -524,13 +530,6 @@ def _train(actor: Actor, plan: _Plan, loss_fn: Callable, sums: list[str], maxes:
     return metrics
 
 
-def _dense(mb: MicroBatch, name: str) -> torch.Tensor:
-    value = getattr(mb, name)
-    if value is None:
-        raise ValueError(f"this step needs batch.{name}")
-    return value
-
-
 def policy_train_step(
     actor: Actor,
     batch: SequenceBatch,
@@ -571,7 +570,7 @@ def policy_train_step(
 
     def loss_fn(mb: MicroBatch, logits: torch.Tensor):
         logp, ent = token_logprobs(logits, mb.targets, vocab, temperature=temperature, entropy=with_entropy)
-        loss, m = policy_loss(logp, _dense(mb, "old_logprobs"), mb.advantages, mb.loss_mask, cfg,
+        loss, m = policy_loss(logp, mb.old_logprobs, mb.advantages, mb.loss_mask, cfg,
                               ref_logp=mb.ref_logprobs, entropy=ent, denominator=denominator)
         n = m["tokens"]
         out = {"loss": loss.detach(), "tokens": n, "ratio_max": m["ratio_max"]}

@@ -140,6 +140,11 @@ def _one_rank_job(hf_dir, batch, sft_batch):
     from nemo_lead.training.actor import policy_train_step
 
     out["recompute"] = policy_train_step(build_actor(cfg, info), batch, LEAD, temperature=TEMPERATURE)
+    cfg = ActorConfig(model=hf_dir, micro_batch_tokens=SMALL_BUDGET, optim=OPTIM, recompute_granularity="selective")
+    out["selective"] = policy_train_step(build_actor(cfg, info), batch, LEAD, temperature=TEMPERATURE)
+    # bf16 parameters (the GPU default) with fp32 master weights in megatron's optimizer: runs on the CPU too
+    actor = build_actor(ActorConfig(model=hf_dir, precision="bf16", micro_batch_tokens=SMALL_BUDGET, optim=OPTIM), info)
+    out["bf16"] = (policy_train_step(actor, batch, LEAD, temperature=TEMPERATURE), next(actor.gpt.parameters()).dtype)
     # SFT: the first step's loss is the masked token-mean NLL; a few steps at a high lr reduce it
     actor = build_actor(ActorConfig(model=hf_dir, micro_batch_tokens=SMALL_BUDGET, optim={"lr": 1e-2}), info)
     out["sft"] = [sft_train_step(actor, sft_batch)["loss"] for _ in range(6)]
@@ -225,8 +230,12 @@ def test_one_rank_matches_transformers(hf_dir, batches):
         assert all(c["padding_fraction"] < whole["padding_fraction"] for c in cut)  # similar lengths together
         for c in (whole, *cut):
             assert c["loss"] == pytest.approx(ref_loss, abs=1e-6) and c["grad_norm"] == pytest.approx(ref_norm, abs=1e-6)
-    rec = out["recompute"]
-    assert rec["loss"] == pytest.approx(m["loss"], abs=1e-6) and rec["grad_norm"] == pytest.approx(m["grad_norm"], abs=1e-6)
+    for key in ("recompute", "selective"):
+        rec = out[key]
+        assert rec["loss"] == pytest.approx(m["loss"], abs=1e-6) and rec["grad_norm"] == pytest.approx(m["grad_norm"], abs=1e-6)
+    bf16, dtype = out["bf16"]
+    assert dtype == torch.bfloat16 and bf16["update_skipped"] == 0.0
+    assert bf16["loss"] == pytest.approx(m["loss"], rel=0.02) and bf16["grad_norm"] == pytest.approx(m["grad_norm"], rel=0.02)
     masked_nll = torch.cat([-lp for lp in sft_logps]).mean().item()
     assert out["sft"][0] == pytest.approx(masked_nll, abs=1e-5)
     assert all(b < a for a, b in zip(out["sft"], out["sft"][1:])) and out["sft"][-1] < 0.8 * out["sft"][0]

@@ -1,0 +1,270 @@
+"""Actor train-step throughput: our Megatron actor against transformers' Qwen2ForCausalLM with a plain torch
+AdamW loop, and (on a GPU) the actor's model-FLOPs utilisation.
+
+CPU (default): the same random Qwen2 weights (4 layers, hidden 256, 4 heads / 2 KV heads, ffn 1024, the
+~100-token character vocabulary of `nemo_lead.models.write_tiny_model`), fp32, one global batch of 8
+sequences x 512 tokens per step, the masked next-token loss over all but the first token (SFT):
+- ours: `sft_train_step` (megatron's schedule, DDP, megatron's Adam with gradient clipping, one micro-batch
+  of 8 x 512 = the token budget), TP1 on one process (gloo), the CPU compatibility layer on;
+- baseline: `Qwen2ForCausalLM(input_ids, labels=...)` (its default attention, SDPA), `loss.backward()`,
+  `clip_grad_norm_`, `torch.optim.AdamW.step()`, `zero_grad()`.
+Both sides use the same torch thread count in one process, alternating blocks of steps (the CPU layer is
+switched off while the baseline runs, so it does not tax it); tokens/s = trained tokens per second,
+median over blocks. Goal: ours / baseline >= 1.0. Also reported: `policy_train_step` (the GRPO-LEAD loss
+with old log-probs and the same batch) at the same shape.
+
+    OMP_NUM_THREADS=1 .venv/bin/python bench/actor_bench.py [--record] [--threads 1] [--steps 3 --repeats 3]
+
+GPU (`--gpu`, needs CUDA and megatron-core there): MFU of one `sft_train_step` of a Qwen2-1.5B-shaped
+model (R1-Distill-Qwen-1.5B: 28 layers, hidden 1536, 12 heads / 2 KV heads, ffn 8960, vocabulary 151936,
+tied embeddings; random weights), bf16 parameters with fp32 master weights and gradient reduction, local
+layer spec (no Transformer Engine), TP1, sequences of 4096 tokens, one sequence per micro-batch, 8 per
+step. Model FLOPs per step = tokens x (6 N + 12 L h s) (PaLM's count: N = parameters used in matrix
+multiplies, tied embedding counted once as the LM head; the attention term not halved for causality);
+MFU = FLOPs / step time / peak (H200 dense bf16: 790 TFLOP/s, `--peak-tflops`). Goal >= 40%.
+`--gpu --dry-run` runs the same code path on the CPU with a small shape (to check the script).
+
+    .venv/bin/python bench/actor_bench.py --gpu [--record] [--out /tmp/actor_gpu.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from functools import partial
+from pathlib import Path
+
+import torch
+from results_md import record as record_md
+
+record = partial(record_md, "actor")
+SMALL = dict(num_hidden_layers=4, hidden_size=256, intermediate_size=1024, num_attention_heads=4,
+             num_key_value_heads=2, max_position_embeddings=1024)
+DRY_RUN_SHAPE = dict(num_hidden_layers=2, hidden_size=128, intermediate_size=256, num_attention_heads=4,
+                     num_key_value_heads=2)
+
+
+def _batch(n: int, length: int, vocab: int, seed: int = 0):
+    from nemo_lead.training.microbatch import SequenceBatch
+
+    g = torch.Generator().manual_seed(seed)
+    tokens = torch.randint(1, vocab, (n, length), generator=g)
+    return SequenceBatch(tokens=list(tokens), prompt_lens=[1] * n)
+
+
+# ----------------------------------------------------------------------------- CPU: ours vs transformers
+class _Baseline:
+    """transformers' model + torch AdamW, the loop a user writes by hand."""
+
+    def __init__(self, folder: Path, optim: dict):
+        import transformers
+
+        self.model = transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).train()
+        decay = [p for n, p in self.model.named_parameters() if p.dim() > 1]
+        rest = [p for n, p in self.model.named_parameters() if p.dim() <= 1]
+        self.opt = torch.optim.AdamW([{"params": decay, "weight_decay": optim["weight_decay"]},
+                                      {"params": rest, "weight_decay": 0.0}], lr=optim["lr"])
+        self.clip = optim["clip_grad"]
+
+    def step(self, ids: torch.Tensor) -> float:
+        loss = self.model(input_ids=ids, labels=ids).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.clip)
+        self.opt.step()
+        self.opt.zero_grad(set_to_none=True)
+        return float(loss)
+
+
+def _timed(fn, steps: int) -> float:
+    t = time.perf_counter()
+    for _ in range(steps):
+        fn()
+    return (time.perf_counter() - t) / steps
+
+
+def cpu_bench(args) -> None:
+    from nemo_lead.algorithms import LeadConfig
+    from nemo_lead.models import write_tiny_model
+    from nemo_lead.parallel import cpu, destroy_parallel, init_parallel, seed_model_parallel_rng
+    from nemo_lead.training.actor import (
+        ActorConfig,
+        build_actor,
+        compute_logprobs,
+        policy_train_step,
+        sft_train_step,
+    )
+
+    torch.set_num_threads(args.threads)
+    load_start = os.getloadavg()
+    folder = Path(tempfile.mkdtemp(prefix="actor_bench_")) / "qwen2"
+    write_tiny_model(folder, "qwen2", seed=0, **SMALL)
+    optim = {"lr": 1e-5, "weight_decay": 0.01, "clip_grad": 1.0}
+    baseline = _Baseline(folder, optim)
+    vocab = baseline.model.config.vocab_size
+    batch = _batch(args.batch, args.seq, vocab)
+    ids = torch.stack(batch.tokens)
+    tokens_per_step = args.batch * (args.seq - 1)
+
+    info = init_parallel(1, 1)
+    try:
+        actor = build_actor(ActorConfig(model=str(folder), precision="fp32", micro_batch_tokens=args.batch * args.seq,
+                                        optim=optim), info)
+        old = compute_logprobs(actor, batch)
+        g = torch.Generator().manual_seed(1)
+        policy_batch = dataclasses.replace(batch, old_logprobs=[o + 0.05 * torch.randn(o.shape, generator=g) for o in old],
+                                           advantages=torch.randn(args.batch, generator=g))
+        lead = LeadConfig()
+        ours = {"sft": lambda: sft_train_step(actor, batch), "policy": lambda: policy_train_step(actor, policy_batch, lead)}
+        runs: dict[str, list[float]] = {"sft": [], "policy": [], "transformers": []}
+        for side in ("sft", "policy"):
+            ours[side]()  # warm-up
+        cpu.disable()
+        baseline.step(ids)
+        for rep in range(args.repeats):  # alternate the sides so drifting load hits both
+            runs["transformers"].append(_timed(lambda: baseline.step(ids), args.steps))
+            cpu.enable()
+            seed_model_parallel_rng(1234)  # a fresh CPU tracker needs its streams again
+            for side in ("sft", "policy"):
+                runs[side].append(_timed(ours[side], args.steps))
+            cpu.disable()
+            print(f"[rep {rep}] " + ", ".join(f"{k} {tokens_per_step / v[-1]:.0f} tok/s" for k, v in runs.items()),
+                  flush=True)
+        cpu.enable()
+    finally:
+        destroy_parallel()
+    rate = {k: tokens_per_step / statistics.median(v) for k, v in runs.items()}
+    for k in ("sft", "policy"):
+        print(f"{k}: ours {rate[k]:.0f} tok/s, transformers + AdamW {rate['transformers']:.0f} tok/s, "
+              f"ratio {rate[k] / rate['transformers']:.2f}x (goal >= 1.0x)")
+    if args.record:
+        load_end = os.getloadavg()
+        cmd = "OMP_NUM_THREADS=1 .venv/bin/python bench/actor_bench.py --record"
+        extra = [a for a in sys.argv[1:] if a != "--record"]
+        cmd += (" " + " ".join(extra)) if extra else ""
+        record("cpu", "Train step: Megatron actor vs transformers + AdamW (CPU)", [
+            f"Command: `{cmd}`; {datetime.date.today().isoformat()}, nproc {os.cpu_count()}, torch threads "
+            f"{args.threads} (both sides), OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}, load average "
+            f"{load_start[0]:.2f} / {load_start[1]:.2f} / {load_start[2]:.2f} at the start, {load_end[0]:.2f} / "
+            f"{load_end[1]:.2f} / {load_end[2]:.2f} at the end (1 / 5 / 15 min).",
+            "",
+            f"Qwen2 4 layers, hidden 256, 4 heads / 2 KV heads, ffn 1024, vocabulary {vocab} (random weights, fp32); "
+            f"{args.batch} sequences x {args.seq} tokens per step, next-token loss on {tokens_per_step} tokens; "
+            f"median of {args.repeats} alternating blocks of {args.steps} steps. Baseline: transformers "
+            "`Qwen2ForCausalLM` (SDPA attention) + `clip_grad_norm_` + `torch.optim.AdamW` in a plain loop.",
+            "",
+            "| step | ours tok/s | transformers + AdamW tok/s | ratio |",
+            "| --- | --- | --- | --- |",
+            *(f"| {k} | {rate[k]:.0f} | {rate['transformers']:.0f} | **{rate[k] / rate['transformers']:.2f}x** |"
+              for k in ("sft", "policy")),
+            "",
+            "\"sft\": `sft_train_step` (the same loss as the baseline). \"policy\": `policy_train_step` (GRPO-LEAD "
+            "clipped loss, paper aggregation) on the same tokens with given old log-probs.",
+        ])
+
+
+# ----------------------------------------------------------------------------- GPU: MFU
+def model_flops_per_token(hf_config: dict, seq: int) -> float:
+    """PaLM's training FLOPs per token: 6 N + 12 L h s (N = matrix-multiply parameters incl. the LM head)."""
+    h, L, ffn = hf_config["hidden_size"], hf_config["num_hidden_layers"], hf_config["intermediate_size"]
+    heads, kv = hf_config["num_attention_heads"], hf_config["num_key_value_heads"]
+    d = h // heads
+    per_layer = h * heads * d + 2 * h * kv * d + heads * d * h + 3 * h * ffn
+    n = L * per_layer + hf_config["vocab_size"] * h
+    return 6 * n + 12 * L * h * seq
+
+
+def gpu_bench(args) -> dict:
+    from nemo_lead.models import read_hf_config
+    from nemo_lead.parallel import destroy_parallel, init_parallel
+    from nemo_lead.training.actor import ActorConfig, build_actor, sft_train_step
+
+    if not torch.cuda.is_available() and not args.dry_run:
+        raise SystemExit("--gpu needs a CUDA device (or --dry-run to check the code path on the CPU)")
+    if args.dry_run:  # a small random HF folder, fp32 on the CPU
+        model, precision, seq, per_step = _dry_run_folder(), "fp32", 128, 2
+    else:  # the preset: random initialisation on the GPU, no weights to read
+        model, precision, seq, per_step = "r1-distill-qwen-1.5b", "bf16", args.gpu_seq, args.gpu_batch
+    hf_config = read_hf_config(model)
+    info = init_parallel(1, 1)
+    try:
+        cfg = ActorConfig(model=model, precision=precision, layer_spec="local", micro_batch_tokens=seq,
+                          optim={"lr": 1e-6})
+        actor = build_actor(cfg, info)
+        batch = _batch(per_step, seq, hf_config["vocab_size"])
+        sync = torch.cuda.synchronize if torch.cuda.is_available() else (lambda: None)
+        sft_train_step(actor, batch)  # warm-up: allocator, kernels
+        times = []
+        for _ in range(args.gpu_steps):
+            sync()
+            t = time.perf_counter()
+            sft_train_step(actor, batch)
+            sync()
+            times.append(time.perf_counter() - t)
+        step_s = statistics.median(times)
+        flops = model_flops_per_token(hf_config, seq) * per_step * seq
+        peak = args.peak_tflops * 1e12
+        out = {
+            "model": ("dry run: small shape on CPU" if args.dry_run else "Qwen2-1.5B shape (R1-Distill)")
+                     + f", {cfg.precision}, random weights, local spec, TP1, one process",
+            "seq": seq, "sequences_per_step": per_step, "micro_batch_tokens": cfg.micro_batch_tokens,
+            "step_s": step_s, "tokens_per_s": per_step * seq / step_s, "model_tflops_per_step": flops / 1e12,
+            "achieved_tflops": flops / step_s / 1e12, "peak_tflops": args.peak_tflops, "mfu": flops / step_s / peak,
+            "max_memory_gb": torch.cuda.max_memory_allocated() / 1e9 if torch.cuda.is_available() else None,
+            "device": "cpu (dry run)" if args.dry_run else torch.cuda.get_device_name(), "torch": torch.__version__,
+        }
+    finally:
+        destroy_parallel()
+    print(json.dumps(out, indent=2))
+    if args.out:
+        Path(args.out).write_text(json.dumps(out, indent=2))
+    if args.record and not args.dry_run:
+        record("gpu", "Train-step MFU on a GPU", [
+            f"Command: `.venv/bin/python bench/actor_bench.py --gpu --record`; {datetime.date.today().isoformat()}, "
+            f"{out['device']}, torch {out['torch']}.",
+            "",
+            f"{out['model']}; {per_step} sequences x {seq} tokens per step (one per micro-batch), `sft_train_step`: "
+            f"{out['step_s']:.2f} s per step, {out['tokens_per_s']:.0f} tokens/s, {out['achieved_tflops']:.0f} TFLOP/s "
+            f"= **MFU {100 * out['mfu']:.1f}%** of {args.peak_tflops:.0f} TFLOP/s (PaLM FLOPs count; goal >= 40%); "
+            f"peak memory {out['max_memory_gb']:.1f} GB.",
+        ])
+    return out
+
+
+def _dry_run_folder() -> str:
+    from nemo_lead.models import write_tiny_model
+
+    folder = Path(tempfile.mkdtemp(prefix="actor_bench_dry_")) / "qwen2"
+    return str(write_tiny_model(folder, "qwen2", seed=0, tie_word_embeddings=True, **DRY_RUN_SHAPE))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--gpu", action="store_true", help="GPU MFU benchmark (1.5B shape, seq 4096, bf16)")
+    ap.add_argument("--record", action="store_true", help="write the figures to bench/RESULTS.md")
+    ap.add_argument("--threads", type=int, default=1, help="CPU: torch threads for both sides")
+    ap.add_argument("--batch", type=int, default=8, help="CPU: sequences per step")
+    ap.add_argument("--seq", type=int, default=512, help="CPU: tokens per sequence")
+    ap.add_argument("--steps", type=int, default=3, help="CPU: steps per timed block")
+    ap.add_argument("--repeats", type=int, default=3, help="CPU: alternating blocks per side")
+    ap.add_argument("--gpu-seq", type=int, default=4096)
+    ap.add_argument("--gpu-batch", type=int, default=8, help="GPU: sequences per step")
+    ap.add_argument("--gpu-steps", type=int, default=3, help="GPU: timed steps (after one warm-up)")
+    ap.add_argument("--peak-tflops", type=float, default=790.0, help="GPU: dense bf16 peak (H200: ~790)")
+    ap.add_argument("--out", default=None, help="GPU: write the figures as JSON here")
+    ap.add_argument("--dry-run", action="store_true", help="GPU: run its code path on the CPU with a small shape")
+    args = ap.parse_args()
+    if args.gpu:
+        gpu_bench(args)
+    else:
+        cpu_bench(args)
+
+
+if __name__ == "__main__":
+    main()
