@@ -147,6 +147,9 @@ def _one_rank_job(hf_dir, batch, sft_batch):
     out["bf16"] = (policy_train_step(actor, batch, LEAD, temperature=TEMPERATURE), next(actor.gpt.parameters()).dtype)
     # SFT: the first step's loss is the masked token-mean NLL; a few steps at a high lr reduce it
     actor = build_actor(ActorConfig(model=hf_dir, micro_batch_tokens=SMALL_BUDGET, optim={"lr": 1e-2}), info)
+    from nemo_lead.generation.megatron_engine import resolve_model
+
+    out["refit_finds_the_live_model"] = resolve_model(actor) is actor.gpt  # the rollout engine's refit(actor)
     out["sft"] = [sft_train_step(actor, sft_batch)["loss"] for _ in range(6)]
     destroy_parallel()
     return out
@@ -236,6 +239,7 @@ def test_one_rank_matches_transformers(hf_dir, batches):
     bf16, dtype = out["bf16"]
     assert dtype == torch.bfloat16 and bf16["update_skipped"] == 0.0
     assert bf16["loss"] == pytest.approx(m["loss"], rel=0.02) and bf16["grad_norm"] == pytest.approx(m["grad_norm"], rel=0.02)
+    assert out["refit_finds_the_live_model"]
     masked_nll = torch.cat([-lp for lp in sft_logps]).mean().item()
     assert out["sft"][0] == pytest.approx(masked_nll, abs=1e-5)
     assert all(b < a for a, b in zip(out["sft"], out["sft"][1:])) and out["sft"][-1] < 0.8 * out["sft"][0]
@@ -286,13 +290,20 @@ def test_bad_actor_config_names_the_key(kwargs, message):
         ActorConfig(**kwargs)
 
 
-def test_actor_config_is_a_structured_config_section(tmp_path):
-    from omegaconf import OmegaConf
+@dataclasses.dataclass
+class _Job:
+    actor: ActorConfig = dataclasses.field(default_factory=ActorConfig)
 
-    cfg = OmegaConf.structured(ActorConfig)
-    merged = OmegaConf.merge(cfg, {"tp": 2, "optim": {"lr": 3e-6}, "recompute_granularity": "selective"})
-    actor = OmegaConf.to_object(merged)
-    assert isinstance(actor.optim, ActorOptimConfig) and actor.optim.lr == 3e-6 and actor.tp == 2
+
+def test_actor_config_is_a_job_config_section(tmp_path):
+    from nemo_lead.config import ConfigError, load_config
+
+    job = load_config(_Job, [], ["actor.tp=2", "actor.optim.lr=3e-6", "actor.recompute_granularity=selective"])
+    assert isinstance(job.actor.optim, ActorOptimConfig) and job.actor.optim.lr == 3e-6 and job.actor.tp == 2
+    with pytest.raises(ConfigError, match="did you mean 'actor.optim.lr'"):
+        load_config(_Job, [], ["actor.optim.lrr=1"])
+    with pytest.raises(ConfigError, match="needs actor.recompute_method"):
+        load_config(_Job, [], ["actor.recompute_granularity=full"])
     assert ActorConfig(pp=2).megatron_overrides()["variable_seq_lengths"] is True
     assert "variable_seq_lengths" not in ActorConfig().megatron_overrides()
     assert model_source("tiny-qwen2") == ("preset", "tiny-qwen2")
