@@ -33,8 +33,8 @@ loading uses the plain strategy (each rank reads what it holds) - both work on C
 writer starts helper processes (a spawned multiprocessing Manager and forked writers), so scripts that
 save must guard their entry point with `if __name__ == "__main__":`.
 
-Resuming (`load_train_state`): model, optimizer (the distributed optimizer's: any DP size at the saving
-TP x PP) and loop state load into any layout. RNG states are
+Resuming (`load_train_state`): model, optimizer (the distributed optimizer's: at the saving TP x PP; megatron
+documents its format as DP-reshardable, not tested here) and loop state load into any layout. RNG states are
 per rank and only mean something in the layout that saved them: they are restored when the world size,
 TP and PP are the same, and otherwise left as seeded (the return value says which).
 
@@ -89,6 +89,12 @@ def _rank() -> int:
     import torch.distributed as dist
 
     return dist.get_rank() if dist.is_initialized() else 0
+
+
+def _world_size() -> int:
+    import torch.distributed as dist
+
+    return dist.get_world_size() if dist.is_initialized() else 1
 
 
 def _barrier() -> None:
@@ -293,7 +299,8 @@ def _set_rng_states(states: dict[str, Any]) -> None:
 
 
 # The distributed optimizer's checkpoint format. "dp_reshardable" writes each DP rank's flat shard of the
-# optimizer buffers as it is (no gather) and loads into any DP size at the same TP x PP. The formats that
+# optimizer buffers as it is (no gather); megatron documents it as loadable at any DP size with the same
+# TP x PP (we test the same layout only). The formats that
 # would also reshard over TP / PP do not work with megatron-core 0.16.1 when the Adam is torch's (no
 # Transformer Engine / apex, as on CPU): "fully_sharded_model_space" (its default) is refused by its own
 # dist_checkpointing ("flattened_range is not supported") and "fully_reshardable" fails on load (it copies
@@ -385,9 +392,7 @@ def save_train_state(
         _barrier()
         torch.save(_rng_states(), _rng_file(folder))
 
-    import torch.distributed as dist
-
-    meta = {"loop": dict(loop_state or {}), "world_size": dist.get_world_size() if dist.is_initialized() else 1,
+    meta = {"loop": dict(loop_state or {}), "world_size": _world_size(),
             "scheduler": scheduler.state_dict() if scheduler is not None else None,
             "distributed_optimizer": _is_distributed(optimizer), **(extra_meta or {})}
     return save_checkpoint(path, gpt, step=step, tokenizer_dir=tokenizer_dir, extra_meta=meta,
@@ -431,10 +436,7 @@ def load_train_state(path: str | Path, model, optimizer=None, *, scheduler=None,
         _restore_adam_steps(optimizer, state)
     if scheduler is not None and meta.get("scheduler"):
         scheduler.load_state_dict(meta["scheduler"])
-    import torch.distributed as dist
-
-    world = dist.get_world_size() if dist.is_initialized() else 1
-    meta["rng_restored"] = bool(load_rng and same_mp and world == meta["world_size"])
+    meta["rng_restored"] = bool(load_rng and same_mp and _world_size() == meta["world_size"])
     if meta["rng_restored"]:
         _set_rng_states(torch.load(_rng_file(path / "rng"), weights_only=False))
     meta.setdefault("loop", {})
