@@ -300,12 +300,12 @@ def _set_rng_states(states: dict[str, Any]) -> None:
 
 # The distributed optimizer's checkpoint format. "dp_reshardable" writes each DP rank's flat shard of the
 # optimizer buffers as it is (no gather); megatron documents it as loadable at any DP size with the same
-# TP x PP (we test the same layout only). The formats that
-# would also reshard over TP / PP do not work with megatron-core 0.16.1 when the Adam is torch's (no
-# Transformer Engine / apex, as on CPU): "fully_sharded_model_space" (its default) is refused by its own
-# dist_checkpointing ("flattened_range is not supported") and "fully_reshardable" fails on load (it copies
-# every optimizer-state key and torch Adam's "step" is not among the saved tensors). Plain (non-distributed)
-# optimizers ignore the setting: their state is sharded like the model's parameters and reshards anywhere.
+# TP x PP (we test the same layout only). The formats that would also reshard over TP / PP do not work
+# with megatron-core 0.16.1 when the Adam is torch's (no Transformer Engine / apex, as on CPU):
+# "fully_sharded_model_space" (its default) is refused by its own dist_checkpointing ("flattened_range is
+# not supported") and "fully_reshardable" fails on load (it copies every optimizer-state key and torch
+# Adam's "step" is not among the saved tensors). Plain (non-distributed) optimizers ignore the setting:
+# their state is sharded like the model's parameters and reshards anywhere.
 _OPTIM_METADATA = {"distrib_optim_sharding_type": "dp_reshardable"}
 
 
