@@ -34,6 +34,7 @@ import dataclasses
 import datetime
 import json
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -103,7 +104,7 @@ def cpu_bench(args) -> None:
 
     torch.set_num_threads(args.threads)
     load_start = os.getloadavg()
-    folder = Path(tempfile.mkdtemp(prefix="actor_bench_")) / "qwen2"
+    folder = Path(tempfile.mkdtemp(prefix="actor_bench_")) / "qwen2"  # removed at the end
     write_tiny_model(folder, "qwen2", seed=0, **SMALL)
     optim = {"lr": 1e-5, "weight_decay": 0.01, "clip_grad": 1.0}
     baseline = _Baseline(folder, optim)
@@ -139,6 +140,7 @@ def cpu_bench(args) -> None:
         cpu.enable()
     finally:
         destroy_parallel()
+        shutil.rmtree(folder.parent, ignore_errors=True)
     rate = {k: tokens_per_step / statistics.median(v) for k, v in runs.items()}
     for k in ("sft", "policy"):
         print(f"{k}: ours {rate[k]:.0f} tok/s, transformers + AdamW {rate['transformers']:.0f} tok/s, "
@@ -221,6 +223,8 @@ def gpu_bench(args) -> dict:
         }
     finally:
         destroy_parallel()
+        if args.dry_run:
+            shutil.rmtree(Path(model).parent, ignore_errors=True)
     print(json.dumps(out, indent=2))
     if args.out:
         Path(args.out).write_text(json.dumps(out, indent=2))
