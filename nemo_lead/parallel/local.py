@@ -63,8 +63,8 @@ def _kill(procs: Sequence[mp.process.BaseProcess]) -> None:
         if p.pid is not None and p.exitcode is None:
             try:
                 os.killpg(p.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+            except ProcessLookupError:  # died (or failed to start) before it made its own process group
+                p.kill()
     for p in procs:
         p.join(timeout=10)
 

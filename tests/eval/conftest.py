@@ -7,19 +7,10 @@ from __future__ import annotations
 import shutil
 
 import pytest
+from eval_settings import PROBLEMS, eval_args
 
 from nemo_lead.cli import main
 from nemo_lead.models import write_tiny_model
-
-PROBLEMS = [("a", "1+1", "2"), ("b", "2+3", "5"), ("c", "7-4", "3"), ("d", "2*4", "8"), ("e", "9-9", "0")]
-N, MAX_TOKENS, PER_CALL = 3, 12, 2  # 5 problems x 3 samples, in chunks (a, b), (c, d), (e)
-
-
-def eval_args(model, data, out, *extra: str) -> list[str]:
-    """`nemo-lead eval` arguments of the reference run (fp32 tiny model, small budget)."""
-    return ["eval", "--model", str(model), "--data", str(data), "--out", str(out), "--n", str(N),
-            "--max-tokens", str(MAX_TOKENS), f"problems_per_call={PER_CALL}", "verify_workers=1",
-            "budgets=[4,8,12]", "report_budgets=[8]", *extra]
 
 
 @pytest.fixture(scope="session")

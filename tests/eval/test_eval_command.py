@@ -7,7 +7,7 @@ import json
 
 import pytest
 import yaml
-from conftest import MAX_TOKENS, PROBLEMS, N, eval_args
+from eval_settings import MAX_TOKENS, PROBLEMS, N, eval_args
 
 from nemo_lead.cli import main
 from nemo_lead.eval.policy import policy_source

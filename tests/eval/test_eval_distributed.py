@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 import os
 
-from conftest import MAX_TOKENS, PER_CALL, N, eval_args
 from distributed import run_distributed
+from eval_settings import MAX_TOKENS, PER_CALL, N, eval_args
 
 from nemo_lead.cli import main, resolve_config
 
