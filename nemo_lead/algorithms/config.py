@@ -23,7 +23,7 @@ Presets (`LeadConfig.from_preset(name)`, `name` as in `PRESETS`):
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Optional
 
 ADVANTAGE_ESTIMATORS = ("grpo", "dr_grpo", "dgpo", "rloo")

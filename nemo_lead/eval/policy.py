@@ -9,8 +9,8 @@ name, size and modification time of every weight / config file in it -- rewritin
 model (without preserving times) makes it another model, and the run folder refuses to mix their samples;
 so does another tokenizer folder.
 
-Checkpoints belong to the training layer; this is the one module of the eval layer that imports it
-(`_checkpoint_api`), so moving those functions to the models layer changes one line here.
+Checkpoint folders are read with `nemo_lead.models.checkpoint`, imported inside the functions that need it
+so that `policy_source` stays free of torch.
 """
 
 from __future__ import annotations
@@ -20,12 +20,6 @@ from pathlib import Path
 from typing import Any
 
 _HF_PRECISION = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
-
-
-def _checkpoint_api():
-    from nemo_lead.training.checkpoint import build_from_checkpoint, read_checkpoint_meta
-
-    return build_from_checkpoint, read_checkpoint_meta
 
 
 @dataclass(frozen=True)
@@ -56,7 +50,8 @@ def policy_source(model: str, precision: str = "auto", tokenizer: str | None = N
         raise FileNotFoundError(f"--model {model}: no such folder")
     path = path.resolve()
     if (path / "meta.json").is_file():
-        _, read_checkpoint_meta = _checkpoint_api()
+        from nemo_lead.models.checkpoint import read_checkpoint_meta
+
         meta = read_checkpoint_meta(path)
         hf_config, kind, step = meta["hf_config"], "checkpoint", meta.get("step")
         saved = meta.get("precision", "fp32")
@@ -85,7 +80,8 @@ def load_policy(source: PolicySource | str, parallel: Any = None, precision: str
         source = policy_source(source)
     precision = precision or source.precision
     if source.kind == "checkpoint":
-        build_from_checkpoint, _ = _checkpoint_api()
+        from nemo_lead.models.checkpoint import build_from_checkpoint
+
         model, _ = build_from_checkpoint(source.path, parallel, precision)
         return model
     from nemo_lead.models import build_gpt, load_hf_weights

@@ -267,9 +267,8 @@ def build_actor(cfg: ActorConfig, parallel: Any = None) -> Actor:
     from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
 
     from nemo_lead.models import build_gpt, load_hf_weights
+    from nemo_lead.models.checkpoint import load_checkpoint, read_checkpoint_meta
     from nemo_lead.parallel import seed_model_parallel_rng
-
-    from .checkpoint import load_checkpoint, read_checkpoint_meta
 
     if not ps.model_parallel_is_initialized():
         raise RuntimeError("call nemo_lead.parallel.init_parallel(actor.tp, actor.pp) before build_actor")

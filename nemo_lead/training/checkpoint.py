@@ -1,275 +1,26 @@
-"""Checkpoints: megatron `dist_checkpointing`, written atomically, loadable into any TP/PP layout.
-
-Folder layout (one folder per saved step):
-
-    run_dir/checkpoints/
-      step_000100/
-        meta.json        what was saved: format, step, the saving layout (tp/pp/dp), precision, layer spec,
-                         vocab padding, the HF config (so the model can be rebuilt from the checkpoint alone)
-        tokenizer/       the HF tokenizer files, copied (optional)
-        model/           dist_checkpointing (torch_dist format) of {"model": model.sharded_state_dict()}
-        <part>/          more parts written in the same atomic save via `save_checkpoint(extra_parts=...)`;
-                         meta.json lists them. A training checkpoint (`save_train_state`) adds:
-        optim/           dist_checkpointing of {"optimizer": optimizer.sharded_state_dict(model's)}: Adam
-                         moments (and fp32 master weights) as sharded tensors keyed like the model's
-                         parameters, so they reshard like the model; the distributed optimizer's as its
-                         DP ranks' flat shards ("dp_reshardable": any DP size, the same TP x PP; see
-                         _OPTIM_METADATA); param-group settings as common state
-        rng/rank_NNNNN.pt  each rank's RNG states: python, numpy, torch CPU, CUDA (when present), megatron's
-                         model-parallel tracker (dropout inside TP regions)
-                       and in meta.json: "loop" (the caller's loop state: step, consumed samples, data
-                       position), "scheduler" (the learning-rate schedule's position), "world_size"
-      .tmp-step_000200/  a save in progress (or one that died): never read; removed by the next save
-
-Atomicity: all ranks write into `.tmp-step_N`; after a barrier rank 0 renames it to `step_N` (a rename is
-atomic on POSIX file systems), so a `step_N` folder is always complete. `latest_checkpoint` only sees
-complete ones.
-
-Resharding: dist_checkpointing stores global tensors with shard metadata, so a checkpoint saved at one
-TP/PP layout loads at another (the padded vocabulary does not depend on TP; see
-`nemo_lead.models.padded_vocab_size`). Save strategy: torch_dist (megatron's default), wrapped in
-`FullyParallelSaveStrategyWrapper` over the data-parallel group when DP > 1 so replicas share the writing;
-loading uses the plain strategy (each rank reads what it holds) - both work on CPU/gloo. torch_dist's
-writer starts helper processes (a spawned multiprocessing Manager and forked writers), so scripts that
-save must guard their entry point with `if __name__ == "__main__":`.
-
-Resuming (`load_train_state`): model, optimizer (the distributed optimizer's: at the saving TP x PP; megatron
-documents its format as DP-reshardable, not tested here) and loop state load into any layout. RNG states are
-per rank and only mean something in the layout that saved them: they are restored when the world size,
-TP and PP are the same, and otherwise left as seeded (the return value says which).
-
-Tested (tests/training/test_checkpoint.py, 2 ranks on gloo): saved through DDP at TP1 (DP2) and loaded at TP2 and
-PP2 with identical eval loss; atomic rename and listing. Training state (tests/training/test_resume.py):
-N steps straight vs k steps, save, fresh processes, load, N - k steps give bit-identical weights and
-losses (DP2, distributed optimizer, dropout, LR schedule); the (plain) optimizer state saved at TP1 x DP2
-continues training at TP2 and PP2 with the same losses and updates; a distributed optimizer's state
-refuses another TP x PP with a clear error.
+"""Training checkpoints: the model checkpoint of `nemo_lead.models.checkpoint` (its docstring has the folder
+layout) plus the optimizer (optim/), each rank's RNG states (rng/) and the loop state (meta.json "loop"),
+in the same atomic folder, so a run resumes bit-identically (tests/training/test_resume.py).
 """
 
 from __future__ import annotations
 
-import json
 import random
-import re
-import shutil
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import torch
 
-FORMAT_VERSION = 1
-_STEP_RE = re.compile(r"^step_(\d+)$")
-
-
-def checkpoint_dir(run_dir: str | Path, step: int) -> Path:
-    """run_dir/checkpoints/step_{step:06d}"""
-    return Path(run_dir) / "checkpoints" / f"step_{step:06d}"
-
-
-def list_checkpoints(run_dir: str | Path) -> list[tuple[int, Path]]:
-    """Complete checkpoints of a run, oldest first, as (step, folder)."""
-    root = Path(run_dir) / "checkpoints"
-    found = []
-    for p in root.glob("step_*") if root.is_dir() else []:
-        m = _STEP_RE.match(p.name)
-        if m and (p / "meta.json").is_file():
-            found.append((int(m.group(1)), p))
-    return sorted(found)
-
-
-def latest_checkpoint(run_dir: str | Path) -> Path | None:
-    found = list_checkpoints(run_dir)
-    return found[-1][1] if found else None
-
-
-# ----------------------------------------------------------------------------- collective helpers
-def _rank() -> int:
-    import torch.distributed as dist
-
-    return dist.get_rank() if dist.is_initialized() else 0
-
-
-def _world_size() -> int:
-    import torch.distributed as dist
-
-    return dist.get_world_size() if dist.is_initialized() else 1
-
-
-def _barrier() -> None:
-    import torch.distributed as dist
-
-    if dist.is_initialized():
-        dist.barrier()
-
-
-@contextmanager
-def atomic_dir(final: str | Path) -> Iterator[Path]:
-    """Collective: every rank writes into the yielded temp folder; on success it becomes `final`.
-
-    An existing `final` is replaced (the old one is removed only after the new one is complete). If the
-    block raises, nothing is renamed and the temp folder stays for inspection until the next save.
-    """
-    final = Path(final)
-    tmp = final.parent / f".tmp-{final.name}"
-    if _rank() == 0:
-        final.parent.mkdir(parents=True, exist_ok=True)
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir()
-    _barrier()
-    yield tmp
-    _barrier()
-    if _rank() == 0:
-        old = final.parent / f".old-{final.name}"
-        if final.exists():
-            shutil.rmtree(old, ignore_errors=True)
-            final.rename(old)
-        tmp.rename(final)
-        shutil.rmtree(old, ignore_errors=True)
-    _barrier()
-
-
-# ----------------------------------------------------------------------------- the model part
-def _save_strategy():
-    from megatron.core import parallel_state as ps
-    from megatron.core.dist_checkpointing.serialization import get_default_save_sharded_strategy
-    from megatron.core.dist_checkpointing.strategies.fully_parallel import FullyParallelSaveStrategyWrapper
-
-    strategy = get_default_save_sharded_strategy("torch_dist")
-    if ps.get_data_parallel_world_size() > 1:
-        strategy = FullyParallelSaveStrategyWrapper(strategy, ps.get_data_parallel_group(with_context_parallel=True))
-    return strategy
-
-
-def save_model_state(model, folder: str | Path) -> None:
-    """Collective: write this model's sharded state into `folder` (created; must be new or empty)."""
-    from megatron.core import dist_checkpointing
-
-    folder = Path(folder)
-    if _rank() == 0:
-        folder.mkdir(parents=True, exist_ok=True)
-    _barrier()
-    dist_checkpointing.save({"model": model.sharded_state_dict()}, str(folder), sharded_strategy=_save_strategy())
-
-
-def load_model_state(model, folder: str | Path) -> None:
-    """Collective: fill `model` (any TP/PP layout) from a sharded state written by `save_model_state`."""
-    from megatron.core import dist_checkpointing
-
-    folder = Path(folder)
-    if not (folder / "metadata.json").is_file():
-        raise FileNotFoundError(f"{folder}: not a dist_checkpointing folder (no metadata.json)")
-    state = dist_checkpointing.load({"model": model.sharded_state_dict()}, str(folder))
-    model.load_state_dict(state["model"])
-
-
-# ----------------------------------------------------------------------------- whole checkpoints
-def _layout() -> dict[str, int]:
-    from megatron.core import parallel_state as ps
-
-    return {
-        "tp": ps.get_tensor_model_parallel_world_size(),
-        "pp": ps.get_pipeline_model_parallel_world_size(),
-        "dp": ps.get_data_parallel_world_size(),
-    }
-
-
-def _precision(model) -> str:
-    config = model.config
-    if getattr(config, "fp8", None):
-        return "fp8"
-    return {torch.bfloat16: "bf16", torch.float16: "fp16"}.get(config.params_dtype, "fp32")
-
-
-def save_checkpoint(
-    path: str | Path,
-    model,
-    *,
-    step: int | None = None,
-    tokenizer_dir: str | Path | None = None,
-    extra_meta: dict[str, Any] | None = None,
-    extra_parts: Mapping[str, Callable[[Path], None]] | None = None,
-) -> Path:
-    """Collective: save `model` (from `nemo_lead.models.build_gpt`, may be wrapped) as a complete checkpoint
-    folder `path`.
-
-    `tokenizer_dir`: a HF folder whose tokenizer files are copied into `path/tokenizer/`.
-    `extra_meta`: more JSON-able entries for meta.json (loop counters, the run's config).
-    `extra_parts`: name -> writer; each writer is called on every rank with the (not yet existing) folder
-    `<temp>/<name>` inside the atomic write, after the model part, in order; meta.json lists the parts.
-    Phase 2 saves the optimizer this way, e.g. `{"optim": lambda d: dist_checkpointing.save(...)}`, and
-    reads it back from `path / "optim"`.
-    """
-    from nemo_lead.models import tokenizer_files, unwrap_model
-
-    model = unwrap_model(model)
-    path = Path(path)
-    meta = {
-        "format": FORMAT_VERSION,
-        "step": step,
-        "saved_layout": _layout(),
-        "precision": _precision(model),
-        "layer_spec": model.layer_spec_name,
-        "vocab_size": model.arch.vocab_size,
-        "padded_vocab_size": model.vocab_size,
-        "vocab_divisible_by": model.vocab_divisible_by,
-        "parts": ["model", *(extra_parts or {})],
-        "hf_config": model.hf_config,
-        **(extra_meta or {}),
-    }
-    with atomic_dir(path) as tmp:
-        save_model_state(model, tmp / "model")
-        for name, write in (extra_parts or {}).items():
-            write(tmp / name)
-        if _rank() == 0:
-            if tokenizer_dir is not None:
-                (tmp / "tokenizer").mkdir()
-                for f in tokenizer_files(tokenizer_dir):
-                    shutil.copy2(f, tmp / "tokenizer" / f.name)
-            (tmp / "meta.json").write_text(json.dumps(meta, indent=2, sort_keys=True))
-    return path
-
-
-def read_checkpoint_meta(path: str | Path) -> dict[str, Any]:
-    """meta.json of a checkpoint folder (raises FileNotFoundError naming the folder if incomplete)."""
-    meta_file = Path(path) / "meta.json"
-    if not meta_file.is_file():
-        raise FileNotFoundError(f"{path}: not a complete checkpoint (no meta.json)")
-    meta = json.loads(meta_file.read_text())
-    if meta.get("format") != FORMAT_VERSION:
-        raise ValueError(f"{meta_file}: checkpoint format {meta.get('format')} is not {FORMAT_VERSION}")
-    return meta
-
-
-def load_checkpoint(path: str | Path, model) -> dict[str, Any]:
-    """Collective: load a checkpoint's model part into `model` (any layout, may be wrapped); return its
-    meta.json."""
-    from nemo_lead.models import unwrap_model
-
-    model = unwrap_model(model)
-    meta = read_checkpoint_meta(path)
-    if meta["padded_vocab_size"] != model.vocab_size:
-        raise ValueError(f"{path}: saved with a padded vocabulary of {meta['padded_vocab_size']} rows, the model "
-                         f"has {model.vocab_size} (build it with vocab_divisible_by={meta['vocab_divisible_by']})")
-    load_model_state(model, Path(path) / "model")
-    return meta
-
-
-def build_from_checkpoint(path: str | Path, parallel: Any = None, precision: str | None = None):
-    """Collective: build the model a checkpoint describes (its HF config and vocabulary padding) for the
-    current layout and load it. Returns (model, meta). `precision` defaults to the saved one (fp8
-    checkpoints keep bf16 parameters, so fp8 becomes bf16 where TE is missing)."""
-    from nemo_lead.models import build_gpt, te_available
-
-    meta = read_checkpoint_meta(path)
-    precision = precision or meta["precision"]
-    if precision == "fp8" and not te_available():
-        precision = "bf16"
-    model = build_gpt(meta["hf_config"], parallel, precision, init=False,
-                      vocab_divisible_by=meta["vocab_divisible_by"])
-    load_checkpoint(path, model)
-    return model, meta
+from nemo_lead.models.checkpoint import (
+    dist_barrier,
+    dist_rank,
+    dist_world_size,
+    load_checkpoint,
+    parallel_layout,
+    save_checkpoint,
+    save_strategy,
+)
 
 
 # ----------------------------------------------------------------------------- training state
@@ -354,7 +105,7 @@ def _restore_adam_steps(optimizer, loaded) -> None:
 
 
 def _rng_file(folder: Path) -> Path:
-    return folder / f"rank_{_rank():05d}.pt"
+    return folder / f"rank_{dist_rank():05d}.pt"
 
 
 def save_train_state(
@@ -380,19 +131,19 @@ def save_train_state(
     gpt = unwrap_model(model)
 
     def write_optimizer(folder: Path) -> None:
-        if _rank() == 0:
+        if dist_rank() == 0:
             folder.mkdir()
-        _barrier()
+        dist_barrier()
         state = {"optimizer": optimizer.sharded_state_dict(gpt.sharded_state_dict(), metadata=_OPTIM_METADATA)}
-        dist_checkpointing.save(state, str(folder), sharded_strategy=_save_strategy())
+        dist_checkpointing.save(state, str(folder), sharded_strategy=save_strategy())
 
     def write_rng(folder: Path) -> None:
-        if _rank() == 0:
+        if dist_rank() == 0:
             folder.mkdir()
-        _barrier()
+        dist_barrier()
         torch.save(_rng_states(), _rng_file(folder))
 
-    meta = {"loop": dict(loop_state or {}), "world_size": _world_size(),
+    meta = {"loop": dict(loop_state or {}), "world_size": dist_world_size(),
             "scheduler": scheduler.state_dict() if scheduler is not None else None,
             "distributed_optimizer": _is_distributed(optimizer), **(extra_meta or {})}
     return save_checkpoint(path, gpt, step=step, tokenizer_dir=tokenizer_dir, extra_meta=meta,
@@ -415,7 +166,7 @@ def load_train_state(path: str | Path, model, optimizer=None, *, scheduler=None,
     if missing:
         raise ValueError(f"{path}: not a training checkpoint (no {' / '.join(missing)} part; "
                          "saved by save_checkpoint, not save_train_state)")
-    layout = _layout()
+    layout = parallel_layout()
     same_mp = all(layout[k] == meta["saved_layout"][k] for k in ("tp", "pp"))
     if optimizer is not None:
         if meta["distributed_optimizer"] != _is_distributed(optimizer):
@@ -436,7 +187,7 @@ def load_train_state(path: str | Path, model, optimizer=None, *, scheduler=None,
         _restore_adam_steps(optimizer, state)
     if scheduler is not None and meta.get("scheduler"):
         scheduler.load_state_dict(meta["scheduler"])
-    meta["rng_restored"] = bool(load_rng and same_mp and _world_size() == meta["world_size"])
+    meta["rng_restored"] = bool(load_rng and same_mp and dist_world_size() == meta["world_size"])
     if meta["rng_restored"]:
         _set_rng_states(torch.load(_rng_file(path / "rng"), weights_only=False))
     meta.setdefault("loop", {})

@@ -77,9 +77,8 @@ def _say(msg: str) -> None:
 def convert_rank(cfg: ConvertConfig) -> None:
     """The conversion on one rank of an SPMD job (every rank calls it)."""
     from nemo_lead.models import build_gpt, export_hf_weights, load_hf_weights, read_hf_config, save_hf_folder
+    from nemo_lead.models.checkpoint import build_from_checkpoint, read_checkpoint_meta, save_checkpoint
     from nemo_lead.parallel import destroy_parallel, init_parallel
-
-    from .checkpoint import build_from_checkpoint, read_checkpoint_meta, save_checkpoint
 
     if cfg.from_hf is not None:
         hf_config = read_hf_config(cfg.from_hf)
@@ -114,10 +113,9 @@ def convert_rank(cfg: ConvertConfig) -> None:
 def run_convert(cfg: ConvertConfig) -> int:
     """CLI runner: convert here, or on tp x pp local ranks when started as a single plain process."""
     from nemo_lead.models import read_hf_config
+    from nemo_lead.models.checkpoint import read_checkpoint_meta
     from nemo_lead.parallel import check_layout, detect_launch, model_shape
     from nemo_lead.parallel.local import run_command
-
-    from .checkpoint import read_checkpoint_meta
 
     ranks = cfg.tp * cfg.pp
 

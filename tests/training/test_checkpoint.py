@@ -8,7 +8,7 @@ import torch
 from distributed import run_distributed
 
 from nemo_lead.models import write_tiny_model
-from nemo_lead.training.checkpoint import (
+from nemo_lead.models.checkpoint import (
     atomic_dir,
     checkpoint_dir,
     latest_checkpoint,
@@ -49,8 +49,8 @@ def _eval_loss(model, ids):
 
 def _checkpoint_job(hf_dir, ckpt):
     from nemo_lead.models import HFReader, build_gpt, export_hf_weights, load_hf_weights
+    from nemo_lead.models.checkpoint import load_checkpoint, save_checkpoint
     from nemo_lead.parallel import destroy_parallel, init_parallel
-    from nemo_lead.training.checkpoint import load_checkpoint, save_checkpoint
 
     ids = torch.randint(0, 102, (2, 20), generator=torch.Generator().manual_seed(1))
     out = {}

@@ -9,7 +9,7 @@ import torch
 
 from nemo_lead.cli import main
 from nemo_lead.models import HFReader, load_tokenizer, write_tiny_model
-from nemo_lead.training.checkpoint import read_checkpoint_meta
+from nemo_lead.models.checkpoint import read_checkpoint_meta
 
 
 def _convert(*args: str, timeout: float = 240) -> subprocess.CompletedProcess:

@@ -18,7 +18,7 @@ import torch
 from distributed import run_distributed
 
 from nemo_lead.models import write_tiny_model
-from nemo_lead.training.checkpoint import latest_checkpoint, read_checkpoint_meta
+from nemo_lead.models.checkpoint import latest_checkpoint, read_checkpoint_meta
 
 STEPS, SAVE_AT = 3, 1
 OPTIM = {"lr": 1e-3, "lr_warmup_steps": 2, "lr_decay_style": "cosine", "lr_decay_steps": 5, "min_lr": 1e-4}
@@ -68,9 +68,9 @@ def _weights(actor):
 
 
 def _straight_job(hf_dropout, hf_plain, run_dir):
+    from nemo_lead.models.checkpoint import checkpoint_dir
     from nemo_lead.parallel import destroy_parallel
     from nemo_lead.training.actor import save_actor_state
-    from nemo_lead.training.checkpoint import checkpoint_dir
 
     random.seed(0)
     np.random.seed(0)
@@ -93,9 +93,9 @@ def _straight_job(hf_dropout, hf_plain, run_dir):
 
 
 def _resumed_job(run_dir):
+    from nemo_lead.models.checkpoint import latest_checkpoint
     from nemo_lead.parallel import destroy_parallel
     from nemo_lead.training.actor import load_actor_state
-    from nemo_lead.training.checkpoint import latest_checkpoint
 
     random.seed(123)  # anything: the checkpoint's RNG states must win
     np.random.seed(123)
