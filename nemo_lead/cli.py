@@ -125,7 +125,13 @@ def resolve_config(name: str, files: list[str], overrides: list[str]):
 
 def main(argv: list[str] | None = None) -> int:
     parser = _build_parser()
-    args = parser.parse_args(argv)
+    # overrides may come anywhere (`--n 4 lead.alpha=0.1 --seed 3`): argparse fills a positional list only
+    # once, so key=value tokens after a flag arrive as "unknown" and join the overrides here
+    args, extra = parser.parse_known_args(argv)
+    unknown = [a for a in extra if a.startswith("-") or "=" not in a]
+    if unknown:
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+    args.overrides = [*(getattr(args, "overrides", None) or []), *extra]
     if args.command is None:
         parser.print_help()
         return 2

@@ -40,3 +40,11 @@ def test_demo_runs_and_learns(capsys):
     last = [line for line in out.splitlines() if "probability of the right answer" in line][0]
     # the toy policy starts uniform over 6 answers (1/6) and must have moved towards the right one
     assert float(last.rsplit(":", 1)[1]) > 0.3
+
+
+def test_overrides_may_follow_flags(capsys):
+    assert main(["demo", "steps=2", "--print-config", "--seed", "7", "lead.alpha=0.2", "num_prompts=3"]) == 0
+    cfg = yaml.safe_load(capsys.readouterr().out)
+    assert (cfg["steps"], cfg["seed"], cfg["lead"]["alpha"], cfg["num_prompts"]) == (2, 7, 0.2, 3)
+    with pytest.raises(SystemExit):
+        main(["demo", "--print-config", "--no-such-flag"])

@@ -34,11 +34,11 @@ from typing import Any
 
 from nemo_lead.data import Problem, format_prompt, prompt_token_ids
 from nemo_lead.generation import SamplingParams
+from nemo_lead.models.policy import PolicySource, policy_source
 from nemo_lead.verify.extract import THINK_CLOSE, THINK_OPEN
 
 from .config import EvalConfig, budget_points, dataset_specs, default_out
 from .plan import Chunk, load_datasets, plan_chunks
-from .policy import PolicySource, policy_source
 from .report import FIGURE, dataset_summary, plot_accuracy_vs_budget, summary_markdown, write_summary
 from .store import SampleStore
 
@@ -252,8 +252,7 @@ def eval_rank(cfg: EvalConfig) -> None:
 
 def _generate_pending(cfg, prep: Prepared, info, pending: list[int], store, grader) -> None:
     from nemo_lead.generation import build_engine
-
-    from .policy import load_policy
+    from nemo_lead.models.policy import load_policy
 
     engine = build_engine(_engine_config(cfg, prep.source), load_policy(prep.source, info, prep.source.precision))
     progress = Progress(sum(missing_samples(store, prep.chunks[i], prep.params.n) for i in pending),

@@ -1,4 +1,4 @@
-"""`nemo-lead generate`: sample responses from a HF model folder for a list of prompts, as JSONL.
+"""`nemo-lead generate`: sample responses from a HF model folder or a nemo-lead checkpoint, as JSONL.
 
     nemo-lead generate --model DIR 'prompts=["What is 2+3?"]' --n 4 --temperature 0.6 --out samples.jsonl
     nemo-lead generate --model DIR --prompts-file prompts.jsonl --max-tokens 512 [--tp 2 --pp 1]
@@ -8,8 +8,7 @@ Prompts: `prompts` (texts) and / or `prompts_file` (JSONL, one object per line w
 prompt) when it has one and `chat_template` is true, else it is tokenised as it is. The tokenizer's EOS
 token is a stop token unless `stop_at_eos` is false. One output line per sample: prompt_index,
 sample_index, prompt, text, token_ids, num_tokens, finish_reason (and logprobs / policy_logprobs with
-`logprobs=true`). A nemo-lead checkpoint is read after converting it (`nemo-lead convert --from-ckpt CKPT
---to-hf DIR`): checkpoints belong to the training layer, which this one may not import.
+`logprobs=true`). `--model` is read by `nemo_lead.models.policy` (a checkpoint brings its own tokenizer/).
 Started as one process with tp x pp > 1 it runs itself on tp x pp local ranks (as `convert` does).
 """
 
@@ -27,7 +26,7 @@ from .params import SamplingParams
 
 @dataclass
 class GenerateConfig:
-    model: Optional[str] = None  # HF folder: config.json, safetensors, tokenizer
+    model: Optional[str] = None  # HF folder (config.json, safetensors, tokenizer) or a checkpoint step folder
     prompts: list[str] = field(default_factory=list)
     prompts_file: Optional[str] = None  # JSONL with a "prompt" or "problem" field per line
     out: str = "-"  # JSONL file, or - for stdout
@@ -36,19 +35,19 @@ class GenerateConfig:
     logprobs: bool = False  # also write both log-prob lists per sample
     tp: int = 1
     pp: int = 1
-    precision: str = "fp32"  # fp32 | bf16 | fp16
+    precision: str = "auto"  # auto (the model's own) | fp32 | bf16 | fp16
     sampling: SamplingParams = field(default_factory=lambda: SamplingParams(max_tokens=256, seed=1234))
     engine: EngineConfig = field(default_factory=EngineConfig)
 
     def __post_init__(self) -> None:
         if not self.model:
-            raise ValueError("model must name a HF model folder (--model DIR)")
+            raise ValueError("model must name a HF model folder or a checkpoint (--model DIR)")
         if not self.prompts and not self.prompts_file:
             raise ValueError("give prompts (prompts='[\"text\", ...]') or prompts_file (--prompts-file F)")
         if self.tp < 1 or self.pp < 1:
             raise ValueError("tp and pp must be >= 1")
-        if self.precision not in ("fp32", "bf16", "fp16"):
-            raise ValueError(f"precision must be fp32, bf16 or fp16, got {self.precision!r}")
+        if self.precision not in ("auto", "fp32", "bf16", "fp16"):
+            raise ValueError(f"precision must be auto, fp32, bf16 or fp16, got {self.precision!r}")
 
 
 def read_prompts(cfg: GenerateConfig) -> list[str]:
@@ -88,24 +87,24 @@ def generate_rank(cfg: GenerateConfig) -> None:
 
     import torch.distributed as dist
 
-    from nemo_lead.models import build_gpt, load_hf_weights, load_tokenizer, read_hf_config
+    from nemo_lead.models import load_tokenizer
+    from nemo_lead.models.policy import load_policy, policy_source
     from nemo_lead.parallel import destroy_parallel, init_parallel
 
     from .engine import build_engine
 
-    hf_config = read_hf_config(cfg.model)
-    tokenizer = load_tokenizer(cfg.model)
+    source = policy_source(cfg.model, cfg.precision)
+    tokenizer = load_tokenizer(source.tokenizer_dir)
     texts = read_prompts(cfg)
     ids = [encode(tokenizer, t, cfg.chat_template) for t in texts]
     params = cfg.sampling
     if cfg.stop_at_eos and tokenizer.eos_token_id is not None and tokenizer.eos_token_id not in params.stop_token_ids:
         params = dataclasses.replace(params, stop_token_ids=[*params.stop_token_ids, tokenizer.eos_token_id])
-    info = init_parallel(cfg.tp, cfg.pp, model_config=hf_config)
+    info = init_parallel(cfg.tp, cfg.pp, model_config=source.hf_config)
     try:
         if info.dp != 1:
             raise ValueError(f"generate runs on exactly tp x pp = {cfg.tp * cfg.pp} ranks, got {info.world_size}")
-        model = build_gpt(hf_config, info, cfg.precision, init=False)
-        load_hf_weights(model, cfg.model)
+        model = load_policy(source, info)
         if info.rank == 0:
             print(f"[generate] {len(ids)} prompts x {params.n} samples, max_tokens {params.max_tokens}, "
                   f"engine {cfg.engine.kind} (tp {info.tp}, pp {info.pp})", file=sys.stderr, flush=True)
@@ -140,10 +139,10 @@ def run_generate(cfg: GenerateConfig) -> int:
     """CLI runner: generate here, or on tp x pp local ranks when started as a single plain process."""
     from nemo_lead.parallel.local import run_command
 
-    def preflight() -> None:
-        if (Path(cfg.model) / "meta.json").is_file():
-            raise ValueError(f"{cfg.model} is a nemo-lead checkpoint: convert it first with "
-                             f"`nemo-lead convert --from-ckpt {cfg.model} --to-hf DIR`, then --model DIR")
-        read_prompts(cfg)  # fail on a bad prompts file before starting ranks
+    def preflight() -> None:  # fail on a bad model folder or prompts file before starting ranks
+        from nemo_lead.models.policy import policy_source
+
+        policy_source(cfg.model, cfg.precision)
+        read_prompts(cfg)
 
     return run_command("generate", generate_rank, (cfg,), ranks=cfg.tp * cfg.pp, preflight=preflight)

@@ -10,8 +10,8 @@ import yaml
 from eval_settings import MAX_TOKENS, PROBLEMS, N, eval_args
 
 from nemo_lead.cli import main
-from nemo_lead.eval.policy import policy_source
 from nemo_lead.generation.megatron_engine import MegatronEngine
+from nemo_lead.models.policy import policy_source
 
 
 def read_samples(folder) -> dict:

@@ -45,6 +45,18 @@ def test_generate_errors_name_the_problem(tiny, tmp_path, capsys):
     ckpt.mkdir()
     (ckpt / "meta.json").write_text("{}")
     assert main(["generate", "--model", str(ckpt), 'prompts=["x"]']) == 2
-    assert "nemo-lead convert --from-ckpt" in capsys.readouterr().err
+    assert "meta.json: checkpoint format None" in capsys.readouterr().err
+    assert main(["generate", "--model", str(tmp_path), 'prompts=["x"]']) == 2
+    assert "neither a HF model folder" in capsys.readouterr().err
     assert main(["generate", "--model", tiny]) == 2  # no prompts at all
     assert "prompts_file" in capsys.readouterr().err
+
+
+def test_generate_from_a_checkpoint_equals_its_hf_folder(tiny, tmp_path, capsys):
+    ckpt = tmp_path / "run" / "checkpoints" / "step_000003"
+    assert main(["convert", "--from-hf", tiny, "--out", str(ckpt)]) == 0
+    args = ['prompts=["12+3=", "x"]', "--n", "2", "--max-tokens", "6", "--seed", "5", "logprobs=true"]
+    assert main(["generate", "--model", tiny, "--out", str(tmp_path / "hf.jsonl"), *args]) == 0
+    assert main(["generate", "--model", str(ckpt), "--out", str(tmp_path / "ckpt.jsonl"), *args]) == 0, \
+        capsys.readouterr().err
+    assert (tmp_path / "ckpt.jsonl").read_text() == (tmp_path / "hf.jsonl").read_text()

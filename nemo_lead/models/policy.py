@@ -1,4 +1,5 @@
-"""The evaluated policy: a HF model folder or a nemo-lead checkpoint folder, described cheaply and loaded.
+"""A policy to run (evaluate, sample from): a HF model folder or a nemo-lead checkpoint folder, described
+cheaply and loaded.
 
     source = policy_source("path/to/DeepSeek-R1-Distill-Qwen-14B")      # reads config / meta.json only
     model = load_policy(source, parallel_info, source.precision)        # collective: this rank's shard
