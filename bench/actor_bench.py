@@ -43,6 +43,7 @@ from functools import partial
 from pathlib import Path
 
 import torch
+from results_md import machine_line
 from results_md import record as record_md
 
 record = partial(record_md, "actor")
@@ -146,15 +147,11 @@ def cpu_bench(args) -> None:
         print(f"{k}: ours {rate[k]:.0f} tok/s, transformers + AdamW {rate['transformers']:.0f} tok/s, "
               f"ratio {rate[k] / rate['transformers']:.2f}x (goal >= 1.0x)")
     if args.record:
-        load_end = os.getloadavg()
         cmd = "OMP_NUM_THREADS=1 .venv/bin/python bench/actor_bench.py --record"
         extra = [a for a in sys.argv[1:] if a != "--record"]
         cmd += (" " + " ".join(extra)) if extra else ""
         record("cpu", "Train step: Megatron actor vs transformers + AdamW (CPU)", [
-            f"Command: `{cmd}`; {datetime.date.today().isoformat()}, nproc {os.cpu_count()}, torch threads "
-            f"{args.threads} (both sides), OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}, load average "
-            f"{load_start[0]:.2f} / {load_start[1]:.2f} / {load_start[2]:.2f} at the start, {load_end[0]:.2f} / "
-            f"{load_end[1]:.2f} / {load_end[2]:.2f} at the end (1 / 5 / 15 min).",
+            f"Command: `{cmd}`; {machine_line(args.threads, load_start)}.",
             "",
             f"Qwen2 4 layers, hidden 256, 4 heads / 2 KV heads, ffn 1024, vocabulary {vocab} (random weights, fp32); "
             f"{args.batch} sequences x {args.seq} tokens per step, next-token loss on {tokens_per_step} tokens; "

@@ -1,16 +1,30 @@
-"""Write one block of bench/RESULTS.md: each layer has a `## <layer>` section, each benchmark figure set a
-block between `<!-- <layer>:<name> -->` markers inside it; other sections and blocks stay as they are.
+"""Shared by every bench script: the machine description and writing one block of bench/RESULTS.md.
 
-Generic over the layer, so every bench script can share it (actor_bench.py does; the verify and rollout
-scripts carry their own copies of the same logic for their sections).
+Each layer has a `## <layer>` section; each benchmark figure set is a block between `<!-- <layer>:<name> -->`
+markers inside it; other sections and blocks stay as they are, so scripts can be rerun one at a time.
 """
 
 from __future__ import annotations
 
+import datetime
+import os
 import re
 from pathlib import Path
 
 RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
+
+
+def machine_line(threads: int | None = None, load_start: tuple[float, ...] | None = None) -> str:
+    """Date, cores, threads and load (start and end of the run): what a figure on a shared machine needs."""
+    load = os.getloadavg()
+    parts = [datetime.date.today().isoformat(), f"nproc {os.cpu_count()}"]
+    if threads is not None:
+        parts.append(f"torch threads {threads} (both sides)")
+    parts.append(f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}")
+    start = (f"{load_start[0]:.2f} / {load_start[1]:.2f} / {load_start[2]:.2f} at the start, "
+             if load_start is not None else "")
+    parts.append(f"load average {start}{load[0]:.2f} / {load[1]:.2f} / {load[2]:.2f} at the end (1 / 5 / 15 min)")
+    return ", ".join(parts)
 
 
 def record(layer: str, name: str, title: str, body: list[str], results: Path = RESULTS) -> None:

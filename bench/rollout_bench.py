@@ -22,9 +22,9 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import functools
 import json
 import os
-import re
 import statistics
 import sys
 import tempfile
@@ -32,43 +32,16 @@ import time
 from pathlib import Path
 
 import torch
+from results_md import machine_line
+from results_md import record as record_md
 
-RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
-SECTION = "## rollout"
+record = functools.partial(record_md, "rollout")
 QWEN2_1P5B = dict(hidden_size=1536, intermediate_size=8960, num_hidden_layers=28, num_attention_heads=12,
                   num_key_value_heads=2, vocab_size=151936, tie_word_embeddings=True, max_position_embeddings=32768,
                   rope_theta=1000000.0, rms_norm_eps=1e-6, model_type="qwen2", hidden_act="silu")
 # --gpu --dry-run: the same code path on the CPU with a small shape, to check the script before a GPU session
 DRY_RUN_SHAPE = dict(QWEN2_1P5B, hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4,
                      num_key_value_heads=2, vocab_size=1000)
-
-
-def machine_line(threads: int, load_start: tuple[float, ...]) -> str:
-    load = os.getloadavg()
-    return (f"{datetime.date.today().isoformat()}, nproc {os.cpu_count()}, torch threads {threads} (both sides), "
-            f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}, load average "
-            f"{load_start[0]:.2f} / {load_start[1]:.2f} / {load_start[2]:.2f} at the start, "
-            f"{load[0]:.2f} / {load[1]:.2f} / {load[2]:.2f} at the end (1 / 5 / 15 min)")
-
-
-def record(name: str, title: str, body: list[str]) -> None:
-    """Replace (or append) block `name` of the rollout section of RESULTS.md; other sections stay as they are."""
-    text = RESULTS.read_text()
-    if SECTION not in text.splitlines():
-        text = text.rstrip("\n") + f"\n\n{SECTION}\n"
-    block = f"<!-- rollout:{name} -->\n### {title}\n\n" + "\n".join(body) + f"\n<!-- /rollout:{name} -->"
-    pattern = re.compile(rf"<!-- rollout:{name} -->.*?<!-- /rollout:{name} -->", re.DOTALL)
-    if pattern.search(text):
-        text = pattern.sub(lambda _: block, text)
-    else:
-        lines = text.split("\n")
-        start = lines.index(SECTION)
-        end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), len(lines))
-        while end > start + 1 and not lines[end - 1].strip():
-            end -= 1
-        lines[end:end] = ["", block]
-        text = "\n".join(lines)
-    RESULTS.write_text(text.rstrip("\n") + "\n")
 
 
 # ----------------------------------------------------------------------------- CPU: megatron vs transformers

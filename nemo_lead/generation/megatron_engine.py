@@ -31,12 +31,13 @@ Memory: the cache lives only during `generate`; `sleep` / `wake` release the all
 
 from __future__ import annotations
 
-import contextlib
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+
+from nemo_lead.models import eval_mode
 
 from .kv_cache import KVCache
 from .params import Rollout, SamplingParams, check_prompts
@@ -80,20 +81,6 @@ def _finish_param_gather(actor: Any) -> None:
         if nxt is None or nxt is actor:
             return
         actor = nxt
-
-
-@contextlib.contextmanager
-def eval_mode(model):
-    """model.eval() and no autograd for the duration; each module's training flag is restored after
-    (public: the training layer's forward-only passes want the same)."""
-    flags = [(m, m.training) for m in model.modules()]
-    model.eval()
-    try:
-        with torch.no_grad():
-            yield
-    finally:
-        for m, training in flags:
-            m.training = training
 
 
 # ----------------------------------------------------------------------------- distributed plumbing

@@ -1,7 +1,7 @@
 """The `trtllm` rollout engine: TensorRT-LLM's LLM API (PyTorch backend), refit in memory every step.
 
 The only module that imports TensorRT-LLM (lazily, in `import_trtllm`). Written against TensorRT-LLM 1.2
-(the `trtllm` target of containers/Dockerfile: NGC image nvcr.io/nvidia/tensorrt-llm/release:1.2.1) and
+(containers/Dockerfile built on the NGC image nvcr.io/nvidia/tensorrt-llm/release:1.2.1) and
 these names of its API (read from its sources: llmapi/llm.py, llmapi/rlhf_utils.py, sampling_params.py):
 - `tensorrt_llm.LLM(model=hf_dir, orchestrator_type="ray",
   ray_worker_extension_cls="tensorrt_llm.llmapi.rlhf_utils.WorkerExtension", load_format="dummy",
@@ -43,8 +43,8 @@ from .trtllm_plan import (
 
 INSTALL_HINT = (
     "the 'trtllm' rollout engine needs TensorRT-LLM >= 1.2 (PyTorch backend, with Ray), which is not on the "
-    "public package index: build the `trtllm` target of containers/Dockerfile (NVIDIA's TensorRT-LLM release "
-    "image) or, inside that image, run `pip install 'nemo-lead[trtllm]'`. Use engine kind 'megatron' elsewhere."
+    "public package index: build containers/Dockerfile on NVIDIA's TensorRT-LLM release image (its header "
+    "shows the command) or, inside that image, run `pip install 'nemo-lead[trtllm]'`. Use engine kind 'megatron' elsewhere."
 )
 
 

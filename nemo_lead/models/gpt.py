@@ -24,6 +24,7 @@ container and are not tested here.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 from collections.abc import Mapping
 from typing import Any
@@ -217,6 +218,20 @@ def unwrap_model(model):
     while hasattr(model, "module"):
         model = model.module
     return model
+
+
+@contextlib.contextmanager
+def eval_mode(model: torch.nn.Module):
+    """model.eval() and no autograd for the duration; every module's own training flag is restored after
+    (forward-only passes of the rollout engine and of the actor's log-probs must not leave dropout off)."""
+    flags = [(m, m.training) for m in model.modules()]
+    model.eval()
+    try:
+        with torch.no_grad():
+            yield
+    finally:
+        for m, training in flags:
+            m.training = training
 
 
 # ----------------------------------------------------------------------------- vocabulary-parallel logits

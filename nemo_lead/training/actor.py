@@ -52,7 +52,6 @@ a GPU).
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from functools import partial
@@ -63,6 +62,7 @@ import torch
 import torch.distributed as dist
 
 from nemo_lead.algorithms import LeadConfig, loss_denominator, policy_loss
+from nemo_lead.models import eval_mode
 
 from .logprobs import token_logprobs
 from .microbatch import (
@@ -379,18 +379,6 @@ def _run_schedule(actor: Actor, plan: _Plan, loss_fn: Callable, *, forward_only:
     )
 
 
-@contextlib.contextmanager
-def _eval_mode(module: torch.nn.Module):
-    flags = [(m, m.training) for m in module.modules()]
-    module.eval()
-    try:
-        with torch.no_grad():
-            yield
-    finally:
-        for m, training in flags:
-            m.training = training
-
-
 def _reduce_metrics(outputs: list[dict[str, torch.Tensor]], sums: list[str], maxes: list[str]) -> dict[str, float]:
     """Sum (`sums`) / max (`maxes`) the micro-batches' metrics on the last stage, over DP, then share them
     with the other pipeline stages. Keys must be the same on every rank."""
@@ -458,7 +446,7 @@ def compute_logprobs(
             out["entropy"] = mb.response_values(ent)
         return logits.new_zeros(()), torch.zeros((), dtype=torch.int), out
 
-    with _eval_mode(actor.model):
+    with eval_mode(actor.model):
         outputs = _run_schedule(actor, plan, loss_fn, forward_only=True)
     keys = ["logp", "entropy"] if entropy else ["logp"]
     # this rank's sequences in micro-batch order -> one flat tensor per key; shared with the other PP stages
