@@ -26,10 +26,10 @@ from __future__ import annotations
 
 import torch
 
-from .checks import check_finite, check_same_length
+from .checks import check_batch
 from .config import LeadConfig
 from .groups import Groups
-from .outcome import Outcome, check_outcomes
+from .outcome import Outcome
 
 
 def difficulty_weight(rho: torch.Tensor, cfg: LeadConfig) -> torch.Tensor:
@@ -100,9 +100,7 @@ def compute_advantages(
     rewards: torch.Tensor, outcome: torch.Tensor, group: torch.Tensor, cfg: LeadConfig
 ) -> torch.Tensor:
     """Per-response advantage (FloatTensor[N], float32): normalised within groups, then reweighted."""
-    check_same_length(rewards=rewards, outcome=outcome, group=group)
-    check_finite(rewards=rewards)
-    check_outcomes(outcome)
+    check_batch(outcome, group, rewards=rewards)
     if rewards.numel() == 0:
         return torch.zeros(0, dtype=torch.float32, device=rewards.device)
     groups = Groups.of(group)

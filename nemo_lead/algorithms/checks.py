@@ -25,3 +25,12 @@ def check_finite(**tensors: torch.Tensor) -> None:
         if t is not None and t.is_floating_point() and not torch.isfinite(t).all():
             bad = (~torch.isfinite(t)).nonzero()[0].tolist()
             raise ValueError(f"{name} holds NaN/inf (first at index {bad}); refusing to compute on it")
+
+
+def check_batch(outcome: torch.Tensor, group: torch.Tensor, **values: torch.Tensor) -> None:
+    """The per-response inputs of one global batch: same length, finite `values`, valid outcomes."""
+    from .outcome import check_outcomes
+
+    check_same_length(outcome=outcome, group=group, **values)
+    check_finite(**values)
+    check_outcomes(outcome)

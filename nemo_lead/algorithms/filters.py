@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import torch
 
-from .checks import check_finite, check_same_length
+from .checks import check_batch
 from .config import LeadConfig
 from .groups import Groups
 from .outcome import Outcome, check_outcomes
@@ -26,9 +26,7 @@ def group_keep_mask(
     rewards: torch.Tensor, outcome: torch.Tensor, group: torch.Tensor, cfg: LeadConfig
 ) -> torch.Tensor:
     """BoolTensor[N]: False for every response of a dropped group."""
-    check_same_length(rewards=rewards, outcome=outcome, group=group)
-    check_finite(rewards=rewards)
-    check_outcomes(outcome)
+    check_batch(outcome, group, rewards=rewards)
     if cfg.group_filter == "none" or rewards.numel() == 0:
         return torch.ones(rewards.shape, dtype=torch.bool, device=rewards.device)
     groups = Groups.of(group)

@@ -22,10 +22,10 @@ from __future__ import annotations
 
 import torch
 
-from .checks import check_finite, check_same_length
+from .checks import check_batch
 from .config import LeadConfig
 from .groups import Groups
-from .outcome import Outcome, check_outcomes
+from .outcome import Outcome
 
 
 def length_z(lengths: torch.Tensor, correct: torch.Tensor, groups: Groups, cfg: LeadConfig) -> torch.Tensor:
@@ -74,9 +74,7 @@ def shape_rewards(
     outcome: torch.Tensor, lengths: torch.Tensor, group: torch.Tensor, cfg: LeadConfig
 ) -> torch.Tensor:
     """Scalar reward per response (FloatTensor[N], float32) from its outcome and token length."""
-    check_same_length(outcome=outcome, lengths=lengths, group=group)
-    check_finite(lengths=lengths)
-    check_outcomes(outcome)
+    check_batch(outcome, group, lengths=lengths)
     if outcome.numel() == 0:
         return torch.zeros(0, dtype=torch.float32, device=outcome.device)
     if (lengths < 0).any():
