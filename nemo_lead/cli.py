@@ -100,8 +100,8 @@ def _build_parser() -> argparse.ArgumentParser:
             description=cmd.help,
             formatter_class=argparse.RawDescriptionHelpFormatter,
             epilog=(cmd.epilog + "\n\n" if cmd.epilog else "")
-            + f"Defaults: {conf_dir() / (name + '.yaml')}. Overrides: key=value (dotted keys, YAML values),\n"
-            "e.g. `lead.preset=grpo_length lead.alpha=0.1`. An unknown key fails with the nearest valid one.",
+            + f"Defaults: {conf_dir() / (name + '.yaml')}. Overrides: key=value (dotted keys, YAML values,\n"
+            "anywhere on the line); `--print-config` lists every key. An unknown key fails with the nearest valid one.",
         )
         p.add_argument("--config", action="append", default=[], metavar="FILE",
                        help="YAML file(s) applied on top of the defaults, in order")
