@@ -181,6 +181,7 @@ def build_gpt(
     )
     if not init:
         _mark_tensor_parallel_weights(model)
+    _norms_to(model, _DTYPES[precision])
     if torch.cuda.is_available():
         model.cuda(torch.cuda.current_device())
     model.hf_config = cfg
@@ -188,6 +189,22 @@ def build_gpt(
     model.layer_spec_name = spec_name
     model.vocab_divisible_by = vocab_divisible_by
     return model
+
+
+def _norms_to(model, dtype: torch.dtype) -> None:
+    """Put the local spec's norm weights in the parameter dtype.
+
+    megatron's local spec builds its RMSNorms as plain `torch.nn.RMSNorm` in the default dtype (fp32), and
+    only megatron's Float16Module (which we do not use) would cast them. A bf16 model then feeds bf16 hidden
+    states to fp32 norm weights, which torch cannot run in its fused RMSNorm kernel (it warns and takes the
+    unfused path on GPUs). HF checkpoints keep these weights in the model dtype too, and TE's norms are
+    built in `params_dtype`, so this makes the local spec match both. No-op in fp32.
+    """
+    if dtype == torch.float32:
+        return
+    for module in model.modules():
+        if isinstance(module, (torch.nn.RMSNorm, torch.nn.LayerNorm)):
+            module.to(dtype)
 
 
 def _mark_tensor_parallel_weights(model) -> None:
