@@ -179,7 +179,50 @@ def model_flops_per_token(hf_config: dict, seq: int) -> float:
     return 6 * n + 12 * L * h * seq
 
 
+def measured_gemm_tflops(n: int = 8192, reps: int = 10) -> float:
+    """The same run's baseline: dense bf16 n x n x n matrix products on this GPU (random data), TFLOP/s."""
+    a, b = (torch.randn(n, n, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    for _ in range(3):
+        a @ b
+    torch.cuda.synchronize()
+    t = time.perf_counter()
+    for _ in range(reps):
+        a @ b
+    torch.cuda.synchronize()
+    return 2 * n**3 * reps / (time.perf_counter() - t) / 1e12
+
+
+def _time_steps(step, steps: int) -> list[float]:
+    sync = torch.cuda.synchronize if torch.cuda.is_available() else (lambda: None)
+    step()  # warm-up: allocator, kernels
+    times = []
+    for _ in range(steps):
+        sync()
+        t = time.perf_counter()
+        step()
+        sync()
+        times.append(time.perf_counter() - t)
+    return times
+
+
+def _profile_table(step, path: str) -> None:
+    """Top kernels of one step by device time (torch profiler), to see where the step goes."""
+    from torch.profiler import ProfilerActivity, profile
+
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.cuda.is_available() else [])
+    with profile(activities=acts) as prof:
+        step()
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+    key = "cuda_time_total" if torch.cuda.is_available() else "cpu_time_total"
+    Path(path).write_text(prof.key_averages().table(sort_by=key, row_limit=40, max_name_column_width=60))
+
+
 def gpu_bench(args) -> dict:
+    """MFU of `sft_train_step` at each token budget of `--gpu-budgets` (tokens per micro-batch), against
+    the H200's nominal bf16 peak and against the dense GEMM rate measured in the same run."""
+    import gc
+
     from nemo_lead.models import read_hf_config
     from nemo_lead.parallel import destroy_parallel, init_parallel
     from nemo_lead.training.actor import ActorConfig, build_actor, sft_train_step
@@ -190,50 +233,76 @@ def gpu_bench(args) -> dict:
         model, precision, seq, per_step = _dry_run_folder(), "fp32", 128, 2
     else:  # the preset: random initialisation on the GPU, no weights to read
         model, precision, seq, per_step = "r1-distill-qwen-1.5b", "bf16", args.gpu_seq, args.gpu_batch
+    budgets = [int(b) * seq // 4096 if args.dry_run else int(b) for b in args.gpu_budgets.split(",")]
     hf_config = read_hf_config(model)
+    flops = model_flops_per_token(hf_config, seq) * per_step * seq
+    peak = args.peak_tflops * 1e12
+    gemm = measured_gemm_tflops() if torch.cuda.is_available() else None
+    batch = _batch(per_step, seq, hf_config["vocab_size"])
+    rows = []
     info = init_parallel(1, 1)
     try:
-        cfg = ActorConfig(model=model, precision=precision, layer_spec="local", micro_batch_tokens=seq,
-                          optim={"lr": 1e-6})
-        actor = build_actor(cfg, info)
-        batch = _batch(per_step, seq, hf_config["vocab_size"])
-        sync = torch.cuda.synchronize if torch.cuda.is_available() else (lambda: None)
-        sft_train_step(actor, batch)  # warm-up: allocator, kernels
-        times = []
-        for _ in range(args.gpu_steps):
-            sync()
-            t = time.perf_counter()
-            sft_train_step(actor, batch)
-            sync()
-            times.append(time.perf_counter() - t)
-        step_s = statistics.median(times)
-        flops = model_flops_per_token(hf_config, seq) * per_step * seq
-        peak = args.peak_tflops * 1e12
-        out = {
-            "model": ("dry run: small shape on CPU" if args.dry_run else "Qwen2-1.5B shape (R1-Distill)")
-                     + f", {cfg.precision}, random weights, local spec, TP1, one process",
-            "seq": seq, "sequences_per_step": per_step, "micro_batch_tokens": cfg.micro_batch_tokens,
-            "step_s": step_s, "tokens_per_s": per_step * seq / step_s, "model_tflops_per_step": flops / 1e12,
-            "achieved_tflops": flops / step_s / 1e12, "peak_tflops": args.peak_tflops, "mfu": flops / step_s / peak,
-            "max_memory_gb": torch.cuda.max_memory_allocated() / 1e9 if torch.cuda.is_available() else None,
-            "device": "cpu (dry run)" if args.dry_run else torch.cuda.get_device_name(), "torch": torch.__version__,
-        }
+        for i, budget in enumerate(budgets):
+            cfg = ActorConfig(model=model, precision=precision, layer_spec="local", micro_batch_tokens=budget,
+                              optim={"lr": 1e-6})
+            actor = build_actor(cfg, info)
+            metrics = {}
+            step = partial(sft_train_step, actor, batch)
+            times = _time_steps(lambda step=step, metrics=metrics: metrics.update(step()), args.gpu_steps)
+            if i == 0 and args.profile:
+                _profile_table(step, args.profile)
+            step_s = statistics.median(times)
+            rows.append({
+                "micro_batch_tokens": budget, "microbatches": int(metrics["microbatches"]), "step_s": step_s,
+                "tokens_per_s": per_step * seq / step_s, "achieved_tflops": flops / step_s / 1e12,
+                "mfu": flops / step_s / peak, "fraction_of_measured_gemm": flops / step_s / 1e12 / gemm if gemm else None,
+                "max_memory_gb": torch.cuda.max_memory_allocated() / 1e9 if torch.cuda.is_available() else None,
+            })
+            print(json.dumps(rows[-1]), flush=True)
+            del actor, step
+            gc.collect()
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
+                torch.cuda.reset_peak_memory_stats()
     finally:
         destroy_parallel()
         if args.dry_run:
             shutil.rmtree(Path(model).parent, ignore_errors=True)
+    best = max(rows, key=lambda r: r["mfu"])
+    out = {
+        "model": ("dry run: small shape on CPU" if args.dry_run else "Qwen2-1.5B shape (R1-Distill)")
+                 + f", {precision}, random weights, local spec, TP1, one process",
+        "seq": seq, "sequences_per_step": per_step, "model_tflops_per_step": flops / 1e12,
+        "peak_tflops": args.peak_tflops, "measured_gemm_tflops": gemm, "rows": rows, "best": best,
+        "device": "cpu (dry run)" if args.dry_run else torch.cuda.get_device_name(), "torch": torch.__version__,
+    }
     print(json.dumps(out, indent=2))
     if args.out:
         Path(args.out).write_text(json.dumps(out, indent=2))
     if args.record and not args.dry_run:
+        argv, shown = sys.argv[1:], []
+        for i, a in enumerate(argv):  # leave out where this run wrote its files
+            if not (a.startswith(("--out", "--profile")) or (i and argv[i - 1] in ("--out", "--profile"))):
+                shown.append(a)
+        cmd = "python bench/actor_bench.py " + " ".join(shown)
         record("gpu", "Train-step MFU on a GPU", [
-            f"Command: `.venv/bin/python bench/actor_bench.py --gpu --record`; {datetime.date.today().isoformat()}, "
-            f"{out['device']}, torch {out['torch']}.",
+            f"Command: `{cmd}` (bench/gpu_session.sh); {datetime.date.today().isoformat()}, {out['device']}, "
+            f"torch {out['torch']}.",
             "",
-            f"{out['model']}; {per_step} sequences x {seq} tokens per step (one per micro-batch), `sft_train_step`: "
-            f"{out['step_s']:.2f} s per step, {out['tokens_per_s']:.0f} tokens/s, {out['achieved_tflops']:.0f} TFLOP/s "
-            f"= **MFU {100 * out['mfu']:.1f}%** of {args.peak_tflops:.0f} TFLOP/s (PaLM FLOPs count; goal >= 40%); "
-            f"peak memory {out['max_memory_gb']:.1f} GB.",
+            f"{out['model']}; {per_step} sequences x {seq} tokens per step, `sft_train_step` (megatron's schedule, "
+            f"DDP with fp32 gradient buffers, megatron's optimizer with fp32 master weights, gradient clipping); "
+            f"median of {args.gpu_steps} steps after a warm-up. Model FLOPs per step {flops / 1e12:.0f} TFLOP "
+            "(PaLM count 6N + 12Lhs per token). Baseline measured in the same run: dense bf16 8192^3 matrix "
+            f"products, {gemm:.0f} TFLOP/s.",
+            "",
+            "| tokens per micro-batch | micro-batches | step s | tokens/s | TFLOP/s | MFU (of 790) | of measured GEMM | peak memory GB |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- |",
+            *(f"| {r['micro_batch_tokens']} | {r['microbatches']} | {r['step_s']:.3f} | {r['tokens_per_s']:.0f} | "
+              f"{r['achieved_tflops']:.0f} | **{100 * r['mfu']:.1f}%** | {r['fraction_of_measured_gemm']:.2f}x | "
+              f"{r['max_memory_gb']:.1f} |" for r in rows),
+            "",
+            f"Goal: MFU >= 40% of {args.peak_tflops:.0f} TFLOP/s; best {100 * best['mfu']:.1f}% "
+            f"({'met' if best['mfu'] >= 0.4 else 'not met'}).",
         ])
     return out
 
@@ -257,6 +326,8 @@ def main() -> None:
     ap.add_argument("--gpu-seq", type=int, default=4096)
     ap.add_argument("--gpu-batch", type=int, default=8, help="GPU: sequences per step")
     ap.add_argument("--gpu-steps", type=int, default=3, help="GPU: timed steps (after one warm-up)")
+    ap.add_argument("--gpu-budgets", default="4096,8192", help="GPU: tokens per micro-batch, comma-separated")
+    ap.add_argument("--profile", default=None, help="GPU: write the first budget's kernel table here")
     ap.add_argument("--peak-tflops", type=float, default=790.0, help="GPU: dense bf16 peak (H200: ~790)")
     ap.add_argument("--out", default=None, help="GPU: write the figures as JSON here")
     ap.add_argument("--dry-run", action="store_true", help="GPU: run its code path on the CPU with a small shape")

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Every check that needs a GPU, in one call: GPU time comes in short leases, so one prepared script runs
+# the actor MFU sweep (bench/actor_bench.py --gpu), the GPU tests (tests/gpu) and the rollout decode
+# benchmark (bench/rollout_bench.py --gpu), each under its own time limit, and collects the logs, one
+# kernel profile and the updated bench/RESULTS.md in $OUT (six files).
+#
+#   OUT=/tmp/gpu bash bench/gpu_session.sh
+#
+# Needs a CUDA machine with torch and transformers. Packages it lacks (megatron-core, omegaconf) can sit as
+# wheels in .whl/ (pip download --python-version/--platform for that machine); they are installed into
+# /tmp/site first. Runs from the repository root, without installing nemo_lead (PYTHONPATH).
+set -uo pipefail
+OUT=${OUT:-/tmp/nemo_lead_gpu}
+PY=${PYTHON:-python3}
+mkdir -p "$OUT"
+if compgen -G ".whl/*.whl" >/dev/null; then
+  $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
+  export PYTHONPATH=/tmp/site
+fi
+export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
+summary="$OUT/summary.txt"
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$summary"
+$PY -c "import sys, torch, megatron.core, transformers; print('python', sys.version.split()[0], 'torch', torch.__version__,
+'megatron-core', megatron.core.__version__, 'transformers', transformers.__version__)" 2>&1 | tee -a "$summary"
+
+step() {  # step NAME SECONDS CMD...: run under a time limit, log to $OUT/NAME.log, exit status to the summary
+  local name=$1 limit=$2 start=$SECONDS
+  shift 2
+  echo "== $name"
+  timeout --kill-after=10 "$limit" "$@" 2>&1 | tee "$OUT/$name.log"
+  echo "$name: exit ${PIPESTATUS[0]}, $((SECONDS - start)) s" | tee -a "$summary"
+}
+
+step actor_bench "${ACTOR_LIMIT:-240}" $PY bench/actor_bench.py --gpu --record --profile "$OUT/actor_profile.txt" \
+  ${ACTOR_ARGS:-}
+step gpu_tests "${TEST_LIMIT:-150}" $PY -m pytest -q -p no:cacheprovider -W ignore::DeprecationWarning tests/gpu
+step rollout_bench "${ROLLOUT_LIMIT:-120}" $PY bench/rollout_bench.py --gpu --record ${ROLLOUT_ARGS:-}
+cp bench/RESULTS.md "$OUT/RESULTS.md"
