@@ -160,38 +160,43 @@ def gpu_bench(args) -> dict:
         raise SystemExit("--gpu needs a CUDA device (or --dry-run to check the code path on the CPU)")
     cfg = DRY_RUN_SHAPE if args.dry_run else QWEN2_1P5B
     info = init_parallel(1, 1)
+    sync = torch.cuda.synchronize if torch.cuda.is_available() else (lambda: None)
     try:
         model = build_gpt(dict(cfg), info, "bf16", spec="local")
-        engine = MegatronEngine(model, max_batch_size=args.batch, sync_every=args.sync_every)
-        prompts = [[(7 * i + j) % 1000 + 10 for j in range(args.prompt_len)] for i in range(args.batch)]
-
-        def timed(tokens: int) -> float:
-            params = SamplingParams(temperature=1.0, max_tokens=tokens, seed=0)  # no stop ids: all run to the end
-            torch.cuda.synchronize()
-            t = time.perf_counter()
-            engine.generate(prompts, params)
-            torch.cuda.synchronize()
-            return time.perf_counter() - t
-
-        timed(8)  # warm-up: allocator, kernels
-        prefill = min(timed(1) for _ in range(2))
-        total = timed(args.decode_tokens + 1)
-        decode_s = total - prefill
-        steps = args.decode_tokens
+        prompts = [[(7 * i + j) % (cfg["vocab_size"] - 10) + 10 for j in range(args.prompt_len)] for i in range(args.batch)]
         weight_bytes = sum(p.numel() for p in model.parameters()) * 2
         kv_per_token = cfg["num_hidden_layers"] * 2 * cfg["num_key_value_heads"] * (cfg["hidden_size"] // cfg["num_attention_heads"]) * 2
-        mean_len = args.prompt_len + 1 + steps / 2
-        kv_bytes = args.batch * mean_len * kv_per_token
+        steps = args.decode_tokens
+        kv_bytes = args.batch * (args.prompt_len + 1 + steps / 2) * kv_per_token  # mean live KV read per step
         bytes_per_step = weight_bytes + kv_bytes
-        step_s = decode_s / steps
-        achieved = bytes_per_step / step_s
+        rows = {}
+        for name, graphs in (("eager steps", False), ("CUDA graphs", True)):  # baseline first, same run
+            engine = MegatronEngine(model, max_batch_size=args.batch, sync_every=args.sync_every, cuda_graphs=graphs)
+
+            def timed(tokens: int, engine=engine) -> float:
+                params = SamplingParams(temperature=1.0, max_tokens=tokens, seed=0)  # no stop ids: all run to the end
+                sync()
+                t = time.perf_counter()
+                engine.generate(prompts, params)
+                sync()
+                return time.perf_counter() - t
+
+            timed(8)  # warm-up: allocator, kernels
+            prefill = min(timed(1) for _ in range(2))
+            decode_s = timed(steps + 1) - prefill
+            step_s = decode_s / steps
+            rows[name] = {
+                "prefill_plus_first_token_s": prefill, "decode_s": decode_s, "decode_tokens_per_s": args.batch * steps / decode_s,
+                "ms_per_step": 1000 * step_s, "achieved_tb_per_s": bytes_per_step / step_s / 1e12,
+                "fraction_of_bandwidth_bound": bytes_per_step / step_s / (args.bandwidth_tbs * 1e12),
+                "graph_captures": engine.graph_stats["captures"], "graph_replays": engine.graph_stats["replays"],
+            }
+            print(name, json.dumps(rows[name]), flush=True)
         out = {
             "model": ("dry run: small shape on CPU" if args.dry_run else "Qwen2-1.5B shape") + ", bf16, random weights, local spec, TP1",
             "batch": args.batch, "prompt_len": args.prompt_len, "decode_tokens": steps, "sync_every": engine._sync_every,
-            "prefill_plus_first_token_s": prefill, "decode_s": decode_s, "decode_tokens_per_s": args.batch * steps / decode_s,
-            "ms_per_step": 1000 * step_s, "weight_gb": weight_bytes / 1e9, "mean_kv_gb_per_step": kv_bytes / 1e9,
-            "achieved_tb_per_s": achieved / 1e12, "bandwidth_tb_per_s": args.bandwidth_tbs,
-            "fraction_of_bandwidth_bound": achieved / (args.bandwidth_tbs * 1e12),
+            "weight_gb": weight_bytes / 1e9, "mean_kv_gb_per_step": kv_bytes / 1e9, "bandwidth_tb_per_s": args.bandwidth_tbs,
+            "rows": rows, "speedup": rows["eager steps"]["decode_s"] / rows["CUDA graphs"]["decode_s"],
             "device": "cpu (dry run)" if args.dry_run else torch.cuda.get_device_name(), "torch": torch.__version__,
         }
     finally:
@@ -201,14 +206,20 @@ def gpu_bench(args) -> dict:
         Path(args.out).write_text(json.dumps(out, indent=2))
     if args.record and not args.dry_run:
         record("gpu", "Megatron engine decode on a GPU", [
-            f"Command: `.venv/bin/python bench/rollout_bench.py --gpu --record`; {datetime.date.today().isoformat()}, "
+            f"Command: `python bench/rollout_bench.py --gpu --record` (bench/gpu_session.sh); {datetime.date.today().isoformat()}, "
             f"{out['device']}, torch {out['torch']}.",
             "",
-            f"{out['model']}; batch {out['batch']}, prompts of {out['prompt_len']} tokens, {steps} decode steps: "
-            f"**{out['decode_tokens_per_s']:.0f} tokens/s** ({out['ms_per_step']:.2f} ms per step); bytes read per step "
-            f"{out['weight_gb']:.2f} GB weights + {out['mean_kv_gb_per_step']:.2f} GB KV (mean) -> "
-            f"{out['achieved_tb_per_s']:.2f} TB/s = **{100 * out['fraction_of_bandwidth_bound']:.1f}%** of "
-            f"{args.bandwidth_tbs} TB/s.",
+            f"{out['model']}; batch {out['batch']}, prompts of {out['prompt_len']} tokens, {steps} decode steps (no stop "
+            f"token). Bytes read per step: {out['weight_gb']:.2f} GB weights + {out['mean_kv_gb_per_step']:.2f} GB KV "
+            f"(mean), against {args.bandwidth_tbs} TB/s. Baseline, same run: the same engine with eager decode steps.",
+            "",
+            "| decode steps | tokens/s | ms per step | TB/s | of bandwidth bound | graph captures / replays |",
+            "| --- | --- | --- | --- | --- | --- |",
+            *(f"| {k} | {r['decode_tokens_per_s']:.0f} | {r['ms_per_step']:.2f} | {r['achieved_tb_per_s']:.2f} | "
+              f"**{100 * r['fraction_of_bandwidth_bound']:.1f}%** | {r['graph_captures']} / {r['graph_replays']} |"
+              for k, r in out["rows"].items()),
+            "",
+            f"CUDA graphs vs eager steps: **{out['speedup']:.1f}x** decode speed.",
         ])
     return out
 

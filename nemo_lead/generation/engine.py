@@ -44,6 +44,7 @@ class EngineConfig:
     max_batch_size: int = 256  # megatron: sequences decoding at once (continuous batching)
     max_prefill_tokens: int = 16384  # megatron: padded prompt tokens prefilled together
     sync_every: Optional[int] = None  # megatron: decode steps between host syncs (None: 1 on CPU, 8 on GPU)
+    cuda_graphs: Optional[bool] = None  # megatron: decode steps as CUDA graphs (None: on a GPU at TP = PP = 1)
     trtllm: TrtllmConfig = field(default_factory=TrtllmConfig)
 
     def __post_init__(self) -> None:
@@ -61,7 +62,7 @@ def build_engine(cfg: EngineConfig, actor: Any) -> RolloutEngine:
         from .megatron_engine import MegatronEngine
 
         return MegatronEngine(actor, max_batch_size=cfg.max_batch_size, max_prefill_tokens=cfg.max_prefill_tokens,
-                              sync_every=cfg.sync_every)
+                              sync_every=cfg.sync_every, cuda_graphs=cfg.cuda_graphs)
     from .trtllm_engine import TrtllmEngine
 
     return TrtllmEngine(actor, cfg.trtllm)

@@ -11,6 +11,14 @@ back by the two operations the engine does between decode steps:
 Capacity grows geometrically on demand (`reserve`), so memory follows the longest live sequence rather
 than prompt + max_tokens up front. Unused slots are zero, never uninitialised memory: attention gives them
 zero weight, but 0 x NaN would still be NaN.
+
+Storage stays put. The tensors are allocated with room for `reserve_rows` rows (the engine's
+max_batch_size), and `select` / `extend` compact and append rows inside them in place; only `reserve`
+(capacity growth) and appending past the allocated rows reallocate, and each reallocation bumps `version`.
+The engine's CUDA graphs (`nemo_lead.generation.cuda_graphs`) capture the addresses of these tensors, so
+they stay valid while `version` does: compaction and continuous batching cost no re-capture.
+`keys[l]` / `values[l]` are the live rows (views); `bucket(rows)` views the first `rows` allocated rows at
+full capacity for a fixed-shape decode step.
 """
 
 from __future__ import annotations
@@ -20,68 +28,120 @@ import torch
 
 class KVCache:
     def __init__(self, num_layers: int, batch: int, groups: int, head_dim: int, capacity: int,
-                 dtype: torch.dtype, device: torch.device):
-        shape = (batch, groups, capacity, head_dim)
-        self.keys = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
-        self.values = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
+                 dtype: torch.dtype, device: torch.device, reserve_rows: int = 0):
+        shape = (max(batch, reserve_rows), groups, capacity, head_dim)
+        self._k = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
+        self._v = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
+        self.rows = batch
+        self.version = 0
+
+    @property
+    def keys(self) -> list[torch.Tensor]:
+        return [t[: self.rows] for t in self._k]
+
+    @property
+    def values(self) -> list[torch.Tensor]:
+        return [t[: self.rows] for t in self._v]
 
     @property
     def batch(self) -> int:
-        return self.keys[0].shape[0] if self.keys else 0
+        return self.rows
+
+    @property
+    def allocated_rows(self) -> int:
+        return self._k[0].shape[0] if self._k else 0
 
     @property
     def capacity(self) -> int:
-        return self.keys[0].shape[2] if self.keys else 0
+        return self._k[0].shape[2] if self._k else 0
 
-    def reserve(self, needed: int) -> None:
-        """Make room for `needed` positions per row (grows to at least 1.5x the old capacity)."""
-        if needed <= self.capacity or not self.keys:
+    def _reallocate(self, rows: int, capacity: int) -> None:
+        self._k = [_resized(t, rows, capacity) for t in self._k]
+        self._v = [_resized(t, rows, capacity) for t in self._v]
+        self.version += 1
+
+    def reserve(self, needed: int, rows: int | None = None) -> None:
+        """Make room for `needed` positions per row (grows to at least 1.5x the old capacity).
+
+        `rows`: rows to keep allocated when it grows (default: all; the engine passes the live rows once no
+        prompt is waiting, so a long tail of few sequences does not grow a full batch's worth of memory)."""
+        if needed <= self.capacity or not self._k:
             return
-        new = max(needed, self.capacity + self.capacity // 2)
-        self.keys = [_pad_capacity(t, new) for t in self.keys]
-        self.values = [_pad_capacity(t, new) for t in self.values]
+        rows = self.allocated_rows if rows is None else max(rows, self.rows)
+        self._reallocate(rows, max(needed, self.capacity + self.capacity // 2))
 
     def write_block(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> None:
         """Prefill: k, v [batch, groups, s, d] are positions 0 .. s-1 of every row."""
-        s = k.shape[2]
-        self.keys[layer][:, :, :s] = k
-        self.values[layer][:, :, :s] = v
+        b, s = k.shape[0], k.shape[2]
+        self._k[layer][:b, :, :s] = k
+        self._v[layer][:b, :, :s] = v
 
     def write_at(self, layer: int, k: torch.Tensor, v: torch.Tensor, positions: torch.Tensor) -> None:
         """Decode: k, v [batch, groups, d] go to position positions[b] of row b."""
-        rows = torch.arange(k.shape[0], device=k.device)
-        self.keys[layer][rows, :, positions] = k
-        self.values[layer][rows, :, positions] = v
+        _write_at(self._k[layer], self._v[layer], k, v, positions)
 
     def view(self, layer: int, length: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Keys and values of positions 0 .. length-1 (views, no copy)."""
-        return self.keys[layer][:, :, :length], self.values[layer][:, :, :length]
+        """Keys and values of positions 0 .. length-1 of the live rows (views, no copy)."""
+        return self._k[layer][: self.rows, :, :length], self._v[layer][: self.rows, :, :length]
 
     def select(self, rows: torch.Tensor) -> None:
-        """Keep only `rows` (a 1-D index tensor), in that order."""
-        self.keys = [t.index_select(0, rows) for t in self.keys]
-        self.values = [t.index_select(0, rows) for t in self.values]
+        """Keep only `rows` (a 1-D index tensor), in that order, compacted in place."""
+        n = rows.shape[0]
+        for t in (*self._k, *self._v):
+            t[:n] = t.index_select(0, rows)
+        self.rows = n
 
     def extend(self, other: KVCache) -> None:
-        """Append `other`'s rows after ours (capacities padded to the larger of the two)."""
-        cap = max(self.capacity, other.capacity)
-        self.keys = [torch.cat([_pad_capacity(a, cap), _pad_capacity(b, cap)]) for a, b in zip(self.keys, other.keys)]
-        self.values = [torch.cat([_pad_capacity(a, cap), _pad_capacity(b, cap)])
-                       for a, b in zip(self.values, other.values)]
+        """Append `other`'s rows after ours (in place while they fit the allocated rows and capacity)."""
+        need = self.rows + other.rows
+        if need > self.allocated_rows or other.capacity > self.capacity:
+            self._reallocate(max(need, self.allocated_rows), max(self.capacity, other.capacity))
+        cap = other.capacity
+        for mine, theirs in zip((*self._k, *self._v), (*other._k, *other._v)):
+            mine[self.rows:need, :, :cap] = theirs[: other.rows]
+            mine[self.rows:need, :, cap:] = 0  # rows may hold a finished sequence's data
+        self.rows = need
 
     def repeat_rows(self, times: int) -> None:
         """Each row `times` times in a row (n samples of one prefilled prompt share its cache)."""
         if times > 1:
-            self.keys = [t.repeat_interleave(times, dim=0) for t in self.keys]
-            self.values = [t.repeat_interleave(times, dim=0) for t in self.values]
+            self._k = [t[: self.rows].repeat_interleave(times, dim=0) for t in self._k]
+            self._v = [t[: self.rows].repeat_interleave(times, dim=0) for t in self._v]
+            self.rows *= times
+            self.version += 1
+
+    def bucket(self, rows: int) -> _Bucket:
+        """The first `rows` allocated rows (live rows first, then free ones) at full capacity, as a cache."""
+        if rows > self.allocated_rows:
+            raise ValueError(f"bucket of {rows} rows, only {self.allocated_rows} allocated")
+        return _Bucket([t[:rows] for t in self._k], [t[:rows] for t in self._v])
 
     def nbytes(self) -> int:
-        return sum(t.numel() * t.element_size() for t in (*self.keys, *self.values))
+        return sum(t.numel() * t.element_size() for t in (*self._k, *self._v))
 
 
-def _pad_capacity(t: torch.Tensor, capacity: int) -> torch.Tensor:
-    if t.shape[2] >= capacity:
-        return t
-    out = torch.zeros((t.shape[0], t.shape[1], capacity, t.shape[3]), dtype=t.dtype, device=t.device)
-    out[:, :, : t.shape[2]] = t
+class _Bucket:
+    """Fixed-shape view of a KVCache for one decode step (`write_at` and `view`, as KVCache's)."""
+
+    def __init__(self, keys: list[torch.Tensor], values: list[torch.Tensor]):
+        self._k, self._v = keys, values
+
+    def write_at(self, layer: int, k: torch.Tensor, v: torch.Tensor, positions: torch.Tensor) -> None:
+        _write_at(self._k[layer], self._v[layer], k, v, positions)
+
+    def view(self, layer: int, length: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return self._k[layer][:, :, :length], self._v[layer][:, :, :length]
+
+
+def _write_at(keys: torch.Tensor, values: torch.Tensor, k: torch.Tensor, v: torch.Tensor, positions: torch.Tensor):
+    rows = torch.arange(k.shape[0], device=k.device)
+    keys[rows, :, positions] = k
+    values[rows, :, positions] = v
+
+
+def _resized(t: torch.Tensor, rows: int, capacity: int) -> torch.Tensor:
+    """A zero tensor of `rows` x `capacity` with t's data in its corner."""
+    out = torch.zeros((rows, t.shape[1], capacity, t.shape[3]), dtype=t.dtype, device=t.device)
+    n, c = min(rows, t.shape[0]), min(capacity, t.shape[2])
+    out[:n, :, :c] = t[:n, :, :c]
     return out

@@ -19,6 +19,10 @@ How a `generate` call runs (every rank of the model-parallel group calls it with
   whenever a sequence may have reached max_tokens) the sampled tokens come to the host in one copy, finished
   sequences leave the batch (their cache rows are dropped) and waiting prompts are admitted. On a GPU this
   keeps the host from waiting on every token; finished rows computed between syncs are ignored.
+- CUDA graphs (GPU, TP = PP = 1, the default there): each decode step replays a captured graph of the
+  whole forward, padded to a power-of-two batch bucket (`nemo_lead.generation.cuda_graphs`); the cache
+  compacts and admits rows in place, so a graph lives until the cache grows. Eager steps launch ~1,500
+  kernels one by one from Python, which left an H200 at 1% of its memory bandwidth.
 - Pipeline parallel: each stage receives hidden states from the previous stage (send / recv on the PP group;
   gloo on CPU), runs its layers with its own cache and sends on. Stages run in turn, without micro-batch
   pipelining, so PP spreads memory, not time.
@@ -39,6 +43,7 @@ import torch
 
 from nemo_lead.models import eval_mode
 
+from .cuda_graphs import DecodeSteps
 from .kv_cache import KVCache
 from .params import Rollout, SamplingParams, check_prompts
 from .sampling import make_generator, sample_tokens
@@ -139,12 +144,15 @@ class MegatronEngine:
     max_batch_size: sequences decoding at once (continuous batching admits more as others finish).
     max_prefill_tokens: padded prompt tokens prefilled together (bounds prefill activation memory).
     sync_every: decode steps between host syncs; None = 1 on CPU, 8 on GPU.
+    cuda_graphs: decode steps as captured CUDA graphs (`nemo_lead.generation.cuda_graphs`): None = on a GPU
+        with one pipeline stage and one TP rank, else off; True on a CPU runs the same fixed-shape
+        (bucketed) steps without capture; True with TP or PP > 1 is an error.
     vocab_size: the real vocabulary (default: `model.arch.vocab_size` from build_gpt); padding columns of
         the output layer are never sampled.
     """
 
     def __init__(self, model: Any, *, max_batch_size: int = 256, max_prefill_tokens: int = 16384,
-                 sync_every: int | None = None, vocab_size: int | None = None):
+                 sync_every: int | None = None, vocab_size: int | None = None, cuda_graphs: bool | None = None):
         if max_batch_size < 1 or max_prefill_tokens < 1:
             raise ValueError("max_batch_size and max_prefill_tokens must be >= 1")
         if sync_every is not None and sync_every < 1:
@@ -152,6 +160,8 @@ class MegatronEngine:
         self.max_batch_size = max_batch_size
         self.max_prefill_tokens = max_prefill_tokens
         self._sync_every = sync_every
+        self.cuda_graphs = cuda_graphs
+        self.graph_stats = {"captures": 0, "replays": 0}  # summed over generate calls
         self._vocab_size = vocab_size
         self._comm: _Comm | None = None
         self.refit(model)
@@ -184,7 +194,11 @@ class MegatronEngine:
         if self._comm is None:
             self._comm = _Comm()
         with eval_mode(self.model):
-            seqs = _Generation(self, prompt_token_ids, params).run()
+            gen = _Generation(self, prompt_token_ids, params)
+            seqs = gen.run()
+        if gen.steps is not None:
+            self.graph_stats["captures"] += gen.steps.captures
+            self.graph_stats["replays"] += gen.steps.replays
         return [Rollout(s.prompt_index, s.sample_index, s.tokens, s.logprobs, s.policy, s.finish) for s in seqs]
 
 
@@ -208,6 +222,19 @@ class _Generation:
         self.lengths = torch.zeros(0, dtype=torch.long, device=self.device)
         self.next_tokens = torch.zeros(0, dtype=torch.long, device=self.device)
         self.records: list[tuple[list[_Seq], torch.Tensor]] = []  # unsynced (rows, packed [3, rows])
+        # the persistent cache's rows: all sequences that can decode at once, no more
+        self.reserve_rows = min(max(engine.max_batch_size, params.n), len(prompts) * params.n)
+        self.steps = self._decode_steps(engine.cuda_graphs)
+
+    def _decode_steps(self, wanted: bool | None) -> DecodeSteps | None:
+        single = self.comm.mp_size == 1
+        if wanted is None:
+            wanted = single and self.device.type == "cuda"
+        if not wanted:
+            return None
+        if not single:
+            raise ValueError("cuda_graphs=True needs one tensor- and pipeline-parallel rank (TP = PP = 1)")
+        return DecodeSteps(self.r, self.rope, capture=self.device.type == "cuda")
 
     # ----------------------------------------------------------------------------- schedule
     def run(self) -> list[_Seq]:
@@ -254,10 +281,7 @@ class _Generation:
         self.row_len = [self.row_len[i] for i in keep]
         index = torch.tensor(keep, dtype=torch.long, device=self.device)
         self.lengths, self.next_tokens = self.lengths[index], self.next_tokens[index]
-        if keep:
-            self.cache.select(index)
-        else:
-            self.cache = None
+        self.cache.select(index)  # in place: the cache keeps its tensors (and graphs) for later admissions
 
     def _take_group(self) -> list[int]:
         """Waiting prompts to prefill now: as many as fit the batch and the prefill token budget (>= 1)."""
@@ -273,8 +297,9 @@ class _Generation:
         return group
 
     # ----------------------------------------------------------------------------- model steps
-    def _new_cache(self, rows: int, capacity: int) -> KVCache:
-        return KVCache(len(self.r.layers), rows, self.r.groups, self.r.head_dim, capacity, self.r.dtype, self.device)
+    def _new_cache(self, rows: int, capacity: int, reserve_rows: int = 0) -> KVCache:
+        return KVCache(len(self.r.layers), rows, self.r.groups, self.r.head_dim, capacity, self.r.dtype, self.device,
+                       reserve_rows=reserve_rows)
 
     def _through_stage(self, first_inputs, shape, run):
         """First stage: run on `first_inputs`; later stages: run on hidden states received. Returns the last
@@ -288,11 +313,15 @@ class _Generation:
 
     def _sample(self, h_last: torch.Tensor | None, rows: int, repeat: int = 1) -> torch.Tensor:
         """Logits of the last stage's hidden states -> tokens + log-probs on the sampler -> every rank."""
+        return self._draw(self.r.logits(h_last) if self.comm.last else None, rows, repeat)
+
+    def _draw(self, local_logits: torch.Tensor | None, rows: int, repeat: int = 1) -> torch.Tensor:
+        """Vocab-parallel logits (last stage) -> tokens + log-probs on the sampler -> every rank, packed [3, rows]."""
         packed = torch.empty((3, rows), dtype=torch.float64, device=self.device)
         if self.comm.last:
             from nemo_lead.models import gather_vocab_logits
 
-            logits = gather_vocab_logits(self.r.logits(h_last), self.e.vocab_size)
+            logits = gather_vocab_logits(local_logits, self.e.vocab_size)
             if self.comm.is_sampler:
                 if repeat > 1:
                     logits = logits.repeat_interleave(repeat, dim=0)
@@ -321,17 +350,19 @@ class _Generation:
         self.lengths = torch.cat([self.lengths, lengths.repeat_interleave(n)])
         self.next_tokens = torch.cat([self.next_tokens, packed[0].long()])
         if self.cache is None:
-            self.cache = cache
-        else:
-            self.cache.extend(cache)
+            self.cache = self._new_cache(0, cache.capacity, reserve_rows=self.reserve_rows)
+        self.cache.extend(cache)
 
     def _decode_step(self) -> None:
         b = len(self.live)
         max_length = max(self.row_len) + 1
-        self.cache.reserve(max_length)
-        h_last = self._through_stage(self.next_tokens[:, None], (1, b, self.r.hidden_size),
-                                     lambda x: self.r.decode(x, self.lengths, self.cache, self.rope, max_length))
-        packed = self._sample(h_last, b)
+        self.cache.reserve(max_length, rows=None if self.pending else b)  # no admissions left: live rows only
+        if self.steps is not None:
+            packed = self._draw(self.steps.logits(self.cache, self.next_tokens, self.lengths), b)
+        else:
+            h_last = self._through_stage(self.next_tokens[:, None], (1, b, self.r.hidden_size),
+                                         lambda x: self.r.decode(x, self.lengths, self.cache, self.rope, max_length))
+            packed = self._sample(h_last, b)
         self.records.append((list(self.live), packed))
         self.lengths = self.lengths + 1
         self.row_len = [x + 1 for x in self.row_len]

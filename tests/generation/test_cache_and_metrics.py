@@ -38,6 +38,36 @@ def test_cache_rows_survive_compaction_growth_and_merging():
     assert a.nbytes() == 2 * 2 * 6 * 9 * 2 * 4
 
 
+def test_cache_storage_stays_put_until_it_grows():
+    """Compaction and appends inside the allocated rows keep the tensors (CUDA graphs hold their addresses)."""
+    a = KVCache(1, 0, 1, 2, 4, torch.float32, torch.device("cpu"), reserve_rows=4)
+    storage, version = a._k[0], a.version
+    a.extend(_cache(3, 4, 0.0))
+    a.select(torch.tensor([2, 0]))
+    a.extend(_cache(2, 3, 50.0))
+    assert a.version == version and a._k[0] is storage and a.batch == 4
+    assert a.keys[0][2, 0, 3].tolist() == [0, 0]  # positions past the appended rows' capacity are zeroed
+    bucket = a.bucket(4)
+    bucket.write_at(0, torch.ones(4, 1, 2), torch.zeros(4, 1, 2), torch.tensor([1, 1, 1, 1]))
+    assert a.keys[0][:, 0, 1].sum() == 8 and bucket.view(0, 4)[0].shape == (4, 1, 4, 2)
+    a.reserve(5, rows=4)
+    assert a.version == version + 1 and a.capacity == 6 and a.allocated_rows == 4
+    a.select(torch.tensor([1]))
+    a.reserve(9, rows=1)  # no admissions left: only the live row grows
+    assert a.allocated_rows == 1 and a.capacity == 9
+    with pytest.raises(ValueError, match="only 1 allocated"):
+        a.bucket(2)
+
+
+def test_bucket_rows_are_powers_of_two_within_the_allocation():
+    from nemo_lead.generation.cuda_graphs import bucket_rows
+
+    assert [bucket_rows(n, 256) for n in (1, 8, 9, 100, 256)] == [8, 8, 16, 128, 256]
+    assert bucket_rows(5, 6) == 6 and bucket_rows(0, 3) == 3
+    with pytest.raises(ValueError):
+        bucket_rows(7, 6)
+
+
 def test_mismatch_hand_computed_for_lists_and_masked_tensors():
     m = logprob_mismatch([[-1.0, -2.0], [-0.5]], [[-1.5, -2.0], [-0.25]])
     assert m == {"mean": pytest.approx(0.75 / 3), "max": 0.5, "sum": pytest.approx(0.75), "count": 3}

@@ -114,12 +114,25 @@ def _single_rank_job(hf_dir):
     out["refit_same_tokens_old_vs_new_lp"] = max(
         abs(x - y) for x, y in zip(_full_logprobs(model, PROMPTS[0], before.token_ids), before.policy_logprobs))
     out["refit_err"] = max(abs(x - y) for x, y in zip(_full_logprobs(model, PROMPTS[0], after.token_ids), after.policy_logprobs))
+
+    # fixed-shape decode steps (padded batch buckets, attention over the whole cache: what CUDA graphs
+    # replay) against the plain steps, with admissions, compaction on stop tokens and cache growth
+    stop = SamplingParams(n=3, temperature=0.9, max_tokens=40, stop_token_ids=[stop_tok, 30], seed=3)
+    plain = MegatronEngine(model, max_batch_size=5, sync_every=3, cuda_graphs=False).generate(PROMPTS, stop)
+    shaped = MegatronEngine(model, max_batch_size=5, sync_every=3, cuda_graphs=True)
+    fixed = shaped.generate(PROMPTS, stop)
+    out["bucketed"] = ([(r.token_ids, r.finish_reason) for r in plain], [(r.token_ids, r.finish_reason) for r in fixed],
+                       max(max(abs(x - y) for x, y in zip(p.policy_logprobs, f.policy_logprobs)) for p, f in zip(plain, fixed)),
+                       shaped.graph_stats)
     destroy_parallel()
     return out
 
 
 def test_engine_single_rank(tiny):
     (out,) = run_distributed(_single_rank_job, 1, tiny)
+    plain, fixed, err, stats = out["bucketed"]
+    assert fixed == plain and err < 1e-5 and stats == {"captures": 0, "replays": 0}  # no capture on CPU
+    assert {reason for _, reason in plain} == {"stop", "length"}  # rows left early and late
     greedy = out["greedy"]
     assert [g[2] for g in greedy] == out["naive"]  # greedy == naive full-forward loop, prompts of 3 lengths
     assert [g[:2] for g in greedy] == [(0, 0), (1, 0), (2, 0)]
