@@ -33,6 +33,6 @@ step() {  # step NAME SECONDS CMD...: run under a time limit, log to $OUT/NAME.l
 
 step actor_bench "${ACTOR_LIMIT:-240}" $PY bench/actor_bench.py --gpu --record --profile "$OUT/actor_profile.txt" \
   ${ACTOR_ARGS:-}
-step gpu_tests "${TEST_LIMIT:-150}" $PY -m pytest -q -p no:cacheprovider -W ignore::DeprecationWarning tests/gpu
+NEMO_LEAD_GPU_TESTS=1 step gpu_tests "${TEST_LIMIT:-150}" $PY -m pytest -q -p no:cacheprovider -W ignore::DeprecationWarning tests/gpu
 step rollout_bench "${ROLLOUT_LIMIT:-120}" $PY bench/rollout_bench.py --gpu --record ${ROLLOUT_ARGS:-}
 cp bench/RESULTS.md "$OUT/RESULTS.md"
