@@ -7,9 +7,10 @@ autograd copy the whole gradient of the scores again), softmaxes in fp32 and mul
 a fused, memory-efficient kernel instead (flash attention on CPU and on recent GPUs), with the same
 result. Measured on a 4-layer hidden-256 Qwen2 at 8 x 512 tokens, one CPU thread: a train step took 2.18 s
 with megatron's attention and 1.72 s with this one (bench/actor_bench.py). q, k and v are copied to
-contiguous [b, heads, s, hn] first: torch's CPU flash kernel reads megatron's [s, b, ...] layout through a
+contiguous [b, heads, s, hn] first on the CPU: torch's CPU flash kernel reads megatron's [s, b, ...] layout through a
 permuted view more slowly than it copies it (fwd + bwd of one layer's attention at 8 x 512 tokens: 106 ms
-from the view, 99 ms with the copies); on GPUs the copies are small next to the attention itself.
+from the view, 99 ms with the copies). GPU kernels take the views as they are; copies there would only add
+launches (the H200 runs in bench/RESULTS.md are partly host-bound).
 
 Same contract as `DotProductAttention` (megatron-core 0.16-0.19): query [sq, b, np, hn], key / value
 [sk, b, ng, hn] (GQA: ng query groups, shared by np / ng heads each), `attention_mask` None for causal
@@ -60,7 +61,9 @@ class SDPAttention(MegatronModule):
         if packed_seq_params is not None or attention_bias is not None:
             raise NotImplementedError("packed sequences / attention bias need Transformer Engine's attention")
         sq, b = query.shape[:2]
-        q, k, v = (t.permute(1, 2, 0, 3).contiguous() for t in (query, key, value))  # [b, heads | groups, s, hn]
+        q, k, v = (t.permute(1, 2, 0, 3) for t in (query, key, value))  # [b, heads | groups, s, hn]
+        if q.device.type == "cpu":  # the CPU flash kernel reads the permuted views more slowly than it copies
+            q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
         kwargs = {"scale": self.scale}
         if self.heads != self.groups:
             if _GQA_KWARG:

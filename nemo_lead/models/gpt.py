@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import logging
 from collections.abc import Mapping
 from typing import Any
 
@@ -170,19 +171,20 @@ def build_gpt(
         raise ModelConfigError(f"tp {tp} does not divide the padded vocabulary {vocab} "
                                f"(vocab_divisible_by={vocab_divisible_by})")
     config = transformer_config(arch, tp=tp, pp=pp, precision=precision, init=init, overrides=config_overrides)
-    model = GPTModel(
-        config=config,
-        transformer_layer_spec=layer_spec,
-        vocab_size=vocab,
-        max_sequence_length=arch.max_position_embeddings,
-        pre_process=ps.is_pipeline_first_stage(),
-        post_process=ps.is_pipeline_last_stage(),
-        share_embeddings_and_output_weights=arch.tied_embeddings,
-        position_embedding_type="rope",
-        rotary_base=arch.rope_theta,
-        rope_scaling=arch.rope_scaling_factor is not None,
-        rope_scaling_factor=arch.rope_scaling_factor or 8.0,
-    )
+    with _megatron_knows_our_mlp():
+        model = GPTModel(
+            config=config,
+            transformer_layer_spec=layer_spec,
+            vocab_size=vocab,
+            max_sequence_length=arch.max_position_embeddings,
+            pre_process=ps.is_pipeline_first_stage(),
+            post_process=ps.is_pipeline_last_stage(),
+            share_embeddings_and_output_weights=arch.tied_embeddings,
+            position_embedding_type="rope",
+            rotary_base=arch.rope_theta,
+            rope_scaling=arch.rope_scaling_factor is not None,
+            rope_scaling_factor=arch.rope_scaling_factor or 8.0,
+        )
     if not init:
         _mark_tensor_parallel_weights(model)
     _norms_to(model, _DTYPES[precision])
@@ -209,6 +211,27 @@ def _norms_to(model, dtype: torch.dtype) -> None:
     for module in model.modules():
         if isinstance(module, (torch.nn.RMSNorm, torch.nn.LayerNorm)):
             module.to(dtype)
+
+
+class _UnknownMLPFilter(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("Unknown MLP type")
+
+
+@contextlib.contextmanager
+def _megatron_knows_our_mlp():
+    """Silence megatron-core's "Unknown MLP type ... Using default kwargs" while a model is built.
+
+    megatron (0.16) recognises its MLP by class identity when it builds a layer and warns once per layer
+    about any other class, the local spec's `SwiGLUMLP` included. That subclass takes megatron's MLP
+    arguments and the default TP group, so the warning says nothing a user can act on."""
+    log = logging.getLogger("megatron.core.transformer.transformer_layer")
+    quiet = _UnknownMLPFilter()
+    log.addFilter(quiet)
+    try:
+        yield
+    finally:
+        log.removeFilter(quiet)
 
 
 def _mark_tensor_parallel_weights(model) -> None:
