@@ -311,3 +311,21 @@ def test_actor_config_is_a_job_config_section(tmp_path):
     assert model_source(str(tmp_path)) == ("hf", str(tmp_path))
     with pytest.raises(ValueError, match="neither a checkpoint folder"):
         model_source(str(tmp_path / "missing"))
+
+
+def test_torch_adam_inside_megatron_optimizers_is_switched_to_the_fused_kernel():
+    from types import SimpleNamespace
+
+    from nemo_lead.training.actor import _fuse_torch_adam
+
+    w = torch.nn.Parameter(torch.ones(3))
+    adam, sgd = torch.optim.AdamW([w], lr=0.1), torch.optim.SGD([w], lr=0.1)
+    _fuse_torch_adam(SimpleNamespace(chained_optimizers=[SimpleNamespace(optimizer=adam), SimpleNamespace(optimizer=sgd)]))
+    assert [(g["fused"], g["foreach"]) for g in adam.param_groups] == [(True, False)]
+    assert "fused" not in sgd.param_groups[0] or not sgd.param_groups[0]["fused"]
+    reference = torch.nn.Parameter(torch.ones(3))
+    loop = torch.optim.AdamW([reference], lr=0.1, foreach=False)
+    for p, opt in ((w, adam), (reference, loop)):
+        p.grad = torch.tensor([0.5, -1.0, 2.0])
+        opt.step()
+    assert torch.allclose(w, reference, atol=1e-7, rtol=0)  # the fused kernel's update is the loop's
