@@ -75,3 +75,28 @@ def test_mlp_matches_megatron_mlp_at_tp1_and_tp2():
                 assert all((a - b).abs().max() <= 1e-6 for a, b in zip(gw, ref_gw) if a is not None), (tp, with_bias)
                 # not plain SwiGLU: megatron's forward, the same output
                 assert res[(tp, f"clamped{with_bias}")] == (False, True)
+
+
+def test_gated_fc1_gradients_and_a_second_backward_is_refused():
+    import pytest
+
+    from nemo_lead.models.local_layers import _GatedFc1
+
+    g = torch.Generator().manual_seed(4)
+    x = torch.randn(3, 2, 5, dtype=torch.float64, generator=g, requires_grad=True)
+    w = torch.randn(8, 5, dtype=torch.float64, generator=g, requires_grad=True)
+    b = torch.randn(8, dtype=torch.float64, generator=g, requires_grad=True)
+    up_grad = torch.randn(3, 2, 4, dtype=torch.float64, generator=g)
+    for bias in (b, None):  # float64 gradients against autograd through the plain expression
+        inputs = (x, w) if bias is None else (x, w, b)
+        reference = F.silu(F.linear(x, w[:4], None if bias is None else b[:4])) * F.linear(
+            x, w[4:], None if bias is None else b[4:])
+        ours = _GatedFc1.apply(x, w, bias)
+        assert torch.allclose(ours, reference, atol=1e-12, rtol=0)
+        expected = torch.autograd.grad(reference, inputs, up_grad)
+        got = torch.autograd.grad(ours, inputs, up_grad)
+        assert all(torch.allclose(a, e, atol=1e-12, rtol=0) for a, e in zip(got, expected))
+    out = _GatedFc1.apply(x, w, b).sum()
+    out.backward(retain_graph=True)  # the backward writes over its saved gate / up buffer ...
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        out.backward()  # ... so autograd refuses a second pass instead of using overwritten values
