@@ -7,9 +7,8 @@ than a contiguous tensor on the CPU), the `+ 0.0` offset copies the up half, and
 a `cat` that copies the whole [tokens, 2 * ffn] gradient again into a freshly allocated tensor (on the CPU
 machines a fresh 32 MiB tensor also costs ~13 ms of page faults: glibc maps allocations that large afresh).
 fc1's weight is laid out as [gate rows; up rows] (each TP rank's shard too: megatron builds it with stride
-2), so `_GatedFc1` multiplies by the two row blocks into the two contiguous halves of one [2, tokens, ffn]
-buffer, and its backward writes the gate and up gradients over that buffer (it is dead by then) before the
-weight and input GEMMs. No copies, no per-step gradient buffers; the parameters, their names, sharding and
+2), so `_GatedFc1` multiplies by the two row blocks into contiguous gate and up tensors, and its backward
+writes the gate and up gradients over them (they are dead by then) before the weight and input GEMMs. No copies, no per-step gradient buffers; the parameters, their names, sharding and
 checkpoints stay megatron's.
 
 Tensor parallelism is megatron's ColumnParallelLinear's, done here explicitly: the input enters the TP
@@ -19,8 +18,8 @@ Anything this does not cover runs megatron's own forward unchanged: other activa
 (clamped, offset), MoE per-token scales, sequence parallelism, gathered outputs, expert layers, CPU
 activation offloading, or an fc1 that is not megatron's plain ColumnParallelLinear.
 
-Measured (one CPU thread, 4096 tokens, hidden 256, ffn 1024, MLP forward + backward): megatron's MLP 266 ms,
-this one 241 ms; whole train steps: bench/actor_bench.py (bench/RESULTS.md).
+Measured (one CPU thread, 4096 tokens, hidden 256, ffn 1024, MLP forward + backward, same process):
+megatron's MLP 266-300 ms, this one 241-248 ms; whole train steps: bench/actor_bench.py (bench/RESULTS.md).
 Tested: tests/models/test_local_layers.py (outputs and every gradient against megatron's MLP at TP1 and TP2,
 with activation recomputation and fc1 biases; float64 gradients; a second backward is refused; the
 fallbacks), and through every parity test against transformers (TP1, TP2, PP2, recomputation).
@@ -37,41 +36,41 @@ class _GatedFc1(torch.autograd.Function):
     """silu(x W_g^T + b_g) * (x W_u^T + b_u) for fc1's weight W = [W_g; W_u] (and bias), with a backward
     that writes the gradients of gate and up into their own (dead) buffer and multiplies once per half.
 
-    Forward: two GEMMs into the halves of one [2, tokens, ffn] buffer (contiguous gate and up). Backward:
-    d_up = g * silu(gate) and d_gate = silu'(gate) * g * up are written over up and gate (each slot is read
-    before it is written), so no [tokens, ffn] gradient is allocated per half; then dW's two halves and
-    dx = d_gate W_g + d_up W_u (one GEMM accumulating into the other). The buffer is saved for backward, so
-    a second backward through the same graph (retain_graph) is refused by autograd's version check rather
-    than computed from overwritten values."""
+    Forward: two GEMMs into contiguous gate and up tensors (two [tokens, ffn] tensors rather than one
+    [tokens, 2 * ffn]: on the CPU machines glibc maps allocations of 32 MiB and more afresh each time, and
+    the page faults cost ~13 ms per such tensor). Backward: d_up = g * silu(gate) and
+    d_gate = silu'(gate) * g * up are written over up and gate (each slot is read before it is written), so no
+    [tokens, ffn] gradient is allocated per half; then dW's two halves and dx = d_gate W_g + d_up W_u (one
+    GEMM accumulating into the other). gate and up are saved for backward, so a second backward through the
+    same graph (retain_graph) is refused by autograd's version check rather than computed from overwritten
+    values."""
 
     @staticmethod
     def forward(ctx, x, weight, bias):
         f = weight.shape[0] // 2
         x2 = x.reshape(-1, x.shape[-1])
-        y = torch.empty((2, x2.shape[0], f), dtype=x.dtype, device=x.device)
-        for half, rows in enumerate((slice(0, f), slice(f, 2 * f))):
-            if bias is None:
-                torch.mm(x2, weight[rows].t(), out=y[half])
-            else:
-                torch.addmm(bias[rows], x2, weight[rows].t(), out=y[half])
-        silu_gate = F.silu(y[0])
-        ctx.save_for_backward(x2, weight, y, silu_gate)
+        if bias is None:
+            gate, up = torch.mm(x2, weight[:f].t()), torch.mm(x2, weight[f:].t())
+        else:
+            gate, up = torch.addmm(bias[:f], x2, weight[:f].t()), torch.addmm(bias[f:], x2, weight[f:].t())
+        silu_gate = F.silu(gate)
+        ctx.save_for_backward(x2, weight, gate, up, silu_gate)
         ctx.x_shape, ctx.has_bias = x.shape, bias is not None
-        return (silu_gate * y[1]).view(*x.shape[:-1], f)
+        return (silu_gate * up).view(*x.shape[:-1], f)
 
     @staticmethod
     def backward(ctx, grad):
-        x2, weight, y, silu_gate = ctx.saved_tensors
+        x2, weight, gate, up, silu_gate = ctx.saved_tensors
         f = weight.shape[0] // 2
         g = grad.reshape(-1, f)
-        grad_silu = g * y[1]
-        torch.mul(g, silu_gate, out=y[1])  # d up, over up
-        torch.ops.aten.silu_backward.grad_input(grad_silu, y[0], grad_input=y[0])  # d gate, over gate
+        grad_silu = g * up
+        torch.mul(g, silu_gate, out=up)  # d up, over up
+        torch.ops.aten.silu_backward.grad_input(grad_silu, gate, grad_input=gate)  # d gate, over gate
         grad_w = torch.empty_like(weight)
-        torch.mm(y[0].t(), x2, out=grad_w[:f])
-        torch.mm(y[1].t(), x2, out=grad_w[f:])
-        grad_x = torch.mm(y[0], weight[:f]).addmm_(y[1], weight[f:])
-        grad_b = y.sum(dim=1).reshape(-1) if ctx.has_bias else None
+        torch.mm(gate.t(), x2, out=grad_w[:f])
+        torch.mm(up.t(), x2, out=grad_w[f:])
+        grad_x = torch.mm(gate, weight[:f]).addmm_(up, weight[f:])
+        grad_b = torch.cat([gate.sum(0), up.sum(0)]) if ctx.has_bias else None
         return grad_x.view(ctx.x_shape), grad_w, grad_b
 
 
