@@ -85,10 +85,15 @@ class KVCache:
         return self._k[layer][: self.rows, :, :length], self._v[layer][: self.rows, :, :length]
 
     def select(self, rows: torch.Tensor) -> None:
-        """Keep only `rows` (a 1-D index tensor), in that order, compacted in place."""
-        n = rows.shape[0]
-        for t in (*self._k, *self._v):
-            t[:n] = t.index_select(0, rows)
+        """Keep only `rows` (a 1-D index tensor), in that order, compacted in place. Rows already in place
+        (the leading ones that keep their index) are not copied."""
+        order = rows.tolist()
+        n = len(order)
+        first = next((i for i, r in enumerate(order) if r != i), n)
+        if first < n:
+            tail = rows[first:]
+            for t in (*self._k, *self._v):
+                t[first:n] = t.index_select(0, tail)
         self.rows = n
 
     def extend(self, other: KVCache) -> None:
