@@ -43,7 +43,7 @@ from functools import partial
 from pathlib import Path
 
 import torch
-from results_md import machine_line
+from results_md import add_gpu_mode_args, cuda_sync, emit_json, machine_line, require_gpu
 from results_md import record as record_md
 
 record = partial(record_md, "actor")
@@ -193,14 +193,13 @@ def measured_gemm_tflops(n: int = 8192, reps: int = 10) -> float:
 
 
 def _time_steps(step, steps: int) -> list[float]:
-    sync = torch.cuda.synchronize if torch.cuda.is_available() else (lambda: None)
     step()  # warm-up: allocator, kernels
     times = []
     for _ in range(steps):
-        sync()
+        cuda_sync()
         t = time.perf_counter()
         step()
-        sync()
+        cuda_sync()
         times.append(time.perf_counter() - t)
     return times
 
@@ -212,8 +211,7 @@ def _profile_table(step, path: str) -> None:
     acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.cuda.is_available() else [])
     with profile(activities=acts) as prof:
         step()
-        if torch.cuda.is_available():
-            torch.cuda.synchronize()
+        cuda_sync()
     key = "cuda_time_total" if torch.cuda.is_available() else "cpu_time_total"
     Path(path).write_text(prof.key_averages().table(sort_by=key, row_limit=40, max_name_column_width=60))
 
@@ -227,8 +225,7 @@ def gpu_bench(args) -> dict:
     from nemo_lead.parallel import destroy_parallel, init_parallel
     from nemo_lead.training.actor import ActorConfig, build_actor, sft_train_step
 
-    if not torch.cuda.is_available() and not args.dry_run:
-        raise SystemExit("--gpu needs a CUDA device (or --dry-run to check the code path on the CPU)")
+    require_gpu(args)
     if args.dry_run:  # a small random HF folder, fp32 on the CPU
         model, precision, seq, per_step = _dry_run_folder(), "fp32", 128, 2
     else:  # the preset: random initialisation on the GPU, no weights to read
@@ -276,9 +273,7 @@ def gpu_bench(args) -> dict:
         "peak_tflops": args.peak_tflops, "measured_gemm_tflops": gemm, "rows": rows, "best": best,
         "device": "cpu (dry run)" if args.dry_run else torch.cuda.get_device_name(), "torch": torch.__version__,
     }
-    print(json.dumps(out, indent=2))
-    if args.out:
-        Path(args.out).write_text(json.dumps(out, indent=2))
+    emit_json(out, args.out)
     if args.record and not args.dry_run:
         argv, shown = sys.argv[1:], []
         for i, a in enumerate(argv):  # leave out where this run wrote its files
@@ -316,7 +311,7 @@ def _dry_run_folder() -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--gpu", action="store_true", help="GPU MFU benchmark (1.5B shape, seq 4096, bf16)")
+    add_gpu_mode_args(ap, "GPU MFU benchmark (1.5B shape, seq 4096, bf16)")
     ap.add_argument("--record", action="store_true", help="write the figures to bench/RESULTS.md")
     ap.add_argument("--threads", type=int, default=1, help="CPU: torch threads for both sides")
     ap.add_argument("--batch", type=int, default=8, help="CPU: sequences per step")
@@ -329,13 +324,8 @@ def main() -> None:
     ap.add_argument("--gpu-budgets", default="4096,8192", help="GPU: tokens per micro-batch, comma-separated")
     ap.add_argument("--profile", default=None, help="GPU: write the first budget's kernel table here")
     ap.add_argument("--peak-tflops", type=float, default=790.0, help="GPU: dense bf16 peak (H200: ~790)")
-    ap.add_argument("--out", default=None, help="GPU: write the figures as JSON here")
-    ap.add_argument("--dry-run", action="store_true", help="GPU: run its code path on the CPU with a small shape")
     args = ap.parse_args()
-    if args.gpu:
-        gpu_bench(args)
-    else:
-        cpu_bench(args)
+    (gpu_bench if args.gpu else cpu_bench)(args)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
-"""Shared by every bench script: the machine description and writing one block of bench/RESULTS.md.
+"""Shared by every bench script: the machine description, writing one block of bench/RESULTS.md, and the
+plumbing of the GPU modes (`--gpu`, `--dry-run`, `--out`).
 
 Each layer has a `## <layer>` section; each benchmark figure set is a block between `<!-- <layer>:<name> -->`
 markers inside it; other sections and blocks stay as they are, so scripts can be rerun one at a time.
@@ -6,7 +7,9 @@ markers inside it; other sections and blocks stay as they are, so scripts can be
 
 from __future__ import annotations
 
+import argparse
 import datetime
+import json
 import os
 import re
 from pathlib import Path
@@ -46,3 +49,34 @@ def record(layer: str, name: str, title: str, body: list[str], results: Path = R
         lines[end:end] = ["", block]
         text = "\n".join(lines)
     results.write_text(text.rstrip("\n") + "\n")
+
+
+# ----------------------------------------------------------------------------- GPU modes
+def add_gpu_mode_args(ap: argparse.ArgumentParser, gpu_help: str) -> None:
+    """--gpu (what the GPU mode measures), --dry-run (its code path on the CPU, small shape) and --out."""
+    ap.add_argument("--gpu", action="store_true", help=gpu_help)
+    ap.add_argument("--dry-run", action="store_true", help="GPU: run its code path on the CPU with a small shape")
+    ap.add_argument("--out", default=None, help="GPU: write the figures as JSON here")
+
+
+def require_gpu(args: argparse.Namespace) -> None:
+    import torch
+
+    if not torch.cuda.is_available() and not args.dry_run:
+        raise SystemExit("--gpu needs a CUDA device (or --dry-run to check the code path on the CPU)")
+
+
+def cuda_sync() -> None:
+    """Wait for the GPU (no-op on the CPU dry run), around timed regions."""
+    import torch
+
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
+def emit_json(out: dict, path: str | None) -> None:
+    """Print the figures, and write them to `path` when given."""
+    text = json.dumps(out, indent=2)
+    print(text)
+    if path:
+        Path(path).write_text(text)

@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 
 import torch
-from results_md import machine_line
+from results_md import add_gpu_mode_args, cuda_sync, emit_json, machine_line, require_gpu
 from results_md import record as record_md
 
 record = functools.partial(record_md, "rollout")
@@ -156,11 +156,9 @@ def gpu_bench(args) -> dict:
     from nemo_lead.models import build_gpt
     from nemo_lead.parallel import destroy_parallel, init_parallel
 
-    if not torch.cuda.is_available() and not args.dry_run:
-        raise SystemExit("--gpu needs a CUDA device (or --dry-run to check the code path on the CPU)")
+    require_gpu(args)
     cfg = DRY_RUN_SHAPE if args.dry_run else QWEN2_1P5B
     info = init_parallel(1, 1)
-    sync = torch.cuda.synchronize if torch.cuda.is_available() else (lambda: None)
     try:
         model = build_gpt(dict(cfg), info, "bf16", spec="local")
         prompts = [[(7 * i + j) % (cfg["vocab_size"] - 10) + 10 for j in range(args.prompt_len)] for i in range(args.batch)]
@@ -175,10 +173,10 @@ def gpu_bench(args) -> dict:
 
             def timed(tokens: int, engine=engine) -> float:
                 params = SamplingParams(temperature=1.0, max_tokens=tokens, seed=0)  # no stop ids: all run to the end
-                sync()
+                cuda_sync()
                 t = time.perf_counter()
                 engine.generate(prompts, params)
-                sync()
+                cuda_sync()
                 return time.perf_counter() - t
 
             timed(8)  # warm-up: allocator, kernels
@@ -201,9 +199,7 @@ def gpu_bench(args) -> dict:
         }
     finally:
         destroy_parallel()
-    print(json.dumps(out, indent=2))
-    if args.out:
-        Path(args.out).write_text(json.dumps(out, indent=2))
+    emit_json(out, args.out)
     if args.record and not args.dry_run:
         record("gpu", "Megatron engine decode on a GPU", [
             f"Command: `python bench/rollout_bench.py --gpu --record` (bench/gpu_session.sh); {datetime.date.today().isoformat()}, "
@@ -226,7 +222,7 @@ def gpu_bench(args) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--gpu", action="store_true", help="GPU decode benchmark (1.5B shape, batch 256)")
+    add_gpu_mode_args(ap, "GPU decode benchmark (1.5B shape, batch 256)")
     ap.add_argument("--record", action="store_true", help="write the figures to bench/RESULTS.md")
     ap.add_argument("--threads", type=int, default=1, help="CPU: torch threads for both sides")
     ap.add_argument("--prompts", type=int, default=32)
@@ -238,13 +234,8 @@ def main() -> None:
     ap.add_argument("--decode-tokens", type=int, default=256, help="GPU: decode steps")
     ap.add_argument("--sync-every", type=int, default=None, help="GPU: engine host-sync interval")
     ap.add_argument("--bandwidth-tbs", type=float, default=4.8, help="GPU: HBM bandwidth (H200: 4.8)")
-    ap.add_argument("--out", default=None, help="GPU: write the figures as JSON here")
-    ap.add_argument("--dry-run", action="store_true", help="GPU: run its code path on the CPU with a small shape")
     args = ap.parse_args()
-    if args.gpu:
-        gpu_bench(args)
-    else:
-        cpu_bench(args)
+    (gpu_bench if args.gpu else cpu_bench)(args)
 
 
 if __name__ == "__main__":
