@@ -84,14 +84,13 @@ class KVCache:
         """Keys and values of positions 0 .. length-1 of the live rows (views, no copy)."""
         return self._k[layer][: self.rows, :, :length], self._v[layer][: self.rows, :, :length]
 
-    def select(self, rows: torch.Tensor) -> None:
-        """Keep only `rows` (a 1-D index tensor), in that order, compacted in place. Rows already in place
-        (the leading ones that keep their index) are not copied."""
-        order = rows.tolist()
-        n = len(order)
-        first = next((i for i, r in enumerate(order) if r != i), n)
+    def select(self, rows: list[int]) -> None:
+        """Keep only `rows` (row indices, on the host), in that order, compacted in place. Rows already in
+        place (the leading ones that keep their index) are not copied."""
+        n = len(rows)
+        first = next((i for i, r in enumerate(rows) if r != i), n)
         if first < n:
-            tail = rows[first:]
+            tail = torch.tensor(rows[first:], dtype=torch.long, device=self._k[0].device)
             for t in (*self._k, *self._v):
                 t[first:n] = t.index_select(0, tail)
         self.rows = n

@@ -281,7 +281,7 @@ class _Generation:
         self.row_len = [self.row_len[i] for i in keep]
         index = torch.tensor(keep, dtype=torch.long, device=self.device)
         self.lengths, self.next_tokens = self.lengths[index], self.next_tokens[index]
-        self.cache.select(index)  # in place: the cache keeps its tensors (and graphs) for later admissions
+        self.cache.select(keep)  # in place: the cache keeps its tensors (and graphs) for later admissions
 
     def _take_group(self) -> list[int]:
         """Waiting prompts to prefill now: as many as fit the batch and the prefill token budget (>= 1)."""

@@ -23,7 +23,7 @@ def test_cache_rows_survive_compaction_growth_and_merging():
     row2 = a.keys[1][2].clone()
     a.reserve(5)  # grows geometrically, keeps the data, zero beyond
     assert a.capacity == 6 and torch.equal(a.keys[1][2, :, :4], row2[:, :4]) and a.keys[1][:, :, 4:].abs().sum() == 0
-    a.select(torch.tensor([2, 0]))
+    a.select([2, 0])
     assert a.batch == 2 and torch.equal(a.keys[1][0, :, :4], row2) and torch.equal(a.values[1][0, :, :4], -row2)
     b = _cache(1, 9, 100.0)
     a.extend(b)
@@ -43,7 +43,7 @@ def test_cache_storage_stays_put_until_it_grows():
     a = KVCache(1, 0, 1, 2, 4, torch.float32, torch.device("cpu"), reserve_rows=4)
     storage, version = a._k[0], a.version
     a.extend(_cache(3, 4, 0.0))
-    a.select(torch.tensor([2, 0]))
+    a.select([2, 0])
     a.extend(_cache(2, 3, 50.0))
     assert a.version == version and a._k[0] is storage and a.batch == 4
     assert a.keys[0][2, 0, 3].tolist() == [0, 0]  # positions past the appended rows' capacity are zeroed
@@ -52,7 +52,7 @@ def test_cache_storage_stays_put_until_it_grows():
     assert a.keys[0][:, 0, 1].sum() == 8 and bucket.view(0, 4)[0].shape == (4, 1, 4, 2)
     a.reserve(5, rows=4)
     assert a.version == version + 1 and a.capacity == 6 and a.allocated_rows == 4
-    a.select(torch.tensor([1]))
+    a.select([1])
     a.reserve(9, rows=1)  # no admissions left: only the live row grows
     assert a.allocated_rows == 1 and a.capacity == 9
     with pytest.raises(ValueError, match="only 1 allocated"):
