@@ -25,6 +25,7 @@ import torch
 import torch.distributed as dist
 
 from . import cpu
+from .host_memory import retain_freed_memory
 from .layout import check_layout, model_shape
 
 
@@ -151,6 +152,7 @@ def init_parallel(
         torch.cuda.set_device(launch.local_rank % torch.cuda.device_count())
     else:
         cpu.enable()
+        retain_freed_memory()  # glibc would hand each step's activations back to the kernel (host_memory)
     backend = backend or ("nccl" if cuda else "gloo")
 
     global _started_process_group

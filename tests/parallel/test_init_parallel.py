@@ -2,6 +2,7 @@
 (errors carry the rank's traceback; timeouts leave no process behind, helpers included)."""
 
 import os
+import platform
 import subprocess
 import time
 
@@ -10,7 +11,7 @@ import torch
 import torch.distributed as dist
 from distributed import run_distributed
 
-from nemo_lead.parallel import LayoutError, cpu, destroy_parallel, init_parallel
+from nemo_lead.parallel import LayoutError, cpu, destroy_parallel, host_memory, init_parallel
 from nemo_lead.parallel.local import RankFailed
 
 LAUNCH_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "SLURM_PROCID", "SLURM_NTASKS")
@@ -34,6 +35,8 @@ def test_single_process_needs_no_environment(plain_process):
         assert (info.rank, info.world_size, info.tp, info.pp, info.dp, info.launcher) == (0, 1, 1, 1, 1, "single")
         assert info.backend == "gloo" and info.device.type == "cpu" and cpu.is_enabled() != torch.cuda.is_available()
         assert ps.model_parallel_is_initialized()
+        if platform.libc_ver()[0] == "glibc" and not torch.cuda.is_available():
+            assert host_memory._applied  # CPU runs keep freed host memory mapped (tests/parallel/test_host_memory.py)
         logits = forward_logits(build_gpt("tiny-qwen2", info), torch.zeros(1, 5, dtype=torch.long))
         assert logits.shape == (1, 5, 102) and torch.isfinite(logits).all()
         destroy_parallel()
