@@ -7,6 +7,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from nemo_lead.models.attention import CAUSAL_BLOCK, block_causal_attention
 from nemo_lead.parallel import cpu
 
 pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="compares on the CPU")
@@ -44,24 +45,52 @@ def _qkv(s=12, b=3):
     return q, k, v
 
 
-@pytest.mark.parametrize("masked", [False, True])
-def test_sdpa_matches_megatron_attention(modules, masked):
+@pytest.mark.parametrize("masked, s", [(False, 12), (True, 12), (False, 2 * CAUSAL_BLOCK + 37)])
+def test_sdpa_matches_megatron_attention(modules, masked, s):
+    """s = 2 * CAUSAL_BLOCK + 37: causal attention runs block by block on the CPU (three blocks, a short last one)."""
     theirs, ours = modules
     mask = None
     if masked:  # causal plus the last 4 keys hidden from every query (True = masked out, megatron's convention)
-        mask = torch.ones(12, 12).triu(1).bool() | (torch.arange(12) >= 8)
-        mask = mask.expand(3, 1, 12, 12)
+        mask = torch.ones(s, s).triu(1).bool() | (torch.arange(s) >= s - 4)
+        mask = mask.expand(3, 1, s, s)
     outs, grads = [], []
     for module in (theirs, ours):
-        q, k, v = _qkv()
+        q, k, v = _qkv(s)
         out = module(q, k, v, mask)
         out.pow(2).sum().backward()
         outs.append(out)
         grads.append([q.grad, k.grad, v.grad])
-    assert outs[0].shape == outs[1].shape == (12, 3, 64)
+    assert outs[0].shape == outs[1].shape == (s, 3, 64)
     assert (outs[0] - outs[1]).abs().max() < 1e-5
     for a, b in zip(*grads):
         assert (a - b).abs().max() < 1e-4
+
+
+@pytest.mark.parametrize("s", [CAUSAL_BLOCK, 2 * CAUSAL_BLOCK, 3 * CAUSAL_BLOCK - 1])
+def test_block_causal_attention_equals_one_causal_sdpa(s):
+    """Blocks of queries against their visible keys give causal SDPA's output and gradients (to rounding);
+    the last block's query sees exactly keys 0..s-1 and the first block's last query keys 0..block-1."""
+    g = torch.Generator().manual_seed(1)
+    q, k, v = (torch.randn(2, h, s, 16, generator=g, requires_grad=True) for h in (4, 2, 2))
+    results = []
+    for fn in ("sdpa", "blocks"):
+        if fn == "sdpa":
+            out = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+            out = out.permute(2, 0, 1, 3).reshape(s, 2, -1)
+        else:
+            out = block_causal_attention(q, k, v, CAUSAL_BLOCK, enable_gqa=True)
+        grads = torch.autograd.grad(out.pow(2).sum(), (q, k, v))
+        results.append((out, grads))
+    (a, ga), (b, gb) = results
+    assert a.shape == b.shape == (s, 2, 64)
+    assert (a - b).abs().max() < 1e-5
+    for x, y in zip(ga, gb):
+        assert (x - y).abs().max() < 1e-4
+    # a change to a future key must not reach an earlier query (the masks are causal, not just the result)
+    k2 = k.detach().clone()
+    k2[:, :, -1] += 10.0
+    c = block_causal_attention(q.detach(), k2, v.detach(), CAUSAL_BLOCK, enable_gqa=True)
+    assert torch.equal(c[:-1], b.detach()[:-1]) and not torch.equal(c[-1], b.detach()[-1])
 
 
 def test_unsupported_inputs_fail_loudly(modules):
