@@ -9,7 +9,8 @@ sequences x 512 tokens per step, the masked next-token loss over all but the fir
 - baseline: `Qwen2ForCausalLM(input_ids, labels=...)` (its default attention, SDPA), `loss.backward()`,
   `clip_grad_norm_`, `torch.optim.AdamW.step()`, `zero_grad()`.
 Both sides use the same torch thread count in one process, alternating blocks of steps (the CPU layer is
-switched off while the baseline runs, so it does not tax it); tokens/s = trained tokens per second,
+switched off while the baseline runs, so it does not tax it; the process-wide glibc malloc thresholds that
+`init_parallel` sets on CPU, `nemo_lead.parallel.host_memory`, serve the baseline too); tokens/s = trained tokens per second,
 median over blocks. Goal: ours / baseline >= 1.0. Also reported: `policy_train_step` (the GRPO-LEAD loss
 with old log-probs and the same batch) at the same shape.
 
@@ -156,7 +157,9 @@ def cpu_bench(args) -> None:
             f"Qwen2 4 layers, hidden 256, 4 heads / 2 KV heads, ffn 1024, vocabulary {vocab} (random weights, fp32); "
             f"{args.batch} sequences x {args.seq} tokens per step, next-token loss on {tokens_per_step} tokens; "
             f"median of {args.repeats} alternating blocks of {args.steps} steps. Baseline: transformers "
-            "`Qwen2ForCausalLM` (SDPA attention) + `clip_grad_norm_` + `torch.optim.AdamW` in a plain loop.",
+            "`Qwen2ForCausalLM` (SDPA attention) + `clip_grad_norm_` + `torch.optim.AdamW` in a plain loop. One "
+            "process; the glibc malloc thresholds `init_parallel` sets on CPU (`nemo_lead.parallel.host_memory`) "
+            "apply to both sides.",
             "",
             "| step | ours tok/s | transformers + AdamW tok/s | ratio |",
             "| --- | --- | --- | --- |",
