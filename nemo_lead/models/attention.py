@@ -12,7 +12,7 @@ permuted view more slowly than it copies it (fwd + bwd of one layer's attention 
 from the view, 99 ms with the copies). GPU kernels take the views as they are; copies there would only add
 launches (the H200 runs in bench/RESULTS.md are partly host-bound).
 
-Causal attention without dropout over 2 * CAUSAL_BLOCK tokens or more runs block by block on the CPU
+Causal attention without dropout over 2 * CAUSAL_BLOCK to CAUSAL_BLOCK_MAX tokens runs block by block on the CPU
 (`block_causal_attention`): torch's CPU flash kernel does not skip the masked half of a causal problem at
 these lengths, the blocks do (a train step of the 4-layer model above: 1.64 s -> 1.52 s). GPU kernels skip
 it themselves.
@@ -41,9 +41,13 @@ _GQA_KWARG = tuple(int(x) for x in torch.__version__.split("+")[0].split(".")[:2
 
 
 CAUSAL_BLOCK = 128  # query rows per block of `block_causal_attention` (on CPU)
+# longest sequence run in blocks: from 768 queries on torch's kernel takes 256-row query blocks and skips
+# key blocks a causal row cannot see, enough that the blocks stop paying (fwd + bwd, 4 / 2 heads of 64, one
+# thread: 1024 tokens 37 -> 34 ms with blocks; 2048 tokens 123 -> 128 ms, 4096 437 -> 476 ms)
+CAUSAL_BLOCK_MAX = 1024
 
 
-@functools.lru_cache(maxsize=256)
+@functools.lru_cache(maxsize=64)
 def _lower_right_causal_mask(rows: int, cols: int, device: torch.device) -> torch.Tensor:
     """[rows, cols] boolean mask (True = attend) of the last `rows` queries of a `cols`-token causal sequence."""
     return torch.ones(rows, cols, dtype=torch.bool, device=device).tril(cols - rows)
@@ -119,7 +123,7 @@ class SDPAttention(MegatronModule):
         else:
             kwargs["attn_mask"] = ~attention_mask  # megatron: True = masked out; SDPA: True = attend
         p = self.dropout if self.training else 0.0
-        if kwargs.get("is_causal") and p == 0 and q.device.type == "cpu" and sq >= 2 * CAUSAL_BLOCK:
+        if kwargs.get("is_causal") and p == 0 and q.device.type == "cpu" and 2 * CAUSAL_BLOCK <= sq <= CAUSAL_BLOCK_MAX:
             return block_causal_attention(q, k, v, CAUSAL_BLOCK, **{k_: w for k_, w in kwargs.items() if k_ != "is_causal"})
         if p > 0:
             with tensor_parallel.get_cuda_rng_tracker().fork():
