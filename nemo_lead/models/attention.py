@@ -12,9 +12,9 @@ permuted view more slowly than it copies it (fwd + bwd of one layer's attention 
 from the view, 99 ms with the copies). GPU kernels take the views as they are; copies there would only add
 launches (the H200 runs in bench/RESULTS.md are partly host-bound).
 
-Causal attention without dropout over 2 * CAUSAL_BLOCK to CAUSAL_BLOCK_MAX tokens runs block by block on the CPU
-(`block_causal_attention`): torch's CPU flash kernel does not skip the masked half of a causal problem at
-these lengths, the blocks do (a train step of the 4-layer model above: 1.64 s -> 1.52 s). GPU kernels skip
+Causal attention without dropout over 2 * CAUSAL_BLOCK to CAUSAL_BLOCK_MAX tokens runs block by block on
+the CPU (`block_causal_attention`): torch's CPU flash kernel does not skip the masked half of a causal
+problem at these lengths, the blocks do (a train step of the 4-layer model above: 1.64 s -> 1.52 s). GPU kernels skip
 it themselves.
 
 Same contract as `DotProductAttention` (megatron-core 0.16-0.19): query [sq, b, np, hn], key / value
@@ -25,8 +25,8 @@ masks. Not supported (they fail loudly): packed sequences, attention bias, slidi
 variants other than "vanilla", context parallelism - Transformer Engine's attention covers those.
 
 Tested: tests/models/test_attention.py (against megatron's attention, causal and masked, and the blocks
-against one causal SDPA), and through every logits / log-prob / training parity test against transformers (tests/models,
-tests/training), including dropout with activation recomputation (tests/parallel/test_cpu_compat.py).
+against one causal SDPA), and through every logits / log-prob / training parity test against transformers
+(tests/models, tests/training), including dropout with activation recomputation (tests/parallel/test_cpu_compat.py).
 """
 
 from __future__ import annotations
@@ -116,15 +116,15 @@ class SDPAttention(MegatronModule):
                 kwargs["enable_gqa"] = True
             else:
                 k, v = (t.repeat_interleave(self.heads // self.groups, dim=1) for t in (k, v))
+        p = self.dropout if self.training else 0.0
         if attention_mask is None:
             if key.shape[0] != sq:
                 raise ValueError(f"causal attention without a mask needs as many keys as queries ({key.shape[0]} vs {sq})")
+            if p == 0 and q.device.type == "cpu" and 2 * CAUSAL_BLOCK <= sq <= CAUSAL_BLOCK_MAX:
+                return block_causal_attention(q, k, v, CAUSAL_BLOCK, **kwargs)
             kwargs["is_causal"] = True
         else:
             kwargs["attn_mask"] = ~attention_mask  # megatron: True = masked out; SDPA: True = attend
-        p = self.dropout if self.training else 0.0
-        if kwargs.get("is_causal") and p == 0 and q.device.type == "cpu" and 2 * CAUSAL_BLOCK <= sq <= CAUSAL_BLOCK_MAX:
-            return block_causal_attention(q, k, v, CAUSAL_BLOCK, **{k_: w for k_, w in kwargs.items() if k_ != "is_causal"})
         if p > 0:
             with tensor_parallel.get_cuda_rng_tracker().fork():
                 context = torch.nn.functional.scaled_dot_product_attention(q, k, v, dropout_p=p, **kwargs)

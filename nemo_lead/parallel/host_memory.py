@@ -14,8 +14,8 @@ pages are reused) and its trim threshold to 2 GiB - 1 (the most `mallopt` accept
 mapped), which fixes both thresholds (glibc stops adapting them). Cost: the process keeps its peak heap
 mapped, as a GPU process keeps its peak in torch's caching allocator, and a pattern of equal large blocks
 can grow the heap by a few blocks before freed ones coalesce into one that fits (64 MiB tensors allocated
-and freed in a loop: the resident set settles at 350-670 MiB, then stays there with no faults). It is process-wide, so every model
-in the process shares it (in bench/actor_bench.py the transformers baseline runs with it too).
+and freed in a loop: the resident set settles at 350-670 MiB, then stays there with no faults). It is
+process-wide, so every model in the process shares it (in bench/ the transformers baselines run with it too).
 
 Applied by `init_parallel` when it runs without CUDA. Set NEMO_LEAD_RETAIN_HOST_MEMORY=0 to keep glibc's
 defaults. A no-op (returns False) on a C library other than glibc (musl, macOS).
