@@ -28,6 +28,7 @@ class Command:
     runner: str | None  # "module:function" taking the config object; None = not built yet
     flags: dict[str, str] = field(default_factory=dict)  # --flag -> dotted config key
     list_flags: tuple[str, ...] = ()  # flags that take one or more values (a list key)
+    positional: str | None = None  # dotted key set by one bare argument (`nemo-lead run RECIPE`)
     epilog: str = ""
 
 
@@ -38,8 +39,44 @@ COMMANDS: dict[str, Command] = {
         runner="nemo_lead.demo:run_demo",
         flags={"--seed": "seed", "--preset": "lead.preset"},
     ),
-    "sft": Command(help="Supervised fine-tuning on reasoning traces (not built yet).", schema=None, runner=None),
-    "rl": Command(help="GRPO-LEAD reinforcement learning (not built yet).", schema=None, runner=None),
+    "sft": Command(
+        help="Supervised fine-tuning on reasoning traces (packed sequences, validation, exact resume).",
+        schema="nemo_lead.training.sft_config:SFTConfig",
+        runner="nemo_lead.training.sft:run_sft",
+        flags={"--model": "actor.model", "--data": "data.path", "--val-data": "data.val_path", "--out": "out",
+               "--steps": "steps", "--tp": "actor.tp", "--pp": "actor.pp", "--save-every": "save_every",
+               "--seed": "seed"},
+        epilog="Rerunning into the same --out resumes from its latest checkpoint (--steps may grow; other changed\n"
+        "settings are refused). Under torchrun / srun it uses the ranks it is given; as one process with\n"
+        "tp x pp > 1 it runs itself on tp x pp local ranks.",
+    ),
+    "rl": Command(
+        help="GRPO-LEAD reinforcement learning on the Megatron actor (rollouts, verifier, LEAD, exact resume).",
+        schema="nemo_lead.training.rl_config:RLConfig",
+        runner="nemo_lead.training.rl:run_rl",
+        flags={"--model": "actor.model", "--data": "data.path", "--val-data": "validation.data", "--out": "out",
+               "--steps": "steps", "--preset": "lead.preset", "--prompts-per-step": "prompts_per_step",
+               "--n": "rollout.n", "--max-tokens": "rollout.max_tokens", "--save-every": "save_every",
+               "--seed": "seed", "--tp": "actor.tp", "--pp": "actor.pp", "--engine": "engine.kind"},
+        epilog="Defaults are the paper's (32 prompts x 8 samples, lr 1e-6, no KL). Rerunning into the same --out\n"
+        "resumes from its latest checkpoint (--steps may grow; other changed settings are refused).",
+    ),
+    "run": Command(
+        help="Run a multi-stage recipe (distill -> SFT -> RL stages -> eval), skipping finished stages.",
+        schema="nemo_lead.pipeline.config:RunConfig",
+        runner="nemo_lead.pipeline.runner:run_recipe",
+        flags={"--out": "out"},
+        positional="recipe",
+        epilog="RECIPE: a YAML file or the name of one in recipes/ (demo, lead-14b, ...). Rerunning into the same\n"
+        "--out skips finished stages and resumes an interrupted one.",
+    ),
+    "plot": Command(
+        help="Validation Pass@1 and response length over RL steps for one or more run folders (a PNG).",
+        schema="nemo_lead.training.plot:PlotConfig",
+        runner="nemo_lead.training.plot:run_plot",
+        flags={"--runs": "runs", "--out": "out"},
+        list_flags=("--runs",),
+    ),
     "eval": Command(
         help="The paper's evaluation (Cons@k, Pass@1, Len_avg, accuracy vs budget) of a HF folder or a checkpoint, "
         "resumable; --compare RUN_A RUN_B ... tabulates finished runs.",
@@ -67,7 +104,12 @@ COMMANDS: dict[str, Command] = {
         "first (nemo-lead convert --from-ckpt CKPT --to-hf DIR). With tp x pp > 1 a single process runs itself\n"
         "on tp x pp local ranks.",
     ),
-    "submit": Command(help="Submit a job to SLURM (not built yet).", schema=None, runner=None),
+    "submit": Command(
+        help="Render an sbatch script for a command or recipe and submit it to SLURM (--dry-run prints it).",
+        schema="nemo_lead.launch.submit:SubmitConfig",
+        runner="nemo_lead.launch.submit:run_submit",
+        positional="target",
+    ),
     "convert": Command(
         help="Convert a HF model folder to a nemo-lead checkpoint (--from-hf DIR --out CKPT) or back "
         "(--from-ckpt CKPT --to-hf DIR).",
@@ -129,13 +171,20 @@ def main(argv: list[str] | None = None) -> int:
     # once, so key=value tokens after a flag arrive as "unknown" and join the overrides here
     args, extra = parser.parse_known_args(argv)
     unknown = [a for a in extra if a.startswith("-") or "=" not in a]
+    cmd = COMMANDS.get(args.command) if args.command else None
+    bare = [a for a in [*(getattr(args, "overrides", None) or []), *unknown] if not a.startswith("-") and "=" not in a]
+    if cmd is not None and cmd.positional and len(bare) == 1:
+        # `nemo-lead run RECIPE key=value ...`: the one bare word is the positional key's value
+        args.overrides = [a for a in (getattr(args, "overrides", None) or []) if a != bare[0]]
+        extra = [a for a in extra if a != bare[0]]
+        unknown = [a for a in unknown if a != bare[0]]
+        extra.append(f"{cmd.positional}={bare[0]}")
     if unknown:
         parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     args.overrides = [*(getattr(args, "overrides", None) or []), *extra]
     if args.command is None:
         parser.print_help()
         return 2
-    cmd = COMMANDS[args.command]
     if cmd.schema is None or cmd.runner is None:
         print(f"nemo-lead {args.command}: not built yet in this version (see the README support matrix)",
               file=sys.stderr)
