@@ -12,6 +12,7 @@ from .filters import (
 from .problems import BUILTIN_DATASETS, Problem, builtin_path, load_problems
 from .prompts import LEAD_INSTRUCTION, PromptConfig, chat_messages, format_prompt, prompt_token_ids
 from .readers import DataError
+from .traces import Trace, check_vocab_covers, fit_traces, load_traces
 
 __all__ = [
     "BUILTIN_DATASETS",
@@ -19,16 +20,20 @@ __all__ = [
     "STAGE1_MIN_DIFFICULTY",
     "STAGE1_REFERENCE_MIN_DIFFICULTY",
     "STAGE2_MAX_PASS_RATE",
+    "Trace",
     "DataError",
     "Problem",
     "PromptConfig",
     "answer_allows_eval",
     "builtin_path",
+    "check_vocab_covers",
     "chat_messages",
     "filter_by_difficulty",
     "filter_by_pass_rate",
     "filter_evaluable_answers",
+    "fit_traces",
     "format_prompt",
     "load_problems",
+    "load_traces",
     "prompt_token_ids",
 ]

@@ -116,10 +116,19 @@ class ActorOptimConfig:
             raise ValueError(f"{prefix}.min_lr={self.min_lr} must be in [0, lr={self.lr}]")
         if self.lr_decay_style not in LR_DECAY_STYLES:
             raise ValueError(f"{prefix}.lr_decay_style={self.lr_decay_style!r} is not one of {list(LR_DECAY_STYLES)}")
-        if self.lr_decay_style != "constant" and (self.lr_decay_steps is None
-                                                  or self.lr_decay_steps <= self.lr_warmup_steps):
+        # lr_decay_steps None with a decay: the training loops fill in the run's length (`for_run`)
+        if self.lr_decay_style != "constant" and self.lr_decay_steps is not None \
+                and self.lr_decay_steps <= self.lr_warmup_steps:
             raise ValueError(f"{prefix}.lr_decay_style={self.lr_decay_style} needs {prefix}.lr_decay_steps > "
                              f"{prefix}.lr_warmup_steps={self.lr_warmup_steps}, got {self.lr_decay_steps}")
+
+    def for_run(self, steps: int) -> ActorOptimConfig:
+        """These settings with a decay that has no `lr_decay_steps` stretched over the run's `steps`."""
+        import dataclasses
+
+        if self.lr_decay_style == "constant" or self.lr_decay_steps is not None:
+            return self
+        return dataclasses.replace(self, lr_decay_steps=max(steps, self.lr_warmup_steps + 1))
 
     def scheduler(self, optimizer):
         """megatron's OptimizerParamScheduler for these settings (config values win over checkpointed ones;
@@ -127,6 +136,8 @@ class ActorOptimConfig:
         from megatron.core.optimizer_param_scheduler import OptimizerParamScheduler
 
         constant = self.lr_decay_style == "constant"
+        if not constant and self.lr_decay_steps is None:
+            raise ValueError("actor.optim.lr_decay_steps is needed for a linear / cosine decay (or use for_run(steps))")
         return OptimizerParamScheduler(
             optimizer, init_lr=0.0, max_lr=self.lr, min_lr=self.lr if self.min_lr is None else self.min_lr,
             lr_warmup_steps=self.lr_warmup_steps,
@@ -383,14 +394,20 @@ def _run_schedule(actor: Actor, plan: _Plan, loss_fn: Callable, *, forward_only:
     from megatron.core.pipeline_parallel import get_forward_backward_func
 
     device = actor.device
+    packed = plan.batch.segments is not None and any(len(s) > 1 for s in plan.batch.segments)
+    if packed and getattr(actor.gpt, "layer_spec_name", "local") != "local":
+        # a dense [b, 1, S, S] mask is not Transformer Engine's path for packed sequences (that is THD with
+        # megatron's PackedSeqParams, not implemented here)
+        raise NotImplementedError("packed sequences need the local layer spec: set data.pack=false or "
+                                  "actor.layer_spec=local")
 
     def micro_batches() -> Iterator[MicroBatch]:
         for g in plan.groups:
             yield collate(plan.batch, g, device)
 
     def step(data: Iterator[MicroBatch], model):
-        mb = next(data)
-        return model(mb.input_ids, mb.position_ids, None), partial(loss_fn, mb)
+        mb = next(data)  # attention_mask: block-diagonal causal for packed rows, None (causal) otherwise
+        return model(mb.input_ids, mb.position_ids, mb.attention_mask), partial(loss_fn, mb)
 
     lengths = plan.batch.lengths
     return get_forward_backward_func()(
@@ -591,22 +608,48 @@ def policy_train_step(
     return metrics
 
 
+def _sft_plan(actor: Actor, batch: SequenceBatch, split_over_dp: bool) -> tuple[_Plan, float]:
+    """The plan and the global count of trained tokens (from the masks alone: no micro-batch is built)."""
+    plan = _plan(actor, batch, split_over_dp)
+    mine = plan.batch
+    local = sum(float(m.sum()) for m in mine.loss_mask) if mine.loss_mask is not None else sum(mine.response_lens)
+    return plan, _dp_sum([float(local)])[0]
+
+
+def _masked_nll(actor: Actor, mb: MicroBatch, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Summed negative log-likelihood of a micro-batch's trained tokens, and their count."""
+    logp, _ = token_logprobs(logits, mb.targets, actor.vocab_size)
+    return -(logp * mb.loss_mask).sum(), mb.loss_mask.sum()
+
+
 def sft_train_step(actor: Actor, batch: SequenceBatch, *, split_over_dp: bool = True) -> dict[str, float]:
     """One optimizer step of the masked next-token loss: the mean negative log-likelihood over every
     response token (with loss_mask 1) of the global batch. Returns `loss`, `tokens`, `grad_norm`,
     `update_skipped`, `lr`, `sequences`, `padding_fraction`, `microbatches`. Collective over all ranks."""
-    plan = _plan(actor, batch, split_over_dp)
-    local = sum(float(collate(plan.batch, g).loss_mask.sum()) for g in plan.groups)
-    total = _dp_sum([local])[0]
-    vocab = actor.vocab_size
+    plan, total = _sft_plan(actor, batch, split_over_dp)
 
     def loss_fn(mb: MicroBatch, logits: torch.Tensor):
-        logp, _ = token_logprobs(logits, mb.targets, vocab)
-        n = mb.loss_mask.sum()
-        loss = -(logp * mb.loss_mask).sum() / total if total > 0 else logp.sum() * 0.0
+        nll, n = _masked_nll(actor, mb, logits)
+        loss = nll / total if total > 0 else nll * 0.0
         return loss, n.to(torch.int), {"loss": loss.detach(), "tokens": n}
 
     return _train(actor, plan, loss_fn, ["loss", "tokens"], [])
+
+
+def sft_eval_loss(actor: Actor, batch: SequenceBatch, *, split_over_dp: bool = True) -> dict[str, float]:
+    """The masked next-token loss of `sft_train_step` without a step: forward only, in eval mode (no
+    dropout); `loss` is the mean NLL over every response token (loss_mask 1) of the global batch, `tokens`
+    their count (the same on every rank). `split_over_dp`: as in `compute_logprobs`. Collective."""
+    plan, total = _sft_plan(actor, batch, split_over_dp)
+
+    def loss_fn(mb: MicroBatch, logits: torch.Tensor):
+        nll, n = _masked_nll(actor, mb, logits)
+        return logits.new_zeros(()), torch.zeros((), dtype=torch.int), {"nll": nll.detach(), "tokens": n}
+
+    with eval_mode(actor.model):
+        outputs = _run_schedule(actor, plan, loss_fn, forward_only=True)
+    metrics = _reduce_metrics(outputs, ["nll", "tokens"], [])
+    return {"loss": metrics["nll"] / total if total > 0 else 0.0, "tokens": metrics["tokens"]}
 
 
 # ----------------------------------------------------------------------------- checkpoints

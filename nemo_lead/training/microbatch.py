@@ -17,6 +17,12 @@ How the step cuts it up, and why:
    attention leaves every real position's logits exactly as without padding, so the split does not change
    the loss (the normalisation across micro-batches is the train step's job; see `actor.py`).
 
+Packed sequences (SFT: several traces in one row, `nemo_lead.training.packing`): `segments[i]` lists the
+lengths of the pieces of sequence i. `collate` then restarts the position ids at every piece and builds a
+block-diagonal causal attention mask (no token attends across pieces); the right padding of a row becomes
+a piece of its own, so no query row is fully masked. A micro-batch whose rows are all single pieces gets no
+mask (the fast causal path); right padding needs none.
+
 Column layout of the per-token tensors: column j of a row holds what is predicted *at* position j, i.e.
 the next token `tokens[j + 1]`. Response token t (0-based) of a sequence with prompt length P is
 `tokens[P + t]`, predicted at column P + t - 1; its loss mask, old and reference log-probs go there.
@@ -48,6 +54,8 @@ class SequenceBatch:
         responses or a chat template's tokens). None = all response tokens.
     advantages: [N] float, one per sequence (policy steps).
     old_logprobs / ref_logprobs: per response token [R_i] (log-probs of the sampling / reference policy).
+    segments: per sequence, the lengths of the pieces packed in it (positive, summing to L_i); None = one
+        piece each (see the module docstring).
     Everything is validated here, naming the sequence at fault.
     """
 
@@ -57,6 +65,7 @@ class SequenceBatch:
     advantages: torch.Tensor | None = None
     old_logprobs: list[torch.Tensor] | None = None
     ref_logprobs: list[torch.Tensor] | None = None
+    segments: list[list[int]] | None = None
 
     def __post_init__(self) -> None:
         self.tokens = [_as_1d(t, torch.long, f"tokens[{i}]") for i, t in enumerate(self.tokens)]
@@ -87,6 +96,14 @@ class SequenceBatch:
             self.advantages = _as_1d(self.advantages, torch.float32, "advantages")
             if len(self.advantages) != n:
                 raise ValueError(f"advantages has {len(self.advantages)} values for {n} sequences")
+        if self.segments is not None:
+            if len(self.segments) != n:
+                raise ValueError(f"segments has {len(self.segments)} entries for {n} sequences")
+            self.segments = [[int(x) for x in s] for s in self.segments]
+            for i, (s, t) in enumerate(zip(self.segments, self.tokens)):
+                if not s or min(s) < 1 or sum(s) != len(t):
+                    raise ValueError(f"segments[{i}]={s} must be positive lengths summing to the sequence's "
+                                     f"{len(t)} tokens")
 
     def __len__(self) -> int:
         return len(self.tokens)
@@ -166,6 +183,8 @@ class MicroBatch:
     loss_mask: [b, S] float, 1 where the target is a trained response token.
     response_cols: per row, the column slice holding its response tokens' predictions.
     advantages [b], old_logprobs / ref_logprobs [b, S] (0 outside the response): when the batch has them.
+    attention_mask: [b, 1, S, S] bool, True = masked out (megatron's convention), block-diagonal causal over
+        the rows' pieces; None = plain causal attention (no row of this micro-batch is packed).
     """
 
     input_ids: torch.Tensor
@@ -176,6 +195,7 @@ class MicroBatch:
     advantages: torch.Tensor | None = None
     old_logprobs: torch.Tensor | None = None
     ref_logprobs: torch.Tensor | None = None
+    attention_mask: torch.Tensor | None = None
 
     def response_values(self, values: torch.Tensor) -> list[torch.Tensor]:
         """Per row, the response tokens' entries of a [b, S] tensor (e.g. log-probs), as [R_i] tensors."""
@@ -204,12 +224,32 @@ def collate(batch: SequenceBatch, indices: Sequence[int], device: torch.device |
         if ref is not None:
             ref[r, span] = batch.ref_logprobs[i]
     adv = batch.advantages[list(indices)] if batch.advantages is not None else None
+    pieces = [batch.segments[i] if batch.segments is not None else [batch.lengths[i]] for i in indices]
+    positions, attention = _segment_layout(pieces, width)
     move = (lambda x: None if x is None else x.to(device))  # noqa: E731
     return MicroBatch(
-        input_ids=move(ids), position_ids=move(torch.arange(width).expand(rows, width).contiguous()),
-        targets=move(targets), loss_mask=move(mask), response_cols=cols, advantages=move(adv),
-        old_logprobs=move(old), ref_logprobs=move(ref),
+        input_ids=move(ids), position_ids=move(positions), targets=move(targets), loss_mask=move(mask),
+        response_cols=cols, advantages=move(adv), old_logprobs=move(old), ref_logprobs=move(ref),
+        attention_mask=move(attention),
     )
+
+
+def _segment_layout(pieces: list[list[int]], width: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Position ids [b, width] restarting at every piece, and the block-diagonal causal mask [b, 1, S, S]
+    (True = masked out) when some row has more than one piece (else None). Padding is a piece of its own."""
+    rows = len(pieces)
+    if all(len(p) == 1 for p in pieces):
+        return torch.arange(width).expand(rows, width).contiguous(), None
+    positions = torch.empty((rows, width), dtype=torch.long)
+    piece_id = torch.empty((rows, width), dtype=torch.long)
+    for r, lens in enumerate(pieces):
+        pad = width - sum(lens)
+        lens = list(lens) + ([pad] if pad else [])
+        positions[r] = torch.cat([torch.arange(n) for n in lens])
+        piece_id[r] = torch.repeat_interleave(torch.arange(len(lens)), torch.tensor(lens))
+    causal = torch.ones(width, width, dtype=torch.bool).tril()
+    attend = (piece_id[:, :, None] == piece_id[:, None, :]) & causal
+    return positions, ~attend[:, None]
 
 
 def dummy_like(batch: SequenceBatch) -> SequenceBatch:
@@ -224,4 +264,5 @@ def dummy_like(batch: SequenceBatch) -> SequenceBatch:
         advantages=[0.0] if has("advantages") else None,
         old_logprobs=[[0.0]] if has("old_logprobs") else None,
         ref_logprobs=[[0.0]] if has("ref_logprobs") else None,
+        segments=[[2]] if has("segments") else None,
     )
