@@ -18,7 +18,8 @@ ENGINE_KINDS = ("megatron", "trtllm")
 
 @dataclass
 class TrtllmConfig:
-    """Options of the `trtllm` engine (TensorRT-LLM 1.2, PyTorch backend)."""
+    """Options of the `trtllm` engine (TensorRT-LLM >= 1.2.0, < 1.3, PyTorch backend; see
+    `nemo_lead.generation.trtllm_plan` for what it sets itself and what it refuses)."""
 
     hf_dir: Optional[str] = None  # HF folder (config.json + tokenizer) the engine is built from; weights come by refit
     dtype: str = "auto"  # auto (the actor's parameter dtype) | bfloat16 | float16 | float32
@@ -26,8 +27,7 @@ class TrtllmConfig:
     max_seq_len: Optional[int] = None  # None: TensorRT-LLM's default for the model
     kv_cache_fraction: float = 0.5  # of the GPU memory free after loading (the actor shares the GPU)
     refit_bucket_mb: float = 512  # weights staged on the GPU per update_weights call
-    finalize_refit: Optional[bool] = None  # send update_weights(None) after a refit; None = detect
-    llm_kwargs: dict[str, Any] = field(default_factory=dict)  # more tensorrt_llm.LLM arguments (placement, ...)
+    llm_kwargs: dict[str, Any] = field(default_factory=dict)  # more tensorrt_llm.LLM arguments (max_num_tokens, ...)
 
     def __post_init__(self) -> None:
         if self.dtype not in ("auto", "bfloat16", "float16", "float32"):

@@ -1,42 +1,163 @@
 """Everything the `trtllm` engine does that does not need TensorRT-LLM (tested on CPU).
 
-- Weight streaming: the actor's weights reach TensorRT-LLM as the HF-named stream of
-  `nemo_lead.models.export_hf_weights` (gathered over TP, broadcast over PP), cut into buckets of at most
-  `max_bytes` (`weight_buckets`) so only one bucket is staged on the GPU at a time. `RefitChecker` checks
-  every tensor's name and shape against the config and that the stream was complete: a refit bug fails
-  loudly here instead of generating from half-old weights.
-- Names: TensorRT-LLM's PyTorch backend loads HF checkpoints by their HF names (its weight mapper fuses
-  q/k/v and gate/up itself), so the stream's names are passed unchanged; tied embeddings have no
-  `lm_head.weight`, as in the HF checkpoint.
-- Sampling parameters: `trtllm_sampling_kwargs` maps our `SamplingParams` onto the fields of
-  `tensorrt_llm.SamplingParams` (TensorRT-LLM 1.2): one set per prompt, each with its own seed.
-- Outputs: `rollouts_from_outputs` turns `RequestOutput`s (duck-typed: `.outputs[i].token_ids`,
-  `.logprobs`, `.finish_reason`, `.stop_reason`) into `Rollout`s.
+Written against TensorRT-LLM 1.2 (`SUPPORTED_VERSIONS`); the facts below were read from its sources
+(llmapi/llm_args.py, llmapi/rlhf_utils.py, executor/ray_executor.py, executor/ray_gpu_worker.py,
+sampling_params.py, _torch/pyexecutor/sampler.py).
 
-Log-probs from TensorRT-LLM: it returns one log-prob per generated token of the distribution it sampled
-from. So `Rollout.logprobs` is that value (0.0 under greedy, as for the megatron engine), and
-`Rollout.policy_logprobs` equals it when nothing truncates the distribution (top_k 0, top_p 1, min_p 0:
-then both are log softmax(logits / T)); when truncating, or greedy, TensorRT-LLM does not report the
-untruncated value and `policy_logprobs` is NaN, so a mismatch metric computed from it shows NaN rather than
-a wrong number. RL training sampling (temperature only) is the case that matters and is exact.
+- Version: `check_version` refuses anything outside `SUPPORTED_VERSIONS` (sleep is `enable_sleep` in 1.2,
+  `SleepConfig` later; the RPC entry point `LLM._collective_rpc` is private and changes with releases).
+- Placement: with the Ray orchestrator a worker runs on `ray.get_gpu_ids()[0]` of the Ray cluster it joins,
+  which has nothing to do with the trainer rank's GPU. `placement_env` pins it: a local Ray cluster per
+  rank (`TLLM_RAY_FORCE_LOCAL_CLUSTER=1`) that sees only the rank's GPU (`CUDA_VISIBLE_DEVICES`, which the
+  raylet and the worker inherit); `check_worker_devices` then compares the device UUID the worker reports
+  with the rank's own and fails loudly on a mismatch (a refit would otherwise fail on the UUID later).
+- Weight streaming: the actor's weights reach TensorRT-LLM as the HF-named stream of
+  `nemo_lead.models.export_hf_weights`, cut into buckets of at most `max_bytes` (`weight_buckets`);
+  `RefitChecker` checks names, shapes and completeness; `issue_refit` makes the exact RPC sequence:
+  one `update_weights({uuid: handles})` per bucket, then always one `update_weights(None)` (the
+  finalisation: post-load processing of every module and a reset of the prefix cache).
+- Sampling: `trtllm_requests` maps our `SamplingParams` onto `tensorrt_llm.SamplingParams` keyword arguments,
+  one request per sample (n = 1 each) with its own seed, so every sample's random stream depends only on
+  (seed, prompt, sample) and never on TensorRT-LLM's seeding of child requests or on how prompts are split
+  over ranks. `unsupported` lists what the engine refuses instead of sampling from another distribution.
+- Outputs: `rollouts_from_outputs` turns `RequestOutput`s into `Rollout`s and checks every log-prob.
+
+Log-probs (`LOGPROB_NOTE`): the engine runs TensorRT-LLM's `TRTLLMSampler` (the C++ decoder), which returns
+the sampled token's own log-prob under the distribution it sampled from, temperature applied. (The default
+`TorchSampler` of 1.2 returns the top-k log-probs of the raw logits, before temperature, and with
+`logprobs=1` holds the sampled token only when it is the most likely one.) The engine asks for it only when
+sampling with temperature alone (T > 0, top_k 0, top_p 1): then it is log softmax(logits / T), which is
+both `Rollout.logprobs` and `Rollout.policy_logprobs` exactly, as the RL loop needs. A missing, non-finite or
+positive value raises. Greedy rollouts have `logprobs` 0.0 (a point mass) and truncated sampling
+(top-k / top-p) has no log-probs from this engine: those lists hold NaN, so use temperature-only sampling
+wherever log-probs are consumed (RL rollouts); evaluation reads none.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Iterator
+import secrets
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import torch
 
 from .params import Rollout, SamplingParams
 
+SUPPORTED_VERSIONS = ("1.2.0", "1.3.0")  # [low, high): the TensorRT-LLM releases this engine is written for
+SAMPLER_TYPE = "TRTLLMSampler"
+WORKER_EXTENSION = "tensorrt_llm.llmapi.rlhf_utils.WorkerExtension"
+
 # ExecutorMemoryType tags released by sleep() and restored by wake() (TensorRT-LLM 1.2): the weights
 # and everything allocated around them, and the KV cache.
 SLEEP_TAGS = ("sampler", "drafter", "guided_decoder", "spec_resource_manager", "model_extra",
               "executor_extra", "model", "draft_model", "kv_cache")
 
+# LLM arguments the engine sets itself: overriding one through `trtllm.llm_kwargs` would break refit,
+# placement, the log-prob contract or the prefix-cache rule, so it is refused.
+OWNED_LLM_ARGS = frozenset({
+    "backend", "orchestrator_type", "ray_worker_extension_cls", "sampler_type", "load_format", "enable_sleep",
+    "sleep_config", "tensor_parallel_size", "pipeline_parallel_size", "kv_cache_config", "dtype",
+    "max_batch_size", "max_seq_len", "placement_groups", "placement_bundle_indices", "per_worker_gpu_share",
+    "ray_placement_config",
+})
 
+
+class TrtllmVersionError(RuntimeError):
+    """The installed TensorRT-LLM is outside the range this engine is written for."""
+
+
+def _version(version: str):
+    """A comparable `packaging` Version; pre-releases (1.2.0rc6) count below their release (1.2.0)."""
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        v = Version(version)
+    except InvalidVersion:
+        raise TrtllmVersionError(f"cannot read TensorRT-LLM's version {version!r}") from None
+    return v
+
+
+def check_version(version: str) -> None:
+    """Raise TrtllmVersionError unless SUPPORTED_VERSIONS[0] <= version < SUPPORTED_VERSIONS[1] (pre-releases
+    of the upper bound are outside, those of the lower bound too: 1.2.0rc6 < 1.2.0)."""
+    low, high = SUPPORTED_VERSIONS
+    v = _version(version)
+    if not (_version(low) <= v and v.release < _version(high).release):  # 1.3.0rc1 is outside too
+        raise TrtllmVersionError(
+            f"the 'trtllm' rollout engine supports TensorRT-LLM >= {low}, < {high}; this is {version}. "
+            f"Use NGC's nvcr.io/nvidia/tensorrt-llm/release:1.2.1 image (containers/Dockerfile) or "
+            f"`pip install 'tensorrt-llm>={low},<{high}'`; later releases changed the sleep, RPC and sampler APIs")
+
+
+def check_llm_fields(field_names: set[str]) -> None:
+    """Fail early when TorchLlmArgs lacks an argument the engine needs (a build without Ray support, ...)."""
+    needed = ("orchestrator_type", "ray_worker_extension_cls", "sampler_type", "enable_sleep", "load_format")
+    missing = [f for f in needed if f not in field_names]
+    if missing:
+        raise TrtllmVersionError(f"this TensorRT-LLM's LLM arguments lack {missing}: the 'trtllm' engine needs "
+                                 f"TensorRT-LLM >= {SUPPORTED_VERSIONS[0]}, < {SUPPORTED_VERSIONS[1]}")
+
+
+# ----------------------------------------------------------------------------------------------- placement
+def physical_gpu(visible: str | None, local_index: int) -> str:
+    """The id, in the node's CUDA numbering, of the GPU a process sees as cuda:`local_index` under
+    `CUDA_VISIBLE_DEVICES=visible` (unset or empty: all GPUs, so the index itself)."""
+    if local_index < 0:
+        raise ValueError(f"local GPU index must be >= 0, got {local_index}")
+    if not visible:
+        return str(local_index)
+    entries = [e.strip() for e in visible.split(",") if e.strip()]
+    if local_index >= len(entries):
+        raise ValueError(f"cuda:{local_index} is not among CUDA_VISIBLE_DEVICES={visible!r}")
+    entry = entries[local_index]
+    if not entry.isdigit():
+        raise ValueError(f"CUDA_VISIBLE_DEVICES={visible!r} names GPUs by UUID / MIG id; TensorRT-LLM's Ray "
+                         "workers map GPUs by integer id: launch with integer CUDA_VISIBLE_DEVICES")
+    return entry
+
+
+def placement_env(visible: str | None, local_index: int) -> dict[str, str]:
+    """Environment to hold while building the `LLM`: a fresh local Ray cluster that sees only this rank's GPU."""
+    return {"CUDA_VISIBLE_DEVICES": physical_gpu(visible, local_index), "TLLM_RAY_FORCE_LOCAL_CLUSTER": "1"}
+
+
+def check_worker_devices(reported: Any, expected_uuid: str, rank: int) -> None:
+    """`reported`: what `LLM._collective_rpc("report_device_id")` returned (one UUID per worker). The single
+    worker must sit on this rank's GPU; otherwise every refit would fail, so fail now and say why."""
+    uuids = list(reported) if isinstance(reported, (list, tuple)) else [reported]
+    if uuids != [expected_uuid]:
+        raise RuntimeError(
+            f"rank {rank}: TensorRT-LLM's worker runs on {uuids}, this rank's GPU is {expected_uuid}. The engine "
+            "starts one local Ray cluster per rank that sees only the rank's GPU; this fails when Ray was already "
+            "initialised in the process or RAY_ADDRESS points at a shared cluster. Unset RAY_ADDRESS and do not "
+            "call ray.init() before building the engine")
+
+
+# ----------------------------------------------------------------------------------------------- LLM arguments
+def llm_kwargs(*, dtype: str, max_batch_size: int, max_seq_len: int | None, kv_cache_fraction: float,
+               extra: dict[str, Any]) -> dict[str, Any]:
+    """Constructor arguments of `tensorrt_llm.LLM` (1.2) for an RL rollout engine. `kv_cache_config` is a
+    dict for the caller to turn into `KvCacheConfig`: prefix-block reuse is off, so no KV block computed with
+    old weights can ever be reused after a refit (the finalising RPC also resets the prefix cache)."""
+    owned = sorted(OWNED_LLM_ARGS & set(extra))
+    if owned:
+        raise ValueError(f"trtllm.llm_kwargs may not set {owned}: the engine sets them itself (use the "
+                         "trtllm.* options for dtype, batch size, sequence length and KV cache fraction)")
+    kwargs: dict[str, Any] = dict(
+        backend="pytorch", orchestrator_type="ray", ray_worker_extension_cls=WORKER_EXTENSION,
+        sampler_type=SAMPLER_TYPE, enable_sleep=True, tensor_parallel_size=1, dtype=dtype,
+        load_format="dummy",  # real weights arrive by refit
+        max_batch_size=max_batch_size,
+        kv_cache_config={"free_gpu_memory_fraction": kv_cache_fraction, "enable_block_reuse": False},
+    )
+    if max_seq_len is not None:
+        kwargs["max_seq_len"] = max_seq_len
+    kwargs.update(extra)
+    return kwargs
+
+
+# ----------------------------------------------------------------------------------------------- refit
 def weight_buckets(stream: Iterable[tuple[str, torch.Tensor]], max_bytes: int) -> Iterator[list[tuple[str, torch.Tensor]]]:
     """Group consecutive (name, tensor) pairs into lists of at most `max_bytes` (a larger tensor goes alone)."""
     if max_bytes < 1:
@@ -76,98 +197,136 @@ class RefitChecker:
             raise ValueError(f"refit: the weight stream ended without {len(missing)} tensors, e.g. {missing[:3]}")
 
 
-def prompt_seed(seed: int, prompt_index: int) -> int:
-    """A 63-bit seed for prompt `prompt_index` of a call seeded `seed` (splitmix64 of the pair): prompts get
-    unrelated random streams, and seed s / prompt i never collides with seed s+1 / prompt i-1."""
-    x = (seed * 0x9E3779B97F4A7C15 + prompt_index + 1) & 0xFFFFFFFFFFFFFFFF
+def issue_refit(rpc: Callable[[str, tuple], Any], device_uuid: str, buckets: Iterable[list[tuple[str, torch.Tensor]]],
+                checker: RefitChecker, pack: Callable[[list[tuple[str, torch.Tensor]]], list]) -> int:
+    """The RPC sequence of one refit; returns the number of calls made.
+
+    For each bucket: every tensor checked, then `rpc("update_weights", ({device_uuid: pack(bucket)},))`
+    (`pack` stages the tensors on the GPU and turns them into IPC handles). After the last bucket, once the
+    stream is known complete: `rpc("update_weights", (None,))`, the finalisation TensorRT-LLM's
+    WorkerExtension runs on `None` (post-load hooks, prefix-cache reset). It is always sent: deciding it
+    from the decorated method's signature could silently skip it."""
+    calls = 0
+    for bucket in buckets:
+        for name, tensor in bucket:
+            checker.check(name, tensor)
+        rpc("update_weights", ({device_uuid: pack(bucket)},))
+        calls += 1
+    checker.finish()
+    if calls == 0:
+        raise ValueError("refit: the weight stream was empty")
+    rpc("update_weights", (None,))
+    return calls + 1
+
+
+# ----------------------------------------------------------------------------------------------- sampling
+def prompt_seed(seed: int, index: int) -> int:
+    """A 63-bit seed for stream `index` of a call seeded `seed` (splitmix64 of the pair): streams get
+    unrelated random numbers, and seed s / index i never collides with seed s+1 / index i-1."""
+    x = (seed * 0x9E3779B97F4A7C15 + index + 1) & 0xFFFFFFFFFFFFFFFF
     x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & 0xFFFFFFFFFFFFFFFF
     x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & 0xFFFFFFFFFFFFFFFF
     return (x ^ (x >> 31)) >> 1
 
 
-def trtllm_sampling_kwargs(params: SamplingParams, prompt_index: int) -> dict[str, Any]:
-    """Keyword arguments of `tensorrt_llm.SamplingParams` for one prompt.
+def unsupported(params: SamplingParams) -> list[str]:
+    """Reasons the engine refuses `params` (empty when it can honour them)."""
+    reasons = []
+    if params.min_p > 0:
+        reasons.append(f"min_p={params.min_p}: TensorRT-LLM 1.2's PyTorch flow does not apply min-p (it would "
+                       "sample from the untruncated distribution); use top_p / top_k or the megatron engine")
+    return reasons
 
-    Stops: TensorRT-LLM's own EOS handling is switched off (`ignore_eos`) and every stop id goes in
-    `stop_token_ids` with `include_stop_str_in_output`, so a sample ends exactly on our stop ids and keeps
-    the stop token (with its log-prob), as the megatron engine does. Greedy is top_k = 1. `logprobs=1`
-    asks for the sampled token's log-prob. No detokenisation (we work in token ids).
-    """
-    kwargs: dict[str, Any] = dict(
-        n=params.n, max_tokens=params.max_tokens, stop_token_ids=list(params.stop_token_ids) or None,
-        include_stop_str_in_output=True, ignore_eos=True, logprobs=1, detokenize=False,
+
+def refuse_unsupported(params: SamplingParams) -> None:
+    """ValueError naming every parameter of `params` the engine cannot honour."""
+    reasons = unsupported(params)
+    if reasons:
+        raise ValueError("the 'trtllm' engine cannot honour these sampling parameters: " + "; ".join(reasons))
+
+
+def wants_logprobs(params: SamplingParams) -> bool:
+    """True when the engine asks TensorRT-LLM for log-probs: temperature-only sampling, where the value it
+    returns is exactly log softmax(logits / T) (see the module docstring)."""
+    return not params.greedy and not params.truncates
+
+
+def trtllm_requests(params: SamplingParams, first_prompt_index: int, num_prompts: int,
+                    base_seed: int | None = None) -> list[dict[str, Any]]:
+    """`tensorrt_llm.SamplingParams` keyword arguments for prompts first_prompt_index .. +num_prompts, one
+    request per sample (prompt-major, sample-minor), each seeded from (seed, global sample index).
+
+    `params.seed` None: `base_seed` (or a fresh random one) stands in, so samples still differ. Stops:
+    TensorRT-LLM's own EOS handling is off (`ignore_eos`) and every stop id goes in `stop_token_ids` with
+    `include_stop_str_in_output`, so a sample ends exactly on our stop ids and keeps the stop token. Greedy is
+    top_k 1; sampling always passes top_k and top_p (TensorRT-LLM treats both unset as greedy)."""
+    refuse_unsupported(params)
+    seed = params.seed if params.seed is not None else (base_seed if base_seed is not None else secrets.randbits(63))
+    common: dict[str, Any] = dict(
+        n=1, max_tokens=params.max_tokens, stop_token_ids=list(params.stop_token_ids) or None,
+        include_stop_str_in_output=True, ignore_eos=True, detokenize=False,
+        logprobs=1 if wants_logprobs(params) else None,
     )
     if params.greedy:
-        kwargs.update(top_k=1, temperature=1.0)
+        common.update(top_k=1, top_p=None, temperature=1.0)
     else:
-        kwargs.update(temperature=params.temperature, top_k=params.top_k, top_p=params.top_p)
-        if params.min_p > 0:
-            kwargs["min_p"] = params.min_p
-    if params.seed is not None:
-        kwargs["seed"] = prompt_seed(params.seed, prompt_index)
-    return kwargs
+        common.update(temperature=params.temperature, top_k=params.top_k, top_p=params.top_p)
+    requests = []
+    for p in range(first_prompt_index, first_prompt_index + num_prompts):
+        for s in range(params.n):
+            requests.append(dict(common, seed=prompt_seed(seed, p * params.n + s)))
+    return requests
 
 
-def _token_logprob(entry: Any, token: int) -> float:
-    """One generated token's log-prob from TensorRT-LLM's per-token entry: a float, or a dict
-    {token_id: Logprob(logprob=..., rank=...)} (top-k form)."""
-    if isinstance(entry, dict):
-        value = entry.get(token)
-        if value is None:
-            return math.nan
-        return float(getattr(value, "logprob", value))
-    return float(entry)
+# ----------------------------------------------------------------------------------------------- outputs
+def sampled_logprobs(entries: list[Any], tokens: list[int], where: str) -> list[float]:
+    """The sampled tokens' log-probs from TensorRT-LLM's per-token entries (a float, or a dict
+    {token_id: Logprob(logprob=..., rank=...)}). Raises on a missing token, a non-finite or a positive value."""
+    if len(entries) != len(tokens):
+        raise ValueError(f"{where}: TensorRT-LLM returned {len(entries)} log-probs for {len(tokens)} tokens")
+    values = []
+    for i, (entry, token) in enumerate(zip(entries, tokens)):
+        if isinstance(entry, dict):
+            if token not in entry:
+                raise ValueError(f"{where}, token {i}: the log-probs hold {sorted(entry)} but not the sampled token "
+                                 f"{token} (top-k log-probs of another sampler? the engine needs sampler_type="
+                                 f"{SAMPLER_TYPE!r})")
+            entry = entry[token]
+        value = float(getattr(entry, "logprob", entry))
+        if not math.isfinite(value) or value > 1e-4:
+            raise ValueError(f"{where}, token {i} ({token}): TensorRT-LLM returned log-prob {value}")
+        values.append(value)
+    return values
 
 
 def rollouts_from_outputs(outputs: list[Any], params: SamplingParams, first_prompt_index: int = 0) -> list[Rollout]:
-    """`RequestOutput`s (one per prompt, in order) -> Rollouts, prompt-major, sample-minor."""
+    """`RequestOutput`s of `trtllm_requests` (one request per sample, in order) -> Rollouts."""
+    if len(outputs) % params.n:
+        raise ValueError(f"TensorRT-LLM returned {len(outputs)} requests, not a multiple of n = {params.n}")
     stops = set(params.stop_token_ids)
+    with_logprobs = wants_logprobs(params)
     rollouts = []
-    for offset, request in enumerate(outputs):
-        completions = sorted(request.outputs, key=lambda c: c.index)
-        if len(completions) != params.n:
-            raise ValueError(f"prompt {first_prompt_index + offset}: TensorRT-LLM returned {len(completions)} "
-                             f"samples, {params.n} were asked for")
-        for c in completions:
-            tokens = [int(t) for t in c.token_ids]
-            raw = list(c.logprobs or [])
-            if len(raw) != len(tokens):
-                raise ValueError(f"prompt {first_prompt_index + offset}: {len(raw)} log-probs for {len(tokens)} tokens")
-            lps = [_token_logprob(e, t) for e, t in zip(raw, tokens)]
-            stop_reason = getattr(c, "stop_reason", None)
-            if c.finish_reason == "stop" and (not tokens or tokens[-1] not in stops) and stop_reason in stops:
-                tokens.append(int(stop_reason))  # a version that strips the stop token: put it back
-                lps.append(math.nan)
-            if c.finish_reason not in ("stop", "length"):
-                raise ValueError(f"prompt {first_prompt_index + offset}: unfinished sample (finish_reason "
-                                 f"{c.finish_reason!r})")
-            if params.greedy:
-                logprobs, policy = [0.0] * len(tokens), [math.nan] * len(tokens)
-            else:
-                logprobs = lps
-                policy = list(lps) if not params.truncates else [math.nan] * len(tokens)
-            rollouts.append(Rollout(first_prompt_index + offset, c.index, tokens, logprobs, policy, c.finish_reason))
+    for k, request in enumerate(outputs):
+        prompt, sample = first_prompt_index + k // params.n, k % params.n
+        where = f"prompt {prompt}, sample {sample}"
+        if len(request.outputs) != 1:
+            raise ValueError(f"{where}: TensorRT-LLM returned {len(request.outputs)} completions for one request")
+        c = request.outputs[0]
+        if c.finish_reason not in ("stop", "length"):
+            raise ValueError(f"{where}: unfinished sample (finish_reason {c.finish_reason!r})")
+        tokens = [int(t) for t in c.token_ids]
+        stop_reason = getattr(c, "stop_reason", None)
+        stripped = c.finish_reason == "stop" and (not tokens or tokens[-1] not in stops) and stop_reason in stops
+        if with_logprobs:
+            if stripped:
+                raise ValueError(f"{where}: TensorRT-LLM dropped the stop token {stop_reason} and its log-prob "
+                                 "despite include_stop_str_in_output")
+            logprobs = sampled_logprobs(list(c.logprobs or []), tokens, where)
+            policy = list(logprobs)
+        else:
+            if stripped:
+                tokens.append(int(stop_reason))
+            logprobs = [0.0 if params.greedy else math.nan] * len(tokens)
+            policy = [math.nan] * len(tokens)
+        rollouts.append(Rollout(prompt, sample, tokens, logprobs, policy, c.finish_reason))
     return rollouts
-
-
-def llm_kwargs(field_names: set[str], *, dtype: str, max_batch_size: int, max_seq_len: int | None,
-               kv_cache_fraction: float, extra: dict[str, Any]) -> dict[str, Any]:
-    """Constructor arguments of `tensorrt_llm.LLM` for an RL rollout engine, given the names of
-    `TorchLlmArgs.model_fields` of the installed version (sleep support is `enable_sleep` in 1.2,
-    `sleep_config` later; the caller turns the latter's marker into a `SleepConfig`)."""
-    if "orchestrator_type" not in field_names:
-        raise RuntimeError("this TensorRT-LLM has no Ray orchestrator (in-memory weight updates need >= 1.2)")
-    kwargs: dict[str, Any] = dict(
-        backend="pytorch", orchestrator_type="ray",
-        ray_worker_extension_cls="tensorrt_llm.llmapi.rlhf_utils.WorkerExtension",
-        tensor_parallel_size=1, dtype=dtype, load_format="dummy",  # real weights arrive by refit
-        max_batch_size=max_batch_size, kv_cache_config={"free_gpu_memory_fraction": kv_cache_fraction},
-    )
-    if max_seq_len is not None:
-        kwargs["max_seq_len"] = max_seq_len
-    if "enable_sleep" in field_names:
-        kwargs["enable_sleep"] = True
-    elif "sleep_config" in field_names:
-        kwargs["sleep_config"] = "default"
-    kwargs.update(extra)
-    return kwargs
