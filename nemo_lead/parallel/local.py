@@ -26,7 +26,12 @@ from .state import detect_launch, free_port
 
 
 class RankFailed(RuntimeError):
-    """A rank raised; the message holds its traceback."""
+    """A rank raised; the message holds its traceback (or a `JobError`'s message alone)."""
+
+
+class JobError(RuntimeError):
+    """A job stopped for a reason the user must see, not a bug (a NaN loss, for example): the command prints
+    the message without a traceback and exits with status 1."""
 
 
 def _die_with_parent() -> None:
@@ -54,6 +59,8 @@ def _rank_main(fn, rank, world_size, port, args, kwargs, env, results) -> None:
         value = fn(*args, **kwargs)
         # plain pickle: tensors travel by value, independent of torch's shared-memory reductions
         results.put((rank, True, pickle.dumps(value)))
+    except JobError as e:
+        results.put((rank, False, str(e)))
     except BaseException:  # noqa: BLE001 - report anything, including SystemExit, to the parent
         results.put((rank, False, traceback.format_exc()))
 
@@ -138,7 +145,7 @@ def run_command(
     process, it runs here when `ranks` is 1, else re-launches itself on `ranks` local ranks (`run_local`,
     "spawn": fresh interpreters, so nothing of this process's state leaks into the ranks).
     `preflight()` runs first, in this process only: checks that should fail before any rank starts.
-    Exit status: 0 done; 1 a rank failed (its traceback is printed); 2 bad input -- a ValueError or OSError
+    Exit status: 0 done; 1 a rank failed (its traceback is printed) or stopped with a `JobError`; 2 bad input -- a ValueError or OSError
     from the preflight or the job, printed as `nemo-lead NAME: message` (the messages name the file / key).
     `log` receives the "starting N local ranks" line (default: stderr).
     """
@@ -150,7 +157,7 @@ def run_command(
             run_local(job, ranks, args=args, start_method="spawn")
         else:
             job(*args)
-    except RankFailed as e:
+    except (RankFailed, JobError) as e:
         print(f"nemo-lead {name}: {e}", file=sys.stderr)
         return 1
     except (ValueError, OSError) as e:

@@ -19,7 +19,7 @@ OVERLONG_CHOICES = ("drop", "truncate")
 
 
 def _sft_optim() -> ActorOptimConfig:
-    return ActorOptimConfig(lr=1e-5, min_lr=1e-6, lr_warmup_steps=10, lr_decay_style="cosine", lr_decay_steps=1000,
+    return ActorOptimConfig(lr=1e-5, min_lr=1e-6, lr_warmup_steps=10, lr_decay_style="cosine", lr_decay_steps=None,
                             weight_decay=0.01, clip_grad=1.0)
 
 

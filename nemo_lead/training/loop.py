@@ -1,0 +1,208 @@
+"""What the SFT and RL loops share around their steps: start (parallel state, actor, run folder, resume),
+checkpoint, stop on a signal, stop on a non-finite number, finish.
+
+    run = start_run(cfg, "rl")                      # every rank; resumes from RUN/checkpoints when there are any
+    while run.step < cfg.steps:
+        ...one step...; run.step += 1
+        if end_of_step(run, loop_state(), saving_due): break      # checkpoint when due, or on a stop signal
+    finish_run(run, loop_state())                   # final checkpoint, done.json
+
+A resumed run gets back the actor's weights, optimizer, learning-rate schedule and every rank's RNG
+streams (`nemo_lead.training.checkpoint`), and the loop's own state (`Run.loop_state`: data position,
+counters) from the checkpoint's meta.json, so it continues exactly where the checkpoint was taken.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from nemo_lead.launch.signals import StopRequest, install_stop_handlers
+from nemo_lead.parallel.local import JobError
+
+from .progress import LoopProgress
+from .quiet import backend_note, hide_import_noise
+from .run_folder import RunFolder
+
+
+class NonFiniteError(JobError):
+    """A NaN / inf loss or gradient norm: the run stops, keeping its last good checkpoint."""
+
+
+@dataclass
+class Run:
+    cfg: Any  # SFTConfig | RLConfig
+    name: str  # "sft" | "rl"
+    info: Any  # nemo_lead.parallel.ParallelInfo
+    actor: Any  # nemo_lead.training.actor.Actor
+    folder: RunFolder
+    tokenizer: Any
+    tokenizer_dir: str
+    stop: StopRequest
+    progress: LoopProgress
+    step: int  # optimizer steps done
+    loop_state: dict[str, Any]  # what the checkpoint held (empty for a fresh run)
+    last_saved: int = -1
+
+    @property
+    def is_writer(self) -> bool:
+        return self.info.rank == 0
+
+    def say(self, message: str) -> None:
+        self.progress.say(message)
+
+
+def tokenizer_dir_of(model: str, tokenizer: str | None) -> str:
+    """The tokenizer folder of a run: `tokenizer` when given, else the model's (HF folder, checkpoint/tokenizer)."""
+    from nemo_lead.training.actor import model_source
+
+    if tokenizer:
+        return str(Path(tokenizer).resolve())
+    kind, source = model_source(model)
+    if kind == "preset":
+        raise ValueError(f"actor.model={model!r} is a model preset (random weights) without a tokenizer: "
+                         "give one with tokenizer=DIR")
+    folder = Path(source) / "tokenizer" if kind == "checkpoint" else Path(source)
+    if not folder.is_dir():
+        raise ValueError(f"{source}: no tokenizer/ folder in the checkpoint; give one with tokenizer=DIR")
+    return str(folder.resolve())
+
+
+def model_hf_config(model: str) -> dict[str, Any]:
+    from nemo_lead.models import read_hf_config
+    from nemo_lead.models.checkpoint import read_checkpoint_meta
+    from nemo_lead.training.actor import model_source
+
+    kind, source = model_source(model)
+    return read_checkpoint_meta(source)["hf_config"] if kind == "checkpoint" else read_hf_config(source)
+
+
+def _on_writer_then_share(info, fn) -> Any:
+    """Run `fn()` on global rank 0 and hand its result (or its ValueError) to every rank."""
+    import torch.distributed as dist
+
+    box: list[Any] = [None]
+    if info.rank == 0:
+        try:
+            box = [("ok", fn())]
+        except ValueError as e:
+            box = [("error", str(e))]
+    if info.world_size > 1:
+        dist.broadcast_object_list(box, src=0)
+    kind, value = box[0]
+    if kind == "error":
+        raise ValueError(value)
+    return value
+
+
+def start_run(cfg: Any, name: str, total_steps: int, log_names: tuple[str, ...] = ()) -> Run:
+    """Collective: set up the parallel state and the actor, open the run folder, resume from its latest
+    checkpoint when it has one. `log_names`: the loop's per-step JSONL logs to cut back on resume."""
+    hide_import_noise()
+    from nemo_lead.data.traces import check_vocab_covers
+    from nemo_lead.models import load_tokenizer
+    from nemo_lead.models.checkpoint import latest_checkpoint
+    from nemo_lead.parallel import init_parallel
+
+    from .actor import build_actor, load_actor_state
+
+    tok_dir = tokenizer_dir_of(cfg.actor.model, cfg.tokenizer)
+    tokenizer = load_tokenizer(tok_dir)
+    hf_config = model_hf_config(cfg.actor.model)
+    try:
+        check_vocab_covers(tokenizer, hf_config.get("vocab_size", len(tokenizer)))
+    except ValueError as e:
+        raise ValueError(f"actor.model={cfg.actor.model} with tokenizer {tok_dir}: {e}") from None
+    info = init_parallel(cfg.actor.tp, cfg.actor.pp, seed=cfg.seed, model_config=hf_config)
+    folder = RunFolder(cfg.out, writer=info.rank == 0, tensorboard=cfg.tensorboard)
+    latest = _on_writer_then_share(info, lambda: (folder.prepare(cfg), latest_checkpoint(cfg.out))[1])
+    actor_cfg = dataclasses.replace(cfg.actor, optim=cfg.actor.optim.for_run(total_steps))
+    actor = build_actor(actor_cfg, info)
+    progress = LoopProgress(name, total_steps, mode=cfg.progress, active=info.rank == 0)
+    step, loop_state = 0, {}
+    if latest is not None:
+        meta = load_actor_state(actor, latest)
+        step, loop_state = int(meta["step"]), meta["loop"]
+        if not meta["rng_restored"]:
+            progress.say("note: the checkpoint was written by another parallel layout; RNG streams start afresh")
+        progress.say(f"resuming from {latest} (step {step} of {total_steps})")
+    else:
+        progress.say(f"starting {cfg.out} ({total_steps} steps; tp {info.tp}, pp {info.pp}, dp {info.dp}); "
+                     + backend_note())
+    folder.rewind(step if latest is not None else -1, log_names)
+    progress.start = step
+    if progress._bar is not None:
+        progress._bar.update(progress._task, completed=step)
+    return Run(cfg=cfg, name=name, info=info, actor=actor, folder=folder, tokenizer=tokenizer, tokenizer_dir=tok_dir,
+               stop=install_stop_handlers(), progress=progress, step=step, loop_state=loop_state)
+
+
+def save(run: Run, loop_state: dict[str, Any]) -> Path:
+    """Collective: checkpoint the run at its current step (atomic), then keep the newest `keep_last`."""
+    from nemo_lead.models.checkpoint import checkpoint_dir
+
+    from .actor import save_actor_state
+
+    path = checkpoint_dir(run.cfg.out, run.step)
+    save_actor_state(run.actor, path, step=run.step, loop_state=loop_state, tokenizer_dir=run.tokenizer_dir)
+    run.folder.prune_checkpoints(run.cfg.keep_last)
+    run.last_saved = run.step
+    return path
+
+
+def check_finite(run: Run, metrics: dict[str, Any], keys: tuple[str, ...]) -> None:
+    """Stop the run (NonFiniteError) when one of `keys` is NaN / inf; nothing more is saved."""
+    bad = [k for k in keys if isinstance(metrics.get(k), float) and not math.isfinite(metrics[k])]
+    if bad and getattr(run.cfg, "stop_on_nonfinite", True):
+        last = f"step {run.last_saved}" if run.last_saved >= 0 else "none yet"
+        raise NonFiniteError(f"step {run.step}: {', '.join(f'{k} = {metrics[k]}' for k in bad)}; stopping. The last "
+                             f"good checkpoint ({last}) is kept in {run.cfg.out}/checkpoints; lower the learning "
+                             "rate or check the data before resuming")
+
+
+def end_of_step(run: Run, loop_state: dict[str, Any]) -> bool:
+    """Collective, after each step: checkpoint when `save_every` says so, and on a stop signal (then True:
+    the loop must return; a SIGUSR1 under SLURM also requeues the job)."""
+    every = run.cfg.save_every
+    if every and run.step % every == 0:
+        save(run, loop_state)
+    if run.stop.agreed():
+        if run.last_saved != run.step:
+            save(run, loop_state)
+        run.say(f"stopped by {run.stop.signal_name} after step {run.step}; checkpoint at step {run.step}")
+        run.stop.after_checkpoint()
+        return True
+    return False
+
+
+def finish_run(run: Run, loop_state: dict[str, Any], stopped: bool) -> None:
+    """Collective: the final checkpoint and done.json (unless the loop was stopped early), then clean up."""
+    from nemo_lead.models.checkpoint import checkpoint_dir
+    from nemo_lead.parallel import destroy_parallel
+
+    try:
+        if not stopped:
+            if run.last_saved != run.step:
+                save(run, loop_state)
+            run.folder.mark_done(run.step, checkpoint_dir(run.cfg.out, run.step))
+            run.say(f"done: {run.step} steps; final checkpoint {checkpoint_dir(run.cfg.out, run.step)}")
+    finally:
+        close_run(run)
+        destroy_parallel()
+
+
+def close_run(run: Run) -> None:
+    run.progress.close()
+    run.folder.close()
+    run.stop.uninstall()
+
+
+def abort_run(run: Run) -> None:
+    """After an exception in the loop: close files and the parallel state (nothing more is saved)."""
+    from nemo_lead.parallel import destroy_parallel
+
+    close_run(run)
+    destroy_parallel()

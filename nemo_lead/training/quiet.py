@@ -1,0 +1,41 @@
+"""Import-time noise of megatron-core and transformers, hidden; what it meant, said once.
+
+Without Transformer Engine and Apex (every CPU machine, GPU images without them), megatron-core warns from
+several modules on import that it falls back to torch implementations. A user cannot act on those lines,
+so `hide_import_noise()` filters them and `backend_note()` says in one line what runs instead.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import os
+import warnings
+
+_NOISE = (
+    r".*Transformer Engine and Apex are not installed.*",
+    r".*Apex is not installed.*",
+    r".*transformer_engine.*not installed.*",
+    r".*Could not import .*transformer_engine.*",
+    r".*TorchDistLoadShardedStrategy.*",
+    r".*full scope is deprecated.*",
+    r".*`load_state_dict` is deprecated.*",
+    r".*Please use DTensor instead.*",
+)
+
+
+def hide_import_noise() -> None:
+    """Filter the fallback warnings (call before importing megatron-core); quiet transformers' logger."""
+    for pattern in _NOISE:
+        warnings.filterwarnings("ignore", message=pattern)
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    logging.getLogger("megatron.core").setLevel(logging.ERROR)
+
+
+def backend_note() -> str:
+    """One line: which layer spec and optimizer kernels are in use."""
+    te = importlib.util.find_spec("transformer_engine") is not None
+    apex = importlib.util.find_spec("apex") is not None and importlib.util.find_spec("apex.optimizers") is not None
+    layers = "Transformer Engine layers" if te else "local layer spec (torch SDPA attention; no Transformer Engine)"
+    optim = "Apex/TE fused Adam" if (te or apex) else "torch fused AdamW (no Apex / Transformer Engine)"
+    return f"using the {layers} and {optim}"

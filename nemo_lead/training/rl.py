@@ -1,0 +1,326 @@
+"""`nemo-lead rl`: GRPO-LEAD on the Megatron actor, one step at a time, in the order of DESIGN.md's list.
+
+    nemo-lead rl --model HF_DIR|CKPT --data PROBLEMS --out RUN [--steps N] [--preset NAME] [--val-data FILE] ...
+
+One step (`rl_step`), each phase a function of its own:
+
+    1. prompts          the next `prompts_per_step` problems of a seeded per-epoch shuffle (resumable)
+    2. generate         the rollout engine samples `rollout.n` responses per prompt
+    3. verify           MathVerifier grades them (worker processes with deadlines; stage 2 also checks
+                        repetition): an outcome per response (correct / wrong / truncated / repetition)
+    4. rewards          `shape_rewards`: the LEAD length reward, explicit penalty, repetition penalty
+    5. filter           `group_keep_mask` (+ DAPO's overlong mask); with dynamic sampling, more rounds of
+                        prompts until the batch holds `prompts_per_step` groups with signal (`max_rounds`)
+                        -- decided on raw correctness, never on the shaped reward
+    6. advantages       `compute_advantages` over the selected groups: group normalisation, difficulty
+                        reweighting
+    7. old log-probs    recomputed by the actor at the sampling temperature (the engine's kept for the
+                        train/inference mismatch metric); token entropies of the old policy
+    8. update           `ppo_epochs` x `minibatches` clipped policy-gradient steps (the paper: one)
+    9. refit            the engine takes the new weights (free for the megatron engine: it runs on them)
+   10. metrics          metrics.jsonl + TensorBoard, per-problem stats, the step's rollouts
+   11. checkpoint       every `save_every` steps, at the end, and on SIGTERM / SIGUSR1 / SIGINT
+
+A step whose groups are all filtered out skips 6-9 and is logged (`skipped: 1`). Validation (Pass@1,
+Cons@n, mean length on held-out problems, the eval layer's metrics) runs at step 0 and every
+`validation.every` steps into RUN/val.jsonl, so the paper's Figure 2 can be drawn (`nemo-lead plot`).
+Determinism: sampling seeds derive from (seed, step, round), the data order from (seed, epoch), and the
+checkpoint holds every RNG stream, so a resumed run repeats an uninterrupted one exactly.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from nemo_lead.algorithms import (
+    Outcome,
+    compute_advantages,
+    group_keep_mask,
+    overlong_keep_mask,
+    shape_rewards,
+)
+from nemo_lead.generation import SamplingParams, logprob_mismatch
+from nemo_lead.parallel.local import run_command
+
+from .rl_config import RLConfig
+from .rollouts import (
+    Group,
+    flat_tensors,
+    generate_groups,
+    grade_groups,
+    problem_stats,
+    rollout_records,
+    sample_groups,
+    training_batch,
+)
+
+LOGS = ("problem_stats.jsonl", "val.jsonl")
+UPDATE_KEYS = ("loss", "pg_loss", "clip_frac", "ratio_mean", "approx_kl", "grad_norm")
+
+
+@dataclass
+class RLState:
+    """Everything the loop carries from step to step (besides the actor)."""
+
+    run: Any  # nemo_lead.training.loop.Run
+    ctx: Any  # RolloutContext
+    problems: list
+    order: Any  # DataOrder
+    val_problems: list
+
+    @property
+    def cfg(self) -> RLConfig:
+        return self.run.cfg
+
+    def loop_state(self) -> dict[str, Any]:
+        return {"data": self.order.state_dict()}
+
+
+def _seed(*parts: int) -> int:
+    value = 0
+    for p in parts:
+        value = (value * 1_000_003 + int(p)) % (2**63)
+    return value
+
+
+# ----------------------------------------------------------------------------- the phases
+def next_prompts(s: RLState) -> list:
+    """1. prompts."""
+    return [s.problems[i] for i in s.order.take(s.cfg.prompts_per_step)]
+
+
+def rollout_params(s: RLState, step: int, round_: int) -> SamplingParams:
+    r = s.cfg.rollout
+    stops = [s.run.tokenizer.eos_token_id] if r.stop_at_eos and s.run.tokenizer.eos_token_id is not None else []
+    return SamplingParams(n=r.n, temperature=r.temperature, top_p=r.top_p, max_tokens=r.max_tokens,
+                          stop_token_ids=stops, seed=_seed(s.cfg.seed, step, round_))
+
+
+def generate_and_verify(s: RLState, problems: list, params: SamplingParams, times: dict[str, float]) -> list[Group]:
+    """2. generate and 3. verify (one round of prompts); their seconds are added to `times`."""
+    t0 = time.monotonic()
+    s.ctx.engine.wake()
+    groups = generate_groups(s.ctx, problems, params)
+    s.ctx.engine.sleep()
+    t1 = time.monotonic()
+    grade_groups(s.ctx, groups, params)
+    times["time/generate"] += t1 - t0
+    times["time/verify"] += time.monotonic() - t1
+    return groups
+
+
+def score_and_filter(s: RLState, groups: list[Group]) -> None:
+    """4. rewards and 5. filter: per-sample rewards and the keep mask (by group, on raw outcomes)."""
+    outcome, lengths, index = flat_tensors(groups)
+    rewards = shape_rewards(outcome, lengths, index, s.cfg.lead)
+    keep = group_keep_mask(rewards, outcome, index, s.cfg.lead) & overlong_keep_mask(outcome, s.cfg.lead)
+    for i, g in enumerate(groups):
+        g.rewards, g.keep = rewards[index == i], keep[index == i]
+
+
+def select_groups(s: RLState, step: int, times: dict[str, float]) -> tuple[list[Group], list[Group], int]:
+    """1-5 with dynamic sampling: (every group sampled this step, the selected ones, rounds used)."""
+    seen, selected = [], []
+    dynamic = s.cfg.lead.group_filter == "dynamic_sampling"
+    rounds = 0
+    while rounds < (s.cfg.max_rounds if dynamic else 1):
+        groups = generate_and_verify(s, next_prompts(s), rollout_params(s, step, rounds), times)
+        score_and_filter(s, groups)
+        rounds += 1
+        seen += groups
+        selected += [g for g in groups if bool(g.keep.any())]
+        if len(selected) >= s.cfg.prompts_per_step:
+            break
+    return seen, selected[: s.cfg.prompts_per_step], rounds
+
+
+def assign_advantages(s: RLState, selected: list[Group], seen: list[Group]) -> None:
+    """6. advantages over the selected groups together (DGPO's question weights are batch-relative)."""
+    for g in seen:
+        g.advantages = torch.zeros(len(g.rollouts))
+    if not selected:
+        return
+    outcome, _, index = flat_tensors(selected)
+    rewards = torch.cat([g.rewards for g in selected])
+    adv = compute_advantages(rewards, outcome, index, s.cfg.lead)
+    for i, g in enumerate(selected):
+        g.advantages = adv[index == i]
+
+
+def old_logprobs(s: RLState, batch, engine_logp: list) -> tuple[Any, dict[str, float]]:
+    """7. old log-probs and entropies from the actor; the mismatch against the engine's log-probs."""
+    from .actor import compute_logprobs
+
+    logp, entropy = compute_logprobs(s.run.actor, batch, s.cfg.rollout.temperature, entropy=True)
+    mismatch = logprob_mismatch(engine_logp, [t.tolist() for t in logp])
+    ent = torch.cat(entropy)
+    metrics = {"entropy": float(ent.mean()) if ent.numel() else 0.0, "mismatch/logprob_abs_mean": mismatch["mean"],
+               "mismatch/logprob_abs_max": mismatch["max"]}
+    return dataclasses.replace(batch, old_logprobs=logp), metrics
+
+
+def update_policy(s: RLState, batch) -> dict[str, float]:
+    """8. update: `ppo_epochs` passes of `minibatches` optimizer steps; metrics averaged over them."""
+    from .actor import policy_train_step
+
+    n = len(batch)
+    parts = [list(range(n))[i::s.cfg.minibatches] for i in range(s.cfg.minibatches)]
+    runs = [policy_train_step(s.run.actor, batch.select(p), s.cfg.lead, temperature=s.cfg.rollout.temperature)
+            for _ in range(s.cfg.ppo_epochs) for p in parts if p]
+    out = {k: sum(m[k] for m in runs) / len(runs) for k in UPDATE_KEYS}
+    out["lr"] = runs[-1]["lr"]
+    return out
+
+
+def refit(s: RLState) -> None:
+    """9. refit."""
+    s.ctx.engine.refit(s.run.actor)
+
+
+def step_metrics(step: int, seen: list[Group], selected: list[Group], rounds: int) -> dict[str, Any]:
+    """10. metrics of the rollouts (the update's are added by the caller)."""
+    outcome, lengths, _ = flat_tensors(seen)
+    rewards = torch.cat([g.rewards for g in seen])
+    adv = torch.cat([g.advantages[g.keep] for g in selected]) if selected else torch.zeros(0)
+    return {
+        "step": step, "reward/mean": float(rewards.mean()), "reward/std": float(rewards.std()) if len(rewards) > 1 else 0.0,
+        "accuracy": float((outcome == Outcome.CORRECT).float().mean()),
+        "response_length/mean": float(lengths.float().mean()), "response_length/max": int(lengths.max()),
+        "truncated_frac": float(sum(r.finish_reason == "length" for g in seen for r in g.rollouts) / len(outcome)),
+        "repetition_frac": float((outcome == Outcome.REPETITION).float().mean()),
+        "groups/kept_frac": len(selected) / len(seen), "groups/kept": len(selected), "rounds": rounds,
+        "samples": len(outcome), "advantage/abs_mean": float(adv.abs().mean()) if adv.numel() else 0.0,
+    }
+
+
+# ----------------------------------------------------------------------------- one step
+def rl_step(s: RLState, step: int) -> dict[str, Any]:
+    """One GRPO-LEAD step (see the module docstring); returns its metrics line."""
+    t_step = time.monotonic()
+    times: dict[str, float] = {"time/generate": 0.0, "time/verify": 0.0}
+    seen, selected, rounds = select_groups(s, step, times)               # 1-5: prompts .. filter
+    assign_advantages(s, selected, seen)                                  # 6: advantages
+    batch, engine_logp = training_batch(selected)
+    metrics = step_metrics(step, seen, selected, rounds)
+    if batch is None:
+        metrics["skipped"] = 1
+        s.run.say(f"step {step}: every group was filtered out (no learning signal); no update")
+    else:
+        t0 = time.monotonic()
+        batch, logp_metrics = old_logprobs(s, batch, engine_logp)        # 7: old log-probs
+        times["time/logprobs"] = time.monotonic() - t0
+        t0 = time.monotonic()
+        update = update_policy(s, batch)                                  # 8: update
+        times["time/train"] = time.monotonic() - t0
+        t0 = time.monotonic()
+        refit(s)                                                          # 9: refit
+        times["time/refit"] = time.monotonic() - t0
+        metrics.update(skipped=0, **logp_metrics, **update)
+    seconds = time.monotonic() - t_step
+    tokens = sum(sum(g.lengths) for g in seen)  # generated tokens
+    metrics.update(times, **{"time/step": seconds, "tokens_per_s": tokens / max(seconds, 1e-9)})
+    if s.run.is_writer:                                                   # 10: metrics and logs
+        s.run.folder.append("problem_stats.jsonl", problem_stats(step, seen))
+        if s.cfg.log_rollouts:
+            s.run.folder.write_rollouts(step, rollout_records(step, seen, s.run.tokenizer))
+    return metrics
+
+
+# ----------------------------------------------------------------------------- validation
+def validate(s: RLState, step: int) -> dict[str, float]:
+    """Pass@1, Cons@n, mean length and truncation share on the held-out problems (RUN/val.jsonl)."""
+    from nemo_lead.eval.metrics import cons_at_k, mean_length, pass_at_k
+
+    v = s.cfg.validation
+    stops = rollout_params(s, step, 0).stop_token_ids
+    params = SamplingParams(n=v.n, temperature=v.temperature, top_p=v.top_p, seed=_seed(s.cfg.seed, 999_983),
+                            max_tokens=v.max_tokens or s.cfg.rollout.max_tokens, stop_token_ids=stops)
+    t0 = time.monotonic()
+    s.ctx.engine.wake()
+    groups = sample_groups(dataclasses.replace(s.ctx, check_repetition=False), s.val_problems, params)
+    s.ctx.engine.sleep()
+    out = {
+        "step": step, "pass@1": pass_at_k([[o == Outcome.CORRECT for o in g.outcomes] for g in groups]),
+        "cons@k": cons_at_k([g.extracted for g in groups], [g.problem.answer for g in groups]),
+        "mean_length": mean_length([g.lengths for g in groups]),
+        "truncated_frac": sum(r.finish_reason == "length" for g in groups for r in g.rollouts) / (len(groups) * v.n),
+        "n": v.n, "problems": len(groups), "seconds": time.monotonic() - t0,
+    }
+    s.run.folder.append("val.jsonl", [out])
+    s.run.say(f"validation at step {step}: Pass@1 {out['pass@1']:.3f}, Cons@{v.n} {out['cons@k']:.3f}, "
+              f"mean length {out['mean_length']:.0f}")
+    return out
+
+
+def _validation_due(s: RLState, step: int, steps: int) -> bool:
+    return bool(s.val_problems) and (step % s.cfg.validation.every == 0 or step == steps)
+
+
+# ----------------------------------------------------------------------------- the job
+def rl_job(cfg: RLConfig) -> None:
+    """The RL loop on one rank (every rank of the job calls it)."""
+    from nemo_lead.data import format_prompt, load_problems
+    from nemo_lead.generation import build_engine
+    from nemo_lead.verify import MathVerifier
+
+    from .data_order import DataOrder
+    from .loop import abort_run, check_finite, end_of_step, finish_run, start_run
+    from .rollouts import RolloutContext, prompt_opens_think
+
+    d = cfg.data
+    problems = load_problems(d.path, split=d.split, fields=dict(d.fields), limit=d.limit)
+    val = load_problems(cfg.validation.data, limit=cfg.validation.limit) if cfg.validation.data else []
+    run = start_run(cfg, "rl", cfg.steps, LOGS)
+    verifier = None
+    stopped = False
+    try:
+        if run.is_writer:
+            verifier = MathVerifier(cfg.verify_workers, cfg.verify_timeout_s, cfg.answer_region)
+        ctx = RolloutContext(info=run.info, engine=build_engine(cfg.engine, run.actor), tokenizer=run.tokenizer,
+                             prompt_cfg=cfg.prompt, verifier=verifier, check_repetition=cfg.lead.check_repetition,
+                             think_open=prompt_opens_think(format_prompt(run.tokenizer, "x", cfg.prompt)))
+        order = DataOrder(len(problems), cfg.seed, shuffle=d.shuffle)
+        if run.loop_state.get("data"):
+            order.load_state_dict(run.loop_state["data"])
+        s = RLState(run=run, ctx=ctx, problems=problems, order=order, val_problems=val)
+        if run.step == 0 and val:
+            validate(s, 0)
+        while run.step < cfg.steps:
+            metrics = rl_step(s, run.step + 1)
+            run.step += 1
+            check_finite(run, metrics, UPDATE_KEYS)
+            if _validation_due(s, run.step, cfg.steps):
+                v = validate(s, run.step)
+                metrics.update({"val/pass@1": v["pass@1"], "val/cons@k": v["cons@k"], "val/mean_length": v["mean_length"]})
+            run.folder.log_metrics(metrics)
+            run.progress.step(run.step, {"reward": f"{metrics['reward/mean']:+.3f}", "acc": f"{metrics['accuracy']:.3f}",
+                                         "len": f"{metrics['response_length/mean']:.0f}"})
+            if end_of_step(run, s.loop_state()):
+                stopped = True
+                break
+        finish_run(run, s.loop_state(), stopped)
+    except BaseException:
+        abort_run(run)
+        raise
+    finally:
+        if verifier is not None:
+            verifier.close()
+
+
+def _preflight(cfg: RLConfig) -> None:
+    """Bad problem files fail here, before any rank starts, with the file and line."""
+    from nemo_lead.data import load_problems
+
+    load_problems(cfg.data.path, split=cfg.data.split, fields=dict(cfg.data.fields), limit=cfg.data.limit)
+    if cfg.validation.data:
+        load_problems(cfg.validation.data, limit=cfg.validation.limit)
+
+
+def run_rl(cfg: RLConfig) -> int:
+    """`nemo-lead rl`: the exit status (0 done or stopped by a signal after a checkpoint)."""
+    return run_command("rl", rl_job, (cfg,), ranks=cfg.actor.tp * cfg.actor.pp, preflight=lambda: _preflight(cfg))
