@@ -19,7 +19,9 @@ sampling_params.py, _torch/pyexecutor/sampler.py).
 - Sampling: `trtllm_requests` maps our `SamplingParams` onto `tensorrt_llm.SamplingParams` keyword arguments,
   one request per sample (n = 1 each) with its own seed, so every sample's random stream depends only on
   (seed, prompt, sample) and never on TensorRT-LLM's seeding of child requests or on how prompts are split
-  over ranks. `unsupported` lists what the engine refuses instead of sampling from another distribution.
+  over ranks. A seed is always sent: the C++ sampler seeds an unseeded request with a fixed default, so
+  unseeded samples of one prompt would all be the same. `unsupported` lists what the engine refuses instead
+  of sampling from another distribution.
 - Outputs: `rollouts_from_outputs` turns `RequestOutput`s into `Rollout`s and checks every log-prob.
 
 Log-probs (`LOGPROB_NOTE`): the engine runs TensorRT-LLM's `TRTLLMSampler` (the C++ decoder), which returns
