@@ -108,7 +108,15 @@ COMMANDS: dict[str, Command] = {
         help="Render an sbatch script for a command or recipe and submit it to SLURM (--dry-run prints it).",
         schema="nemo_lead.launch.submit:SubmitConfig",
         runner="nemo_lead.launch.submit:run_submit",
+        flags={"--command": "command", "--out": "out", "--nodes": "nodes", "--gpus-per-node": "gpus_per_node",
+               "--tasks-per-node": "tasks_per_node", "--time": "time", "--partition": "partition",
+               "--account": "account", "--qos": "qos", "--container-image": "container_image",
+               "--container-mounts": "container_mounts", "--stages": "stages", "--signal-seconds": "signal_seconds"},
+        list_flags=("--container-mounts", "--stages"),
         positional="target",
+        epilog="TARGET: a recipe (file or name in recipes/: one job per stage, chained with afterok, each sized by\n"
+        "the stage's `slurm:`), or a config file for --command sft|rl|eval|generate|convert (one job).\n"
+        "job.KEY=VALUE goes to the job's command line as KEY=VALUE. dry_run=true prints the scripts.",
     ),
     "convert": Command(
         help="Convert a HF model folder to a nemo-lead checkpoint (--from-hf DIR --out CKPT) or back "

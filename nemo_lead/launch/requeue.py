@@ -1,4 +1,10 @@
-"""Requeue the current SLURM job (after a SIGUSR1 warning and a checkpoint), so it resumes from its run folder."""
+"""Requeue the current SLURM job (after a SIGUSR1 warning and a checkpoint), so it resumes from its run folder.
+
+`scontrol requeue` needs a job submitted with `--requeue` (the scripts of `nemo-lead submit` are). The job
+keeps its id, is stopped (SIGTERM, then SIGKILL after KillWait), returns to the queue and runs its batch
+script again from the top; SLURM makes it eligible again after a short delay (the credential lifetime,
+120 s by default) and counts the restarts in SLURM_RESTART_COUNT.
+"""
 
 from __future__ import annotations
 
@@ -14,7 +20,11 @@ def requeue_current_job() -> bool:
     if not job or shutil.which("scontrol") is None:
         print("[nemo-lead] not requeued: no SLURM job id or no scontrol on PATH", file=sys.stderr, flush=True)
         return False
-    out = subprocess.run(["scontrol", "requeue", job], capture_output=True, text=True, timeout=60)
+    try:
+        out = subprocess.run(["scontrol", "requeue", job], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        print(f"[nemo-lead] scontrol requeue {job} failed: {e}", file=sys.stderr, flush=True)
+        return False
     if out.returncode != 0:
         print(f"[nemo-lead] scontrol requeue {job} failed: {out.stderr.strip()}", file=sys.stderr, flush=True)
         return False

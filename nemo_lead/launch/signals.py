@@ -12,6 +12,20 @@ step, but SLURM may signal the ranks a moment apart, so `agreed()` takes the max
 ranks (one tiny all-reduce per step). After the checkpoint, `after_checkpoint()` asks SLURM to requeue the
 job when the signal was SIGUSR1 and the job runs under SLURM (`nemo_lead.launch.requeue`); the requeued
 job starts the same command, which resumes from the run folder.
+
+Helper processes. SLURM delivers a step's signals to every process of the step, not only to the ranks
+(measured with proctrack/linuxproc; proctrack/cgroup does the same by design), and SIGUSR1's default
+action ends a process. Verifier workers, checkpoint writers and other children of a rank would die on the
+warning and take the step down with them. So while the handlers are installed the main thread blocks
+SIGUSR1: processes started from it (fork, spawn, forkserver, subprocess: the signal mask survives exec)
+keep it blocked, and it never reaches them. The rank itself still hears it: a small idle thread started
+before the mask changed leaves SIGUSR1 open, the kernel hands the process-wide signal to that thread, and
+Python runs the handler in the main thread as usual. SIGTERM is not blocked (multiprocessing stops its
+workers with it); on SIGTERM the rank checkpoints if the time before SIGKILL allows.
+
+Before the handlers exist, the task wrapper of `nemo-lead submit` scripts starts each rank with SIGUSR1
+ignored (`trap '' USR1`), so a warning during start-up does not kill it (it is then lost: the job is not
+requeued, and the run resumes from its last regular checkpoint when it is submitted again).
 """
 
 from __future__ import annotations
@@ -19,9 +33,11 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import threading
 from dataclasses import dataclass, field
 
 STOP_SIGNALS = ("SIGUSR1", "SIGTERM", "SIGINT")
+KEPT_FROM_CHILDREN = (signal.SIGUSR1,)  # blocked in the main thread, so children inherit it blocked
 
 
 @dataclass
@@ -30,6 +46,8 @@ class StopRequest:
 
     signal_name: str | None = None
     _previous: dict = field(default_factory=dict, repr=False)
+    _previous_mask: set | None = field(default=None, repr=False)
+    _listener: threading.Event | None = field(default=None, repr=False)
 
     @property
     def requested(self) -> bool:
@@ -45,12 +63,24 @@ class StopRequest:
                   file=sys.stderr, flush=True)
 
     def install(self) -> StopRequest:
+        """Main thread only: handlers for STOP_SIGNALS; SIGUSR1 kept away from child processes (module doc)."""
         for name in STOP_SIGNALS:
             sig = getattr(signal, name)
             self._previous[sig] = signal.signal(sig, self._handle)
+        # the listener thread inherits the current (open) mask; only then close SIGUSR1 in this thread
+        self._listener = threading.Event()
+        threading.Thread(target=self._listener.wait, name="nemo-lead-signals", daemon=True).start()
+        self._previous_mask = signal.pthread_sigmask(signal.SIG_BLOCK, KEPT_FROM_CHILDREN)
         return self
 
     def uninstall(self) -> None:
+        """Back to the signal mask and handlers found at install (a signal left pending meets our handler)."""
+        if self._previous_mask is not None:
+            signal.pthread_sigmask(signal.SIG_SETMASK, self._previous_mask)
+            self._previous_mask = None
+        if self._listener is not None:
+            self._listener.set()
+            self._listener = None
         for sig, old in self._previous.items():
             signal.signal(sig, old)
         self._previous.clear()
@@ -84,8 +114,6 @@ class StopRequest:
 
 def install_stop_handlers() -> StopRequest:
     """Record SIGUSR1 / SIGTERM / SIGINT in a `StopRequest` (main thread only; elsewhere a no-op one)."""
-    import threading
-
     stop = StopRequest()
     if threading.current_thread() is threading.main_thread():
         stop.install()

@@ -1,0 +1,135 @@
+"""From a `SubmitConfig` to the jobs to submit: which command each runs, on how many nodes and GPUs.
+
+A recipe becomes one job per stage, `nemo-lead run RECIPE --out OUT only=STAGE`, each sized by the
+stage's `slurm:` mapping (distillation and evaluation rarely want the training's node count), in the
+recipe's order; `nemo-lead submit` chains them with `afterok`. Only what sizing needs is read from the
+recipe here (stage names and `slurm:`, through `_base_` includes); `nemo-lead run` checks the rest when
+the job starts.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from nemo_lead.config import BASE_KEY, ConfigError, repo_root
+
+from .sbatch import JobPlan
+from .submit_config import SIZE_KEYS, SubmitConfig, check_size
+
+
+def find_recipe_file(spec: str) -> Path | None:
+    """A recipe given as a path, or by name in recipes/; None when it is neither."""
+    path = Path(spec).expanduser()
+    if path.is_file():
+        return path
+    for candidate in (repo_root() / "recipes" / spec, repo_root() / "recipes" / f"{spec}.yaml"):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def recipe_stages(path: Path, _seen: tuple[Path, ...] = ()) -> dict[str, dict[str, Any]]:
+    """Stage name -> its `slurm:` mapping, in the recipe's order (a `_base_` stage refined by name)."""
+    path = path.resolve()
+    if path in _seen:
+        raise ConfigError(f"{path}: `_base_` includes form a cycle")
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{path}: invalid YAML: {getattr(e, 'problem', e)}") from None
+    if not isinstance(data, dict) or not isinstance(data.get("stages", []), list):
+        raise ConfigError(f"{path}: not a recipe (a mapping with a `stages:` list)")
+    stages = recipe_stages(path.parent / data[BASE_KEY], (*_seen, path)) if data.get(BASE_KEY) else {}
+    for i, stage in enumerate(data.get("stages", [])):
+        name = stage.get("name") if isinstance(stage, dict) else None
+        if not isinstance(name, str):
+            raise ConfigError(f"{path}: stage {i + 1} has no `name`")
+        slurm = stage.get("slurm") or {}
+        try:
+            check_size(slurm, f"stages[{name}].slurm.")
+        except ValueError as e:
+            raise ConfigError(f"{path}: {e}") from None
+        stages[name] = {**stages.get(name, {}), **slurm}
+    return stages
+
+
+def job_overrides(job: dict[str, Any], prefix: str = "") -> list[str]:
+    """{"lead": {"alpha": 0.1}, "steps": 5} -> ["lead.alpha=0.1", "steps=5"] (non-strings as JSON / YAML)."""
+    out = []
+    for key, value in job.items():
+        if isinstance(value, dict) and value:
+            out += job_overrides(value, f"{prefix}{key}.")
+        else:
+            out.append(f"{prefix}{key}={value if isinstance(value, str) else json.dumps(value)}")
+    return out
+
+
+def executable(cfg: SubmitConfig) -> list[str]:
+    """How a task starts `nemo-lead`: `executable`, else `nemo-lead` (container) or this Python (bare)."""
+    if cfg.executable:
+        return shlex.split(cfg.executable)
+    return ["nemo-lead"] if cfg.container_image else [sys.executable, "-m", "nemo_lead.cli"]
+
+
+def _size(cfg: SubmitConfig, *layers: dict[str, Any]) -> dict[str, Any]:
+    size = {k: getattr(cfg, k) for k in SIZE_KEYS}
+    for layer in layers:
+        size.update({k: v for k, v in layer.items() if v is not None})
+    if size["tasks_per_node"] is None:
+        size["tasks_per_node"] = size["gpus_per_node"] or 1
+    return size
+
+
+def plan_jobs(cfg: SubmitConfig) -> tuple[list[JobPlan], str, list[str]]:
+    """The jobs in submission order, the absolute run folder, and the folders the container must see."""
+    exe = executable(cfg)
+    extra = job_overrides(cfg.job)
+    recipe = None if cfg.command not in (None, "run") else find_recipe_file(cfg.target or "")
+    if cfg.command in (None, "run"):
+        if recipe is None:
+            raise ConfigError(f"target {cfg.target!r} is neither a recipe file nor a name in "
+                              f"{repo_root() / 'recipes'}; for a command's config file add command=sft|rl|...")
+        stages = recipe_stages(recipe)
+        if cfg.command is None and not stages:
+            raise ConfigError(f"{recipe} has no `stages:`; for a command's config file add command=sft|rl|...")
+        out = os.path.abspath(cfg.out or os.path.join("runs", recipe.stem))
+        # a file travels as its absolute path; a name is looked up in recipes/ of the job's own install
+        recipe_arg = os.path.abspath(cfg.target) if Path(cfg.target).expanduser().is_file() else cfg.target
+        needed = [out] + ([os.path.dirname(recipe_arg)] if os.path.isabs(recipe_arg) else [])
+        unknown = [s for s in [*cfg.stages, *cfg.stage_slurm] if s not in stages]
+        if unknown:
+            raise ConfigError(f"{recipe} has no stage {unknown[0]!r}; stages: {', '.join(stages)}")
+        base = [*exe, "run", recipe_arg, "--out", out]
+        if cfg.command == "run" or not cfg.chain:
+            return [JobPlan(name="recipe", argv=tuple(base + extra), **_size(cfg))], out, needed
+        plans: list[JobPlan] = []
+        for name, slurm in stages.items():
+            if cfg.stages and name not in cfg.stages:
+                continue
+            note = f"starts after job {plans[-1].name!r} succeeded (afterok)" if plans else ""
+            plans.append(JobPlan(name=name, argv=tuple([*base, f"only={name}", *extra]), note=note,
+                                 **_size(cfg, slurm, cfg.stage_slurm.get(name, {}))))
+        return plans, out, needed
+    if cfg.stages or cfg.stage_slurm:
+        raise ConfigError("stages / stage_slurm apply to recipes; this submits one command")
+    if not cfg.out:
+        raise ConfigError(f"out must name the run folder of `nemo-lead {cfg.command}` (--out DIR)")
+    out = os.path.abspath(cfg.out)
+    argv = [*exe, cfg.command]
+    needed = [out]
+    if cfg.target:
+        if not Path(cfg.target).expanduser().is_file():
+            raise ConfigError(f"target {cfg.target!r}: config file not found (the file given to "
+                              f"`nemo-lead {cfg.command} --config`)")
+        target = os.path.abspath(os.path.expanduser(cfg.target))
+        argv += ["--config", target]
+        needed.append(os.path.dirname(target))
+    argv.append(f"out={out}")
+    return [JobPlan(name=cfg.command, argv=tuple(argv + extra), **_size(cfg))], out, needed

@@ -1,0 +1,159 @@
+"""The sbatch script of one job: SLURM resources, rendezvous, NCCL / CUDA settings, the container, srun.
+
+One task per GPU. Each task runs the job's command through a small wrapper that turns SLURM's task
+variables into the torchrun-style ones every entry point reads (RANK <- SLURM_PROCID, LOCAL_RANK <-
+SLURM_LOCALID, WORLD_SIZE <- SLURM_NTASKS; MASTER_ADDR is the allocation's first node and MASTER_PORT a
+port derived from the job id, exported by the batch script) and starts it with SIGUSR1 ignored until the
+training loop installs its handlers (`nemo_lead.launch.signals`). With a container image, srun gets
+pyxis's flags; without one the same script runs on a bare cluster in the submitting environment.
+
+Preemption and time limits: `--signal=USR1@S` (no `B:`) makes SLURM signal the step's tasks S seconds
+before the limit; the loop checkpoints after the current step and runs `scontrol requeue`, which needs
+`--requeue`. The requeued job keeps its id and runs this script again, and the command resumes from the
+run folder. Logs go to OUT/slurm/<name>-<job id>.log, appended across restarts.
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from .submit_config import SubmitConfig, time_seconds
+
+# name -> (value, why); the user's `env` wins, and so does a value already set in the submitting shell for
+# the ones written as ${NAME:-value}
+DEFAULT_ENV: dict[str, tuple[str, str]] = {
+    "CUDA_DEVICE_MAX_CONNECTIONS": ("1", "megatron-core: TP/SP communication kernels queue ahead of compute"),
+    "TORCH_NCCL_ASYNC_ERROR_HANDLING": ("1", "a failed or timed-out collective ends the rank instead of hanging"),
+    "TORCH_NCCL_AVOID_RECORD_STREAMS": ("1", "NCCL buffers are freed when the collective ends"),
+    "NCCL_DEBUG": ("${NCCL_DEBUG:-WARN}", "NCCL says why when it fails"),
+    "PYTORCH_CUDA_ALLOC_CONF": ("${PYTORCH_CUDA_ALLOC_CONF:-expandable_segments:True}",
+                                "less fragmentation between rollout and training memory"),
+    "OMP_NUM_THREADS": ("${OMP_NUM_THREADS:-${SLURM_CPUS_PER_TASK:-1}}", "host threads per rank"),
+    "TOKENIZERS_PARALLELISM": ("false", "no tokenizer thread pools inside forked workers"),
+    "PYTHONUNBUFFERED": ("1", "log lines reach the job's log as they are written"),
+    "HF_HUB_OFFLINE": ("1", "models and data come from the shared file system, never from a hub"),
+    "TRANSFORMERS_OFFLINE": ("1", "same"),
+}
+
+TASK_WRAPPER = ('trap "" USR1; export RANK=$SLURM_PROCID LOCAL_RANK=$SLURM_LOCALID WORLD_SIZE=$SLURM_NTASKS; '
+                'exec "$@"')
+
+
+@dataclass(frozen=True)
+class JobPlan:
+    """One SLURM job: its name (a stage or a command), what each task runs, and its size."""
+
+    name: str
+    argv: tuple[str, ...]
+    nodes: int
+    gpus_per_node: int
+    tasks_per_node: int
+    time: str
+    note: str = ""  # one line for the script's header (e.g. which stage it waits for)
+
+
+def log_path(log_dir: str, name: str) -> str:
+    return f"{log_dir}/{name}-%j.log"
+
+
+def _no_space(value: str, key: str) -> str:
+    if any(c.isspace() for c in value):
+        raise ValueError(f"{key} {value!r} has white space, which #SBATCH lines cannot carry; use another path")
+    return value
+
+
+def container_mounts(cfg: SubmitConfig, needed: list[str]) -> list[str]:
+    """cfg.container_mounts (SRC becomes SRC:SRC), plus each `needed` folder no mount covers (same path)."""
+    mounts = [m if ":" in m else f"{m}:{m}" for m in cfg.container_mounts]
+    targets = [m.split(":")[1].rstrip("/") or "/" for m in mounts]
+    for path in needed:
+        path = path.rstrip("/") or "/"
+        if not any(path == t or path.startswith(t.rstrip("/") + "/") for t in targets):
+            mounts.append(f"{path}:{path}")
+            targets.append(path)
+    return mounts
+
+
+def srun_line(cfg: SubmitConfig, plan: JobPlan, mounts: list[str], workdir: str) -> list[str]:
+    """The srun command (as words) that starts the job's tasks."""
+    words = ["srun", "--kill-on-bad-exit=1", f"--nodes={plan.nodes}", f"--ntasks-per-node={plan.tasks_per_node}"]
+    if cfg.container_image:
+        words += [f"--container-image={cfg.container_image}", f"--container-workdir={workdir}"]
+        if mounts:
+            words.append(f"--container-mounts={','.join(mounts)}")
+        words.append("--container-mount-home" if cfg.container_mount_home else "--no-container-mount-home")
+    words += list(cfg.srun_args)
+    return words
+
+
+def render_sbatch(cfg: SubmitConfig, plan: JobPlan, run_dir: str, mounts: Optional[list[str]] = None) -> str:
+    """The complete sbatch script of `plan` (pure: nothing is written or submitted). `run_dir`: the absolute
+    run folder (the batch script's working folder, and the container's unless container_workdir says)."""
+    _no_space(run_dir, "the run folder")
+    log_dir = f"{run_dir.rstrip('/')}/slurm"
+    workdir = cfg.container_workdir or run_dir
+    limit = time_seconds(plan.time)
+    if cfg.signal_seconds and cfg.signal_seconds >= limit:
+        raise ValueError(f"signal_seconds ({cfg.signal_seconds}) must be shorter than the time limit of job "
+                         f"{plan.name!r} ({plan.time})")
+    name = f"{cfg.job_name}-{plan.name}"
+    sb: list[str] = [f"--job-name={_no_space(name, 'job_name')}", f"--nodes={plan.nodes}",
+                     f"--ntasks-per-node={plan.tasks_per_node}"]
+    if plan.gpus_per_node:
+        sb.append(f"--gpus-per-node={plan.gpus_per_node}")
+    if cfg.cpus_per_task:
+        sb.append(f"--cpus-per-task={cfg.cpus_per_task}")
+    sb.append(f"--time={plan.time}")
+    for key in ("partition", "account", "qos"):
+        if getattr(cfg, key):
+            sb.append(f"--{key}={_no_space(str(getattr(cfg, key)), key)}")
+    if cfg.exclusive:
+        sb.append("--exclusive")
+    sb += [f"--output={log_path(log_dir, plan.name)}", "--open-mode=append", f"--chdir={run_dir}"]
+    if cfg.requeue:
+        sb.append("--requeue")
+    if cfg.signal_seconds:
+        sb.append(f"--signal=USR1@{cfg.signal_seconds}")
+    sb += list(cfg.sbatch_args)
+
+    lines = ["#!/bin/bash", f"# nemo-lead job {plan.name!r}, written by `nemo-lead submit`."]
+    if plan.note:
+        lines.append(f"# {plan.note}")
+    lines += [f"#SBATCH {opt}" for opt in sb]
+    lines += ["", "set -uo pipefail",
+              'echo "[nemo-lead] job $SLURM_JOB_ID (' + plan.name + ') attempt $((${SLURM_RESTART_COUNT:-0} + 1)) '
+              'on $SLURM_JOB_NODELIST at $(date -u +%FT%TZ)"',
+              "",
+              "# rendezvous: rank 0 listens on the first node of the allocation, on a port derived from the job id",
+              'export MASTER_ADDR="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)"',
+              f"export MASTER_PORT={cfg.master_port or '$((20000 + SLURM_JOB_ID % 20000))'}",
+              "",
+              "# NCCL / CUDA / host settings"]
+    for key, (value, why) in DEFAULT_ENV.items():
+        if key not in cfg.env:
+            lines.append(f"export {key}={value if value.startswith('${') else shlex.quote(value)}  # {why}")
+    for key, value in cfg.env.items():
+        lines.append(f"export {key}={shlex.quote(str(value))}")
+    if cfg.setup:
+        lines += ["", "# setup", *cfg.setup]
+    lines += ["", "cmd=(" + " ".join(shlex.quote(a) for a in plan.argv) + ")",
+              " ".join(shlex.quote(w) for w in srun_line(cfg, plan, mounts or [], workdir))
+              + f" \\\n    bash -c {shlex.quote(TASK_WRAPPER)} nemo-lead-task \"${{cmd[@]}}\"",
+              "status=$?",
+              'echo "[nemo-lead] job $SLURM_JOB_ID (' + plan.name + '): srun ended with status $status at '
+              '$(date -u +%FT%TZ)"',
+              "exit $status", ""]
+    return "\n".join(lines)
+
+
+def sbatch_options(script: str) -> dict[str, Any]:
+    """The #SBATCH options of a rendered script, `--key=value` -> {key: value} (flags map to True)."""
+    out: dict[str, Any] = {}
+    for line in script.splitlines():
+        if line.startswith("#SBATCH "):
+            opt = line[len("#SBATCH "):].strip()
+            key, _, value = opt.lstrip("-").partition("=")
+            out[key] = value if _ else True
+    return out

@@ -1,0 +1,88 @@
+"""`nemo-lead submit`: render the sbatch script(s) of a recipe or a command and hand them to SLURM.
+
+    nemo-lead submit lead-14b --out /lustre/runs/lead-14b --nodes 4 --container-image /lustre/nemo-lead.sqsh \
+        --container-mounts /lustre:/lustre --partition batch --account me job.paths.base_model=/lustre/models/x
+    nemo-lead submit conf/my-rl.yaml command=rl --out /lustre/runs/rl1 --nodes 2 job.steps=200
+    nemo-lead submit lead-14b --out DIR dry_run=true     # print the scripts, submit nothing
+
+Without `dry_run` the scripts are written to OUT/slurm/<name>.sbatch and submitted in order (each stage of
+a recipe after the previous one succeeded: `--dependency=afterok`, `--kill-on-invalid-dep=yes`), and the
+job ids, log files and run folder are printed; OUT/slurm/submitted.jsonl keeps a line per job. What the
+target and the sizes mean: `nemo_lead.launch.submit_config`; the script itself: `nemo_lead.launch.sbatch`.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from .plan import plan_jobs
+from .sbatch import container_mounts, log_path, render_sbatch
+from .submit_config import SubmitConfig
+
+__all__ = ["SubmitConfig", "run_submit", "render_jobs", "submit_script"]
+
+
+def render_jobs(cfg: SubmitConfig) -> tuple[list[tuple[str, str, str]], str]:
+    """[(job name, header note, script)] in submission order, and the run folder. Pure."""
+    plans, run_dir, needed = plan_jobs(cfg)
+    mounts = container_mounts(cfg, needed) if cfg.container_image else []
+    return [(p.name, p.note, render_sbatch(cfg, p, run_dir, mounts)) for p in plans], run_dir
+
+
+def submit_script(script: Path, after: str | None = None) -> str:
+    """`sbatch --parsable [--dependency=afterok:AFTER] SCRIPT`; the job id. RuntimeError with SLURM's message."""
+    args = ["sbatch", "--parsable"]
+    if after:
+        args += [f"--dependency=afterok:{after}", "--kill-on-invalid-dep=yes"]
+    try:
+        done = subprocess.run([*args, str(script)], capture_output=True, text=True, timeout=120)
+    except subprocess.TimeoutExpired:
+        raise RuntimeError(f"sbatch {script}: no answer from SLURM within 120 s") from None
+    if done.returncode != 0:
+        raise RuntimeError(f"sbatch {script} failed: {(done.stderr or done.stdout).strip()}")
+    return done.stdout.strip().split(";")[0]
+
+
+def run_submit(cfg: SubmitConfig) -> int:
+    """The `nemo-lead submit` command; exit status 0 submitted (or printed), 1 SLURM refused, 2 bad input."""
+    try:
+        jobs, run_dir = render_jobs(cfg)
+    except (ValueError, OSError) as e:
+        print(f"nemo-lead submit: {e}", file=sys.stderr)
+        return 2
+    log_dir = Path(run_dir) / "slurm"
+    if cfg.dry_run:
+        for i, (name, note, script) in enumerate(jobs):
+            how = f"; {note}" if note else ""
+            print(f"# ===== job {i + 1} of {len(jobs)}: {log_dir / (name + '.sbatch')}{how}")
+            print(script)
+        return 0
+    if shutil.which("sbatch") is None:
+        print("nemo-lead submit: sbatch is not on PATH: run this on a SLURM login node "
+              "(dry_run=true prints the scripts anywhere)", file=sys.stderr)
+        return 2
+    log_dir.mkdir(parents=True, exist_ok=True)
+    previous: str | None = None
+    submitted: list[tuple[str, str]] = []
+    for name, _, script in jobs:
+        path = log_dir / f"{name}.sbatch"
+        path.write_text(script)
+        try:
+            job_id = submit_script(path, previous)
+        except RuntimeError as e:
+            done = ", ".join(f"{n} = job {j}" for n, j in submitted) or "none"
+            print(f"nemo-lead submit: {e}\n(already submitted: {done})", file=sys.stderr)
+            return 1
+        with (log_dir / "submitted.jsonl").open("a") as f:
+            f.write(json.dumps({"job_id": job_id, "name": name, "script": str(path), "after": previous,
+                                "time": time.strftime("%Y-%m-%dT%H:%M:%S")}) + "\n")
+        print(f"submitted job {job_id}: {name}  (log {log_path(str(log_dir), name).replace('%j', job_id)})")
+        submitted.append((name, job_id))
+        previous = job_id
+    print(f"run folder: {run_dir}")
+    return 0

@@ -1,0 +1,113 @@
+"""`SubmitConfig`: what `nemo-lead submit` reads (defaults in conf/submit.yaml).
+
+What the job runs (the "target"):
+
+| given | each SLURM job runs |
+| --- | --- |
+| `target=RECIPE` (a recipe file with `stages:`, or a name in recipes/) | `nemo-lead run RECIPE --out OUT only=STAGE`, one job per stage, chained with `afterok` (or the whole recipe in one job with `chain=false`) |
+| `command=CMD` (sft, rl, eval, generate, convert, run) and optionally `target=FILE` | `nemo-lead CMD [--config FILE] out=OUT`: one job |
+
+`job.KEY=VALUE` overrides travel to the job's command line as `KEY=VALUE` (`job.steps=200`,
+`job.paths.base_model=/lustre/models/x` for a recipe). Sizes: `nodes`, `gpus_per_node` (one task per GPU),
+`time`; a recipe stage's `slurm: {nodes, gpus_per_node, tasks_per_node, time}` sizes that stage, and
+`stage_slurm.NAME.KEY=VALUE` on the command line overrides it again.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+TIME_RE = re.compile(r"^(?:(\d+)-)?(\d+):(\d{2}):(\d{2})$")
+COMMANDS = ("sft", "rl", "eval", "generate", "convert", "run")
+SIZE_KEYS = ("nodes", "gpus_per_node", "tasks_per_node", "time")
+
+
+def time_seconds(value: str, key: str = "time") -> int:
+    """SLURM's [D-]HH:MM:SS as seconds; a ValueError naming `key` otherwise."""
+    m = TIME_RE.match(str(value).strip())
+    if not m:
+        raise ValueError(f"{key} must be HH:MM:SS or D-HH:MM:SS (SLURM's --time), got {value!r}")
+    days, hours, minutes, seconds = (int(g or 0) for g in m.groups())
+    return ((days * 24 + hours) * 60 + minutes) * 60 + seconds
+
+
+@dataclass
+class SubmitConfig:
+    """`nemo-lead submit TARGET [flags] [key=value ...]`: render sbatch script(s) and submit them."""
+
+    target: Optional[str] = None  # a recipe (file or name in recipes/), or the config file of `command`
+    command: Optional[str] = None  # sft | rl | eval | generate | convert | run; None: the target is a recipe
+    out: Optional[str] = None  # the run folder (logs and scripts in OUT/slurm/); a recipe's default: runs/<name>
+    job: dict[str, Any] = field(default_factory=dict)  # overrides for the job's command (job.steps=200)
+    # size (a recipe stage's `slurm:` mapping wins over these, stage_slurm over both)
+    nodes: int = 1
+    gpus_per_node: int = 8  # GPUs requested per node (--gpus-per-node); 0 on CPU-only partitions
+    tasks_per_node: Optional[int] = None  # ranks per node; None: one per GPU
+    time: str = "04:00:00"  # wall-clock limit, [D-]HH:MM:SS
+    stage_slurm: dict[str, Any] = field(default_factory=dict)  # NAME: {nodes, gpus_per_node, tasks_per_node, time}
+    stages: list[str] = field(default_factory=list)  # recipe stages to submit (default: all, in order)
+    chain: bool = True  # recipes: one job per stage (afterok chain); false: one job runs the whole recipe
+    # where
+    partition: Optional[str] = None
+    account: Optional[str] = None
+    qos: Optional[str] = None
+    cpus_per_task: Optional[int] = None
+    exclusive: bool = True  # whole nodes (usual for GPU training)
+    job_name: str = "nemo-lead"  # jobs are named <job_name>-<stage or command>
+    # container (pyxis / enroot); empty image: a bare-metal job with the submitting environment
+    container_image: Optional[str] = None  # an enroot URI (nvcr.io#nvidia/pytorch:25.09-py3) or a .sqsh path
+    container_mounts: list[str] = field(default_factory=list)  # SRC:DST[:FLAGS]; the run folder is added
+    container_workdir: Optional[str] = None  # None: the run folder
+    container_mount_home: bool = False  # pyxis --no-container-mount-home unless true
+    # preemption and time limits
+    signal_seconds: int = 300  # SIGUSR1 this many seconds before the time limit (0: none); then checkpoint + requeue
+    requeue: bool = True  # sbatch --requeue (needed by `scontrol requeue` and by preemption with requeue)
+    # the job's environment
+    executable: Optional[str] = None  # what runs `nemo-lead`; None: `nemo-lead` in a container, else this Python
+    env: dict[str, str] = field(default_factory=dict)  # extra exports (NAME: value); they win over the defaults
+    setup: list[str] = field(default_factory=list)  # shell lines before srun (module load ..., source venv)
+    sbatch_args: list[str] = field(default_factory=list)  # extra #SBATCH options ("--mem=0", "--reservation=x")
+    srun_args: list[str] = field(default_factory=list)  # extra srun options
+    master_port: Optional[int] = None  # None: 20000 + job id % 20000 (what every rank computes alike)
+    dry_run: bool = False  # print the script(s); submit nothing
+
+    def __post_init__(self) -> None:
+        if self.command is not None and self.command not in COMMANDS:
+            raise ValueError(f"command must be one of {', '.join(COMMANDS)} (or unset for a recipe), "
+                             f"got {self.command!r}")
+        if self.command is None and not self.target:
+            raise ValueError("give a recipe (nemo-lead submit RECIPE) or a command (command=rl [CONFIG_FILE])")
+        check_size({k: getattr(self, k) for k in SIZE_KEYS}, "")
+        if self.signal_seconds < 0:
+            raise ValueError(f"signal_seconds must be >= 0, got {self.signal_seconds}")
+        if self.cpus_per_task is not None and self.cpus_per_task < 1:
+            raise ValueError(f"cpus_per_task must be >= 1, got {self.cpus_per_task}")
+        if self.master_port is not None and not 1024 <= self.master_port < 65536:
+            raise ValueError(f"master_port must be in 1024..65535, got {self.master_port}")
+        if "out" in self.job:
+            raise ValueError("set the run folder with out=DIR (--out), not job.out")
+        for name, size in self.stage_slurm.items():
+            if not isinstance(size, dict):
+                raise ValueError(f"stage_slurm.{name} must be a mapping of {', '.join(SIZE_KEYS)}")
+            check_size(size, f"stage_slurm.{name}.")
+        for mount in self.container_mounts:
+            if not str(mount).startswith("/"):
+                raise ValueError(f"container_mounts: {mount!r} must be an absolute SRC[:DST[:FLAGS]]")
+
+
+def check_size(size: dict[str, Any], prefix: str) -> None:
+    """nodes / gpus_per_node / tasks_per_node / time of a job; ValueErrors name `prefix + key`."""
+    unknown = sorted(set(size) - set(SIZE_KEYS))
+    if unknown:
+        raise ValueError(f"unknown key {prefix}{unknown[0]}; sizes take {', '.join(SIZE_KEYS)}")
+    for key in ("nodes", "gpus_per_node", "tasks_per_node"):
+        value = size.get(key)
+        if value is None:
+            continue
+        least = 0 if key == "gpus_per_node" else 1
+        if not isinstance(value, int) or isinstance(value, bool) or value < least:
+            raise ValueError(f"{prefix}{key} must be an integer >= {least}, got {value!r}")
+    if size.get("time") is not None:
+        time_seconds(size["time"], prefix + "time")
