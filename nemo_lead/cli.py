@@ -34,10 +34,14 @@ class Command:
 
 COMMANDS: dict[str, Command] = {
     "demo": Command(
-        help="Run the demo: GRPO-LEAD end to end on the embedded tiny model (CPU is enough).",
-        schema="nemo_lead.demo:DemoConfig",
-        runner="nemo_lead.demo:run_demo",
-        flags={"--seed": "seed", "--preset": "lead.preset"},
+        help="Run the demo: recipes/demo.yaml on the embedded tiny model from random initialisation (SFT -> RL "
+        "stage 1 -> stage 2 -> evaluation) through the real stack, on a CPU in about ten minutes.",
+        schema="nemo_lead.pipeline.config:RunConfig",
+        runner="nemo_lead.pipeline.runner:run_recipe",
+        flags={"--out": "out", "--only": "only"},
+        epilog="Same as `nemo-lead run demo --out runs/demo`: writes runs/demo/summary.md (the table),\n"
+        "summary.json, validation.png and accuracy_vs_budget.png. Rerunning skips finished stages.\n"
+        "Stage settings: stages.NAME.KEY=VALUE (e.g. stages.rl1.steps=20).",
     ),
     "sft": Command(
         help="Supervised fine-tuning on reasoning traces (packed sequences, validation, exact resume).",
@@ -65,10 +69,12 @@ COMMANDS: dict[str, Command] = {
         help="Run a multi-stage recipe (distill -> SFT -> RL stages -> eval), skipping finished stages.",
         schema="nemo_lead.pipeline.config:RunConfig",
         runner="nemo_lead.pipeline.runner:run_recipe",
-        flags={"--out": "out"},
+        flags={"--out": "out", "--only": "only"},
         positional="recipe",
-        epilog="RECIPE: a YAML file or the name of one in recipes/ (demo, lead-14b, ...). Rerunning into the same\n"
-        "--out skips finished stages and resumes an interrupted one.",
+        epilog="RECIPE: a YAML file or the name of one in recipes/ (demo, lead-14b, ablation-7b-lead, ...).\n"
+        "Rerunning into the same --out skips finished stages and resumes an interrupted one. Paths and stage\n"
+        "settings: paths.KEY=VALUE, stages.NAME.KEY=VALUE; --print-config shows every stage resolved,\n"
+        "dry_run=true lists the stages and their status.",
     ),
     "plot": Command(
         help="Validation Pass@1 and response length over RL steps for one or more run folders (a PNG).",
@@ -76,6 +82,7 @@ COMMANDS: dict[str, Command] = {
         runner="nemo_lead.training.plot:run_plot",
         flags={"--runs": "runs", "--out": "out"},
         list_flags=("--runs",),
+        epilog="chain=true draws consecutive stages (stage 2 from stage 1's checkpoint) as one training.",
     ),
     "eval": Command(
         help="The paper's evaluation (Cons@k, Pass@1, Len_avg, accuracy vs budget) of a HF folder or a checkpoint, "

@@ -1,0 +1,175 @@
+"""`nemo-lead run RECIPE`: the recipe's stages in order, each feeding the next, in one run folder.
+
+    OUT/pipeline_state.json   per stage: status (running / done), the fingerprint of its resolved settings,
+                              its outputs (checkpoint, run folder, data files), start and wall time
+    OUT/run.yaml              the resolved RunConfig of the latest invocation
+    OUT/stages/NAME/          each stage's own folder (an SFT / RL run folder, eval folders, data files)
+    OUT/summary.{json,md}     the evaluation of every evaluated checkpoint (report.py), and the figures
+
+Skip and resume: a stage recorded as done whose resolved settings (its references to earlier outputs
+included) are unchanged is skipped. Any other stage runs: one that was interrupted runs its command again
+into the same folder, and the SFT / RL loops and the evaluation resume from what is there; one whose
+settings changed since it finished runs again too (a larger `steps` extends an SFT / RL run; the loops
+refuse other changes, so start a new OUT for those). The state file is written atomically after each
+change, so a kill at any moment leaves either the old or the new state.
+
+`only=NAME` runs that one stage (what `nemo-lead submit` does per SLURM job); the stages it reads must be
+done in OUT. Under torchrun / srun every rank runs the stages (the loops and the evaluation use the ranks
+they are given; data stages write the same files atomically); only global rank 0 writes the state and the
+summary.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from nemo_lead.config import ConfigError, save_config
+
+from .config import RunConfig, Stage, eval_row_config, load_recipe, resolve_stage
+from .recipe import Recipe
+from .stages import STAGE_FUNCTIONS, StageStopped, say
+
+STATE_FILE = "pipeline_state.json"
+
+
+# ----------------------------------------------------------------------------- state
+def read_state(out: Path) -> dict[str, Any]:
+    path = out / STATE_FILE
+    if not path.is_file():
+        return {"stages": {}}
+    try:
+        state = json.loads(path.read_text())
+    except json.JSONDecodeError as e:
+        raise ConfigError(f"{path}: not valid JSON ({e.msg}); it is only ever replaced whole, so the folder "
+                          "was edited by hand") from None
+    state.setdefault("stages", {})
+    return state
+
+
+def write_state(out: Path, state: dict[str, Any]) -> None:
+    if not is_writer():
+        return
+    out.mkdir(parents=True, exist_ok=True)
+    tmp = out / (STATE_FILE + ".tmp")
+    tmp.write_text(json.dumps(state, indent=2) + "\n")
+    tmp.replace(out / STATE_FILE)
+
+
+def is_writer() -> bool:
+    """Global rank 0 (or a plain single process)."""
+    return int(os.environ.get("RANK", os.environ.get("SLURM_PROCID", "0"))) == 0
+
+
+def fingerprint(stage: Stage) -> str:
+    return hashlib.sha256(json.dumps(stage.as_dict(), sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def done_outputs(state: dict[str, Any]) -> dict[str, dict[str, str]]:
+    return {name: rec["outputs"] for name, rec in state["stages"].items() if rec.get("status") == "done"}
+
+
+# ----------------------------------------------------------------------------- one stage
+def run_stage(stage: Stage, state: dict[str, Any], out: Path) -> None:
+    """Run `stage` (skipping it when it is done with the same settings) and record it in `state`."""
+    fp = fingerprint(stage)
+    rec = state["stages"].get(stage.name)
+    if rec and rec.get("status") == "done" and rec.get("fingerprint") == fp:
+        say(f"stage {stage.name} ({stage.kind}): done, skipped")
+        return
+    if rec and rec.get("status") == "done":
+        say(f"stage {stage.name} ({stage.kind}): its settings changed since it finished; running it again "
+            f"in {stage.folder}")
+    elif rec:
+        say(f"stage {stage.name} ({stage.kind}): interrupted before; resuming in {stage.folder}")
+    else:
+        say(f"stage {stage.name} ({stage.kind}): starting in {stage.folder}")
+    stage.folder.mkdir(parents=True, exist_ok=True)
+    seconds = (rec or {}).get("seconds", 0.0) if rec and rec.get("status") != "done" else 0.0
+    state["stages"][stage.name] = {"kind": stage.kind, "status": "running", "fingerprint": fp,
+                                   "folder": str(stage.folder.resolve()), "seconds": seconds}
+    write_state(out, state)
+    start = time.monotonic()
+    try:
+        outputs = STAGE_FUNCTIONS[stage.kind](stage)
+    finally:
+        state["stages"][stage.name]["seconds"] = seconds + time.monotonic() - start
+        write_state(out, state)
+    state["stages"][stage.name].update(status="done", outputs=outputs, finished=time.strftime("%Y-%m-%dT%H:%M:%S"))
+    write_state(out, state)
+    say(f"stage {stage.name} ({stage.kind}): done in {state['stages'][stage.name]['seconds']:.0f} s")
+
+
+# ----------------------------------------------------------------------------- summary
+def summarise(recipe: Recipe, cfg: RunConfig, state: dict[str, Any], out: Path) -> str:
+    """summary.json / summary.md / figures from every eval stage that has results, and the RL stages."""
+    from .report import eval_rows, write_summary
+
+    outputs = done_outputs(state)
+    rows: list[dict[str, Any]] = []
+    rl_runs: list[tuple[str, str]] = []
+    for spec in recipe.stages:
+        if spec.kind == "rl" and spec.name in outputs:
+            rl_runs.append((spec.name, outputs[spec.name]["run"]))
+        if spec.kind != "eval":
+            continue
+        try:
+            stage = resolve_stage(spec, recipe, cfg, outputs)
+        except ConfigError:  # an input has not finished: nothing of this stage to report
+            continue
+        rows += eval_rows(spec.name, {row: eval_row_config(stage, row) for row in stage.models})
+    times = {name: round(rec.get("seconds", 0.0), 1) for name, rec in state["stages"].items()}
+    return write_summary(out, str(recipe.path), rows, rl_runs, times)
+
+
+def print_plan(recipe: Recipe, cfg: RunConfig, state: dict[str, Any]) -> None:
+    print(f"recipe {recipe.path} -> {cfg.out}")
+    for spec in recipe.stages:
+        stage = resolve_stage(spec, recipe, cfg, None)
+        status = state["stages"].get(spec.name, {}).get("status", "to do")
+        print(f"  {spec.name:<14} {spec.kind:<8} {status:<8} {stage.folder}")
+
+
+# ----------------------------------------------------------------------------- entry point
+def run_recipe(cfg: RunConfig) -> int:
+    """CLI runner of `nemo-lead run` and `nemo-lead demo` (see the module docstring); the exit status."""
+    try:
+        recipe = load_recipe(cfg)
+        out = Path(cfg.out)
+        state = read_state(out)
+        if cfg.dry_run:
+            print_plan(recipe, cfg, state)
+            return 0
+        if is_writer():
+            out.mkdir(parents=True, exist_ok=True)
+            save_config(cfg, out / "run.yaml")
+        todo = [recipe.stage(cfg.only)] if cfg.only else recipe.stages
+        say(f"recipe {recipe.path.name}: {' -> '.join(s.name for s in recipe.stages)}; run folder {out}")
+        for spec in todo:
+            run_stage(resolve_stage(spec, recipe, cfg, done_outputs(state)), state, out)
+    except StageStopped as e:
+        say(f"{e}; run the same command again to resume it")
+        _summarise_quietly(recipe, cfg, state, out)
+        return e.status or 1
+    except (ConfigError, ValueError, OSError) as e:
+        print(f"nemo-lead run: {e}", file=sys.stderr)
+        return 2
+    if not is_writer():
+        return 0
+    text = summarise(recipe, cfg, state, out)
+    print(text, flush=True)
+    say(f"wrote {out / 'summary.md'} and {out / 'summary.json'}")
+    return 0
+
+
+def _summarise_quietly(recipe: Recipe, cfg: RunConfig, state: dict[str, Any], out: Path) -> None:
+    if is_writer():
+        try:
+            summarise(recipe, cfg, state, out)
+        except (OSError, ValueError) as e:
+            say(f"no summary: {e}")

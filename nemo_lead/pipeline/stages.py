@@ -1,0 +1,172 @@
+"""One plain function per stage kind: `run_<kind>(stage) -> outputs` (a dict of the kind's outputs, paths as
+strings). A stage reads only its settings (references to earlier stages' outputs are already resolved into
+them) and writes only under its own folder, OUT/stages/NAME/. A stage that stops before it is finished
+raises `StageStopped`; running it again into the same folder resumes it (the loops and the evaluation
+resume from their run folders; prepare and select simply run again).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from .config import Stage, eval_row_config
+from .select import select_problems, write_problems
+
+DONE_FILE = "done.json"  # written by the SFT and RL loops when a run has done all its steps
+
+
+class StageStopped(RuntimeError):
+    """The stage's command returned without finishing (`status`: its exit status, 0 when it was stopped
+    cleanly before its last step, e.g. by a signal)."""
+
+    def __init__(self, message: str, status: int):
+        super().__init__(message)
+        self.status = status
+
+
+def say(msg: str) -> None:
+    print(f"[run] {msg}", file=sys.stderr, flush=True)
+
+
+def _write_json(path: Path, data: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2) + "\n")
+    tmp.replace(path)
+
+
+# ----------------------------------------------------------------------------- prepare (the demo task)
+def run_prepare(stage: Stage) -> dict[str, str]:
+    """The embedded demo task's files and its tiny random-initialised model, from the stage's seed."""
+    from nemo_lead.data.demo_task import DEMO_EXTRA_TOKENS, DEMO_MODEL, write_demo_data
+    from nemo_lead.models import write_tiny_model
+
+    seed = stage.config.seed
+    files = write_demo_data(stage.folder / "data", seed=seed)
+    model = write_tiny_model(stage.folder / "model", family="qwen2", seed=seed, extra_tokens=DEMO_EXTRA_TOKENS,
+                             **DEMO_MODEL)
+    return {"model": str(Path(model).resolve()), **{k: str(Path(v).resolve()) for k, v in files.items()}}
+
+
+# ----------------------------------------------------------------------------- select
+def run_select(stage: Stage) -> dict[str, str]:
+    """Filter and combine problem sets (SelectConfig); writes problems.jsonl and selection.json (the counts)."""
+    problems, report = select_problems(stage.config)
+    if not problems:
+        raise ValueError(f"stage {stage.name!r}: the selection is empty ({report})")
+    path = write_problems(problems, stage.folder / "problems.jsonl")
+    _write_json(stage.folder / "selection.json", report)
+    say(f"{stage.name}: {report['total']} problems ({', '.join(f'{k} {v}' for k, v in report.items())})")
+    return {"data": str(path.resolve())}
+
+
+# ----------------------------------------------------------------------------- distill
+def keep_traces(records: list[dict[str, Any]], rule: str) -> dict[tuple[str, str], dict[str, Any]]:
+    """One verified response per problem: {(dataset, problem id): record}. Only records graded correct
+    qualify, so a problem the teacher never solved gets no trace. `first`: the lowest sample index (an
+    unbiased draw from the teacher's correct responses, lengths included); `shortest`: the fewest tokens,
+    then the lowest index."""
+
+    def rank(r: dict[str, Any]) -> tuple[int, ...]:
+        return (r["sample"],) if rule == "first" else (r["tokens"], r["sample"])
+
+    best: dict[tuple[str, str], dict[str, Any]] = {}
+    for r in records:
+        key = (str(r["dataset"]), str(r["problem_id"]))
+        if r.get("correct") and (key not in best or rank(r) < rank(best[key])):
+            best[key] = r
+    return best
+
+
+def run_distill(stage: Stage) -> dict[str, str]:
+    """Trace distillation: the teacher samples solutions to the problems through the rollout engine
+    (`nemo-lead eval`'s job, so it is resumable and runs at any TP x PP), MathVerifier grades them, and one
+    correct response per problem (`keep`) becomes its SFT trace: traces.jsonl with id, problem, response
+    (the whole assistant text, think block included), answer, and the teacher's tokens and sample index."""
+    from nemo_lead.data import format_prompt
+    from nemo_lead.eval.command import run_eval
+    from nemo_lead.eval.runner import prepare
+    from nemo_lead.eval.store import SAMPLES_FILE
+    from nemo_lead.verify.extract import THINK_CLOSE, THINK_OPEN
+
+    cfg = stage.config
+    status = run_eval(cfg)
+    if status:
+        raise StageStopped(f"stage {stage.name!r}: the teacher's sampling exited with status {status}", status)
+    prep = prepare(cfg)
+    prompt = format_prompt(prep.tokenizer, "x", cfg.prompt)
+    opened = prompt[prompt.rfind(THINK_OPEN):] if prompt.rfind(THINK_OPEN) > prompt.rfind(THINK_CLOSE) else ""
+    problems = {(name, p.id): p for name, ps in prep.datasets.items() for p in ps}
+    records = [json.loads(line) for line in (Path(cfg.out) / SAMPLES_FILE).read_text().splitlines() if line.strip()]
+    records = [r for r in records if (r["dataset"], r["problem_id"]) in problems]
+    chosen = keep_traces(records, stage.keep)
+    kept = {key: (p, chosen[key]) for key, p in problems.items() if key in chosen}  # in problem order
+    path = stage.folder / "traces.jsonl"
+    tmp = path.with_suffix(".jsonl.tmp")
+    with tmp.open("w") as f:
+        for p, r in kept.values():
+            f.write(json.dumps({"id": p.id, "problem": p.problem, "response": opened + r["response"],
+                                "answer": p.answer, "teacher_tokens": r["tokens"], "teacher_sample": r["sample"]})
+                    + "\n")
+    tmp.replace(path)
+    report = {"problems": len(problems), "traces": len(kept), "samples": len(records),
+              "correct_samples": sum(bool(r.get("correct")) for r in records), "keep": stage.keep}
+    _write_json(stage.folder / "distill.json", report)
+    say(f"{stage.name}: {len(kept)} traces from {len(problems)} problems "
+        f"({report['correct_samples']}/{len(records)} samples verified correct; keep {stage.keep})")
+    if not kept:
+        raise ValueError(f"stage {stage.name!r}: the teacher solved none of the {len(problems)} problems")
+    return {"traces": str(path.resolve()), "samples": str(Path(cfg.out).resolve())}
+
+
+# ----------------------------------------------------------------------------- sft / rl
+def _finished_run(stage: Stage, status: int) -> dict[str, str]:
+    run = Path(stage.config.out)
+    if status:
+        raise StageStopped(f"stage {stage.name!r} exited with status {status}", status)
+    done = run / DONE_FILE
+    if not done.is_file():
+        raise StageStopped(f"stage {stage.name!r} stopped before its last step (no {done})", 0)
+    checkpoint = json.loads(done.read_text())["checkpoint"]
+    return {"run": str(run.resolve()), "checkpoint": str(Path(checkpoint).resolve())}
+
+
+def run_sft_stage(stage: Stage) -> dict[str, str]:
+    """`nemo-lead sft` into OUT/stages/NAME (resumes there when interrupted)."""
+    from nemo_lead.training.sft import run_sft
+
+    return _finished_run(stage, run_sft(stage.config))
+
+
+def run_rl_stage(stage: Stage) -> dict[str, str]:
+    """`nemo-lead rl` into OUT/stages/NAME (resumes there when interrupted)."""
+    from nemo_lead.training.rl import run_rl
+
+    return _finished_run(stage, run_rl(stage.config))
+
+
+# ----------------------------------------------------------------------------- eval
+def run_eval_stage(stage: Stage) -> dict[str, str]:
+    """`nemo-lead eval` of every row's model, each into OUT/stages/NAME/<row> (each resumes there)."""
+    from nemo_lead.eval.command import run_eval
+
+    for row in stage.models:
+        cfg = eval_row_config(stage, row)
+        say(f"{stage.name}: evaluating {row!r} ({cfg.model})")
+        status = run_eval(cfg)
+        if status:
+            raise StageStopped(f"stage {stage.name!r}: the evaluation of {row!r} exited with status {status}", status)
+    return {"folder": str(stage.folder.resolve())}
+
+
+STAGE_FUNCTIONS = {
+    "prepare": run_prepare,
+    "select": run_select,
+    "distill": run_distill,
+    "sft": run_sft_stage,
+    "rl": run_rl_stage,
+    "eval": run_eval_stage,
+}

@@ -1,0 +1,202 @@
+"""`nemo-lead run` with the training and evaluation stages replaced by fakes (the real ones: test_micro.py):
+stage order, outputs feeding later stages, skip finished / resume interrupted / rerun changed stages, `only=`,
+the stage-2 selection from the stage-1 run folder, and summary.json / summary.md / the figures."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from nemo_lead.config import conf_dir, load_config
+from nemo_lead.pipeline import stages as stage_functions
+from nemo_lead.pipeline.config import RunConfig
+from nemo_lead.pipeline.runner import STATE_FILE, run_recipe
+from nemo_lead.pipeline.stages import StageStopped
+
+RECIPE = """
+paths: {problems: PROBLEMS, heldout: HELDOUT}
+stages:
+  - name: data1
+    kind: select
+    problems: ["${paths.problems}"]
+    difficulty: ">= 3"
+  - name: sft
+    kind: sft
+    data: {path: "${paths.problems}"}
+    steps: 2
+  - name: rl1
+    kind: rl
+    actor: {model: "${stage:sft.checkpoint}"}
+    data: {path: "${stage:data1.data}"}
+    steps: 3
+  - name: data2
+    kind: select
+    problems: ["${stage:data1.data}"]
+    from_run: ${stage:rl1.run}
+    accuracy: "<= 0.75"
+    extra: ["${paths.heldout}"]
+  - name: rl2
+    kind: rl
+    actor: {model: "${stage:rl1.checkpoint}"}
+    data: {path: "${stage:data2.data}"}
+    steps: 2
+  - name: eval
+    kind: eval
+    models: {SFT: "${stage:sft.checkpoint}", stage 1: "${stage:rl1.checkpoint}", stage 2: "${stage:rl2.checkpoint}"}
+    data: "${paths.heldout}"
+    sampling: {n: 4, temperature: 1.0, max_tokens: 64}
+"""
+
+
+def _write_jsonl(path: Path, rows: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+@pytest.fixture
+def setup(tmp_path, monkeypatch):
+    problems = _write_jsonl(tmp_path / "problems.jsonl",
+                            [{"id": f"p{i}", "problem": f"{i}+1", "answer": str(i + 1), "difficulty": i % 5 + 1}
+                             for i in range(20)])
+    heldout = _write_jsonl(tmp_path / "heldout.jsonl", [{"id": f"h{i}", "problem": f"{i}-1", "answer": str(i - 1)}
+                                                       for i in range(4)])
+    recipe = tmp_path / "micro.yaml"
+    recipe.write_text(RECIPE.replace("PROBLEMS", str(problems)).replace("HELDOUT", str(heldout)))
+    calls: list[tuple[str, object]] = []
+    stop_once: set[str] = set()
+
+    def fake_run(stage):
+        calls.append((stage.name, stage.config))
+        if stage.name in stop_once:
+            stop_once.discard(stage.name)
+            raise StageStopped(f"stage {stage.name!r} stopped before its last step", 0)
+        run = Path(stage.config.out)
+        run.mkdir(parents=True, exist_ok=True)
+        ckpt = run / "checkpoints" / f"step_{stage.config.steps:06d}"
+        ckpt.mkdir(parents=True, exist_ok=True)
+        if stage.kind == "rl":  # two visits of p4: 2/4 then 4/4 -> 0.75; p3 2/8 -> 0.25; p2 8/8 -> 1.0
+            rows = [("p4", 2, 4), ("p3", 2, 8), ("p2", 8, 8), ("p4", 4, 4)]
+            _write_jsonl(run / "problem_stats.jsonl", [{"id": i, "step": 1, "samples": n, "correct": c,
+                                                         "mean_length": 10.0} for i, c, n in rows])
+            _write_jsonl(run / "val.jsonl", [{"step": s, "pass@1": 0.1 * s, "cons@k": 0.2, "mean_length": 50 - s,
+                                              "truncated_frac": 0.0, "n": 2, "problems": 4}
+                                             for s in range(stage.config.steps + 1)])
+        return {"run": str(run.resolve()), "checkpoint": str(ckpt.resolve())}
+
+    def fake_eval(stage):
+        calls.append((stage.name, dict(stage.models)))
+        from nemo_lead.pipeline.config import eval_row_config
+
+        for i, row in enumerate(stage.models):
+            cfg = eval_row_config(stage, row)
+            Path(cfg.out).mkdir(parents=True, exist_ok=True)
+            s = cfg.sampling
+            Path(cfg.out, "summary.json").write_text(json.dumps({
+                "model": cfg.model, "sampling": {"n": s.n, "temperature": s.temperature, "top_p": s.top_p,
+                                                 "max_tokens": s.max_tokens, "seed": s.seed},
+                "datasets": {"heldout": {"cons_at_k": 0.5 + 0.1 * i, "pass_at_1": 0.4 + 0.1 * i, "len_avg": 40.0 - i,
+                                         "complete": True, "problems": 4,
+                                         "accuracy_vs_budget": {"32": 0.2 + 0.1 * i, "64": 0.4 + 0.1 * i}}}}))
+        return {"folder": str(stage.folder.resolve())}
+
+    for kind in ("sft", "rl"):
+        monkeypatch.setitem(stage_functions.STAGE_FUNCTIONS, kind, fake_run)
+    monkeypatch.setitem(stage_functions.STAGE_FUNCTIONS, "eval", fake_eval)
+    return recipe, tmp_path / "out", calls, stop_once
+
+
+def run(recipe: Path, out: Path, *overrides: str) -> int:
+    return run_recipe(load_config(RunConfig, [conf_dir() / "run.yaml"], [f"recipe={recipe}", f"out={out}", *overrides]))
+
+
+def _state(out: Path) -> dict:
+    return json.loads((out / STATE_FILE).read_text())["stages"]
+
+
+def test_stages_run_in_order_and_feed_each_other(setup, capsys):
+    recipe, out, calls, _ = setup
+    assert run(recipe, out) == 0
+    assert [name for name, _ in calls] == ["sft", "rl1", "rl2", "eval"]
+    state = _state(out)
+    assert all(rec["status"] == "done" for rec in state.values()) and list(state) == [
+        "data1", "sft", "rl1", "data2", "rl2", "eval"]
+    rl1 = dict(calls)["rl1"]
+    assert rl1.actor.model == state["sft"]["outputs"]["checkpoint"] and rl1.out == str(out / "stages" / "rl1")
+    assert rl1.data.path == state["data1"]["outputs"]["data"]
+    # stage 1 data: difficulty >= 3 keeps p2, p3, p4, p7, ... ; stage 2: accuracy <= 0.75 over all visits keeps
+    # p4 (6/8) and p3 (2/8), drops p2 (8/8) and every problem stage 1 never drew, then appends the held-out set
+    stage2 = [json.loads(line) for line in Path(state["data2"]["outputs"]["data"]).read_text().splitlines()]
+    assert [r["id"] for r in stage2] == ["p3", "p4", "h0", "h1", "h2", "h3"]
+    assert stage2[1]["rollout_accuracy"] == 0.75
+    assert json.loads((out / "stages" / "data2" / "selection.json").read_text())["seen_in_run"] == 3
+    assert dict(calls)["rl2"].actor.model == state["rl1"]["outputs"]["checkpoint"]
+    assert dict(calls)["eval"] == {"SFT": state["sft"]["outputs"]["checkpoint"],
+                                   "stage 1": state["rl1"]["outputs"]["checkpoint"],
+                                   "stage 2": state["rl2"]["outputs"]["checkpoint"]}
+    # the summary: one row per evaluated checkpoint, with what reproduces it
+    summary = json.loads((out / "summary.json").read_text())
+    rows = summary["rows"]
+    assert [r["name"] for r in rows] == ["SFT", "stage 1", "stage 2"]
+    assert [r["checkpoint"] for r in rows] == list(dict(calls)["eval"].values())
+    assert rows[2]["pass@1"] == pytest.approx(0.6) and rows[2]["cons@k"] == pytest.approx(0.7)
+    assert rows[0]["mean_length"] == 40.0 and rows[0]["data"].endswith("heldout.jsonl")
+    assert (rows[0]["n"], rows[0]["temperature"], rows[0]["top_p"], rows[0]["max_tokens"], rows[0]["seed"]) == (
+        4, 1.0, 0.95, 64, 1234)
+    assert rows[1]["command"].startswith(f"nemo-lead eval --model {rows[1]['checkpoint']} --data {rows[1]['data']} "
+                                         "--n 4 --temperature 1.0 --top-p 0.95 --max-tokens 64 --seed 1234")
+    md = (out / "summary.md").read_text()
+    assert "| stage 2 | 0.700          | 0.600          | 38.0                |" in md
+    assert (out / "validation.png").stat().st_size > 0 and (out / "accuracy_vs_budget.png").stat().st_size > 0
+    assert "stage 1" in capsys.readouterr().out  # the table is printed
+
+
+def test_rerun_skips_finished_stages(setup, capsys):
+    recipe, out, calls, _ = setup
+    assert run(recipe, out) == 0
+    first = (out / "summary.json").read_text()
+    calls.clear()
+    assert run(recipe, out) == 0
+    assert calls == [] and "done, skipped" in capsys.readouterr().err
+    assert json.loads((out / "summary.json").read_text())["rows"] == json.loads(first)["rows"]
+
+
+def test_interrupted_stage_resumes_and_later_stages_wait(setup, capsys):
+    recipe, out, calls, stop_once = setup
+    stop_once.add("rl1")
+    assert run(recipe, out) == 1
+    state = _state(out)
+    assert state["sft"]["status"] == "done" and state["rl1"]["status"] == "running" and "rl2" not in state
+    assert "run the same command again to resume" in capsys.readouterr().err
+    calls.clear()
+    assert run(recipe, out) == 0
+    assert [name for name, _ in calls] == ["rl1", "rl2", "eval"]  # sft skipped; rl1 again into the same folder
+    assert "interrupted before; resuming" in capsys.readouterr().err
+    assert dict(calls)["rl1"].out == str(out / "stages" / "rl1")
+
+
+def test_changed_settings_run_a_finished_stage_again(setup):
+    recipe, out, calls, _ = setup
+    assert run(recipe, out) == 0
+    calls.clear()
+    assert run(recipe, out, "stages.rl2.steps=5") == 0  # a longer stage 2: the loop extends it
+    assert [name for name, _ in calls] == ["rl2", "eval"]  # eval reads rl2's new checkpoint
+    assert dict(calls)["eval"]["stage 2"].endswith("step_000005")
+
+
+def test_only_runs_one_stage_whose_inputs_are_done(setup, capsys):
+    recipe, out, calls, _ = setup
+    assert run(recipe, out, "only=rl1") == 2
+    assert "stage 'sft' has not finished" in capsys.readouterr().err and calls == []
+    assert run(recipe, out, "only=data1") == 0 and run(recipe, out, "only=sft") == 0
+    assert run(recipe, out, "only=rl1") == 0
+    assert [name for name, _ in calls] == ["sft", "rl1"] and "rl2" not in _state(out)
+
+
+def test_dry_run_lists_stages_and_runs_nothing(setup, capsys):
+    recipe, out, calls, _ = setup
+    assert run(recipe, out, "dry_run=true") == 0
+    text = capsys.readouterr().out
+    assert calls == [] and not out.exists()
+    assert [line.split()[0] for line in text.splitlines()[1:]] == ["data1", "sft", "rl1", "data2", "rl2", "eval"]
