@@ -104,6 +104,7 @@ def run_local(
     ]
     deadline = None if timeout is None else time.monotonic() + timeout
     out: dict[int, Any] = {}
+    forwarded = _forward_stop_signals(procs)
     try:
         for p in procs:
             p.start()
@@ -125,9 +126,31 @@ def run_local(
         for p in procs:
             p.join(timeout=30)
     finally:
+        for sig, handler in forwarded.items():
+            signal.signal(sig, handler)
         _kill(procs)
         results.close()
     return [out[r] for r in range(world_size)]
+
+
+def _forward_stop_signals(procs: Sequence[mp.process.BaseProcess]) -> dict:
+    """SIGTERM / SIGUSR1 / SIGINT sent to the launcher go on to every rank (each runs in its own process
+    group, so a terminal's Ctrl-C or a scheduler's signal would otherwise reach the launcher alone): the ranks'
+    loops then finish their step and checkpoint (`nemo_lead.launch.signals`). Returns the previous handlers."""
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+
+    def forward(signum, frame):  # noqa: ARG001
+        for p in procs:
+            if p.pid is not None and p.exitcode is None:
+                try:
+                    os.kill(p.pid, signum)
+                except ProcessLookupError:
+                    pass
+
+    return {sig: signal.signal(sig, forward) for sig in (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)}
 
 
 def run_command(

@@ -31,6 +31,7 @@ checkpoint holds every RNG stream, so a resumed run repeats an uninterrupted one
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -157,7 +158,10 @@ def old_logprobs(s: RLState, batch, engine_logp: list) -> tuple[Any, dict[str, f
     from .actor import compute_logprobs
 
     logp, entropy = compute_logprobs(s.run.actor, batch, s.cfg.rollout.temperature, entropy=True)
-    mismatch = logprob_mismatch(engine_logp, [t.tolist() for t in logp])
+    # an engine that cannot report untruncated log-probs marks them NaN (trtllm with top-k / top-p): no metric then
+    known = [i for i, lp in enumerate(engine_logp) if not any(math.isnan(x) for x in lp)]
+    mismatch = logprob_mismatch([engine_logp[i] for i in known], [logp[i].tolist() for i in known]) \
+        if len(known) == len(engine_logp) else {"mean": None, "max": None}
     ent = torch.cat(entropy)
     metrics = {"entropy": float(ent.mean()) if ent.numel() else 0.0, "mismatch/logprob_abs_mean": mismatch["mean"],
                "mismatch/logprob_abs_max": mismatch["max"]}

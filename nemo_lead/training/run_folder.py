@@ -33,8 +33,8 @@ CONFIG_FILE = "config.yaml"
 METRICS_FILE = "metrics.jsonl"
 DONE_FILE = "done.json"
 ROLLOUTS_DIR = "rollouts"
-# settings a rerun may change: they decide how far or how visibly the run goes, not what it computes
-RESUMABLE_CHANGES = ("steps", "progress")
+# settings a rerun may change: they decide how far, how visibly or where the run goes, not what it computes
+RESUMABLE_CHANGES = ("steps", "progress", "out")  # out: a run folder may be moved
 
 
 class RunFolderError(ValueError):

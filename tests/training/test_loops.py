@@ -1,0 +1,346 @@
+"""`nemo-lead sft` and `nemo-lead rl` end to end on a tiny model (CPU, gloo), as a user runs them.
+
+- SFT lowers the loss on a small trace set (and writes the run folder: config, metrics, TensorBoard, checkpoints,
+  done.json); the RL runs start from its checkpoint, so their groups have right and wrong answers.
+- kill -9 at an arbitrary moment, then the same command again: metrics.jsonl (timing keys aside), val.jsonl,
+  problem_stats.jsonl and the rollout logs equal an uninterrupted run's (TP1, both commands).
+- SIGTERM at TP2: the step finishes, a checkpoint is written, exit 0; the rerun completes; TP2 equals TP1 to
+  tolerance (RL: the same sampled tokens, rewards and advantages; losses to 1e-4).
+- A rerun with a changed setting is refused naming the key; a larger --steps extends the run.
+- All groups filtered: the step is logged as skipped, the run goes on. A NaN loss stops the run with exit 1
+  and keeps the last good checkpoint.
+- One RL update raises the log-prob of a correct response and lowers a wrong one's (the advantage sign).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from nemo_lead.models import write_tiny_model
+
+pytestmark = pytest.mark.slow
+CLI = [sys.executable, "-m", "nemo_lead.cli"]
+PROMPT = ["prompt.suffix=''"]  # the tiny chat template alone: <|user|>3+4<|assistant|><think>\n
+SFT_ARGS = ["global_batch=16", "data.max_seq_len=64", "actor.optim.lr=1e-2", "actor.optim.lr_warmup_steps=2",
+            "actor.optim.min_lr=1e-3", "data.val_fraction=0.1", "val_every=4", "progress=lines", *PROMPT]
+RL_ARGS = ["--prompts-per-step", "4", "--n", "4", "--max-tokens", "32", "actor.optim.lr=2e-4",
+           "validation.every=3", "validation.n=2", "validation.limit=6", "rollout.temperature=1.0", "progress=lines",
+           *PROMPT]
+
+
+def _problem(rng: random.Random, i: int) -> dict:
+    a, b = rng.randint(0, 9), rng.randint(0, 9)
+    return {"id": f"p{i}", "problem": f"{a}+{b}", "answer": str(a + b)}
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    root = tmp_path_factory.mktemp("loops")
+    model = write_tiny_model(root / "model", family="qwen2", seed=0)
+    rng = random.Random(0)
+    problems = [_problem(rng, i) for i in range(240)]
+    traces = [{**p, "response": f"{p['problem']}={p['answer']}\n</think>\n\n\\boxed{{{p['answer']}}}"} for p in problems[:200]]
+    for name, rows in (("traces.jsonl", traces), ("problems.jsonl", problems[:200]), ("val.jsonl", problems[200:])):
+        (root / name).write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return root, model
+
+
+def _env():
+    return {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+
+
+def _run(args, timeout=240) -> subprocess.CompletedProcess:
+    return subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=timeout, env=_env())
+
+
+def _metrics(run: Path, name="metrics.jsonl") -> list[dict]:
+    return [json.loads(line) for line in (run / name).read_text().splitlines()]
+
+
+def _strip_timing(rows: list[dict]) -> list[dict]:
+    return [{k: v for k, v in r.items() if not k.startswith("time/") and k not in ("tokens_per_s", "seconds")}
+            for r in rows]
+
+
+def _interrupt(args, run: Path, after_lines: int, sig=signal.SIGKILL, timeout=240) -> int:
+    """Start the command, send `sig` once metrics.jsonl has `after_lines` lines (at some moment of the next
+    step), wait for it to end; its exit status."""
+    proc = subprocess.Popen([*CLI, *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=_env(),
+                            start_new_session=True)
+    deadline = time.monotonic() + timeout
+    try:
+        metrics = run / "metrics.jsonl"
+        while time.monotonic() < deadline and proc.poll() is None:
+            if metrics.is_file() and len(metrics.read_text().splitlines()) >= after_lines:
+                time.sleep(random.Random(after_lines).uniform(0.0, 0.3))
+                if sig == signal.SIGKILL:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                else:
+                    proc.send_signal(sig)
+                break
+            time.sleep(0.05)
+        return proc.wait(timeout=max(deadline - time.monotonic(), 1))
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        else:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)  # rank processes a killed launcher may leave
+            except ProcessLookupError:
+                pass
+
+
+def _sft_args(root, model, out, steps=12, extra=()):
+    return ["sft", "--model", str(model), "--data", str(root / "traces.jsonl"), "--out", str(out), "--steps", str(steps),
+            "--save-every", "4", *SFT_ARGS, *extra]
+
+
+@pytest.fixture(scope="module")
+def sft_run(data):
+    """The reference SFT run (TP1, uninterrupted); its final checkpoint is the RL runs' starting point."""
+    root, model = data
+    out = root / "sft_a"
+    res = _run(_sft_args(root, model, out, steps=80, extra=["--save-every", "40"]))
+    assert res.returncode == 0, res.stderr
+    return out
+
+
+def test_sft_learns_and_writes_its_run_folder(sft_run):
+    rows = _metrics(sft_run)
+    assert [r["step"] for r in rows] == list(range(1, 81)) and list(rows[0])[0] == "step"
+    assert rows[-1]["loss"] < 0.5 * rows[0]["loss"]
+    assert rows[-1]["val/loss"] < 0.5 * rows[3]["val/loss"]
+    for key in ("loss", "lr", "grad_norm", "tokens", "time/step"):
+        assert key in rows[0]
+    done = json.loads((sft_run / "done.json").read_text())
+    assert done["step"] == 80 and Path(done["checkpoint"]).name == "step_000080"
+    assert sorted(p.name for p in (sft_run / "checkpoints").iterdir()) == ["step_000040", "step_000080"]
+    assert list((sft_run / "tb").glob("events.out.tfevents.*")) and (sft_run / "config.yaml").is_file()
+    assert json.loads((sft_run / "data.json").read_text())["train_traces"] == 180
+
+
+def test_sft_resume_after_kill_equals_uninterrupted_run(data, tmp_path):
+    root, model = data
+    ref, out = tmp_path / "ref", tmp_path / "killed"
+    assert _run(_sft_args(root, model, ref)).returncode == 0
+    _interrupt(_sft_args(root, model, out), out, after_lines=6)
+    assert len(_metrics(out)) < 12
+    res = _run(_sft_args(root, model, out))
+    assert res.returncode == 0, res.stderr
+    assert "resuming from" in res.stderr
+    assert _strip_timing(_metrics(out)) == _strip_timing(_metrics(ref))
+
+
+def _rl_args(root, ckpt, out, steps=6, extra=()):
+    return ["rl", "--model", str(ckpt), "--data", str(root / "problems.jsonl"), "--val-data", str(root / "val.jsonl"),
+            "--out", str(out), "--steps", str(steps), "--save-every", "2", *RL_ARGS, *extra]
+
+
+@pytest.fixture(scope="module")
+def rl_run(data, sft_run):
+    root, _ = data
+    out = root / "rl_a"
+    res = _run(_rl_args(root, sft_run / "checkpoints" / "step_000080", out))
+    assert res.returncode == 0, res.stderr
+    return out
+
+
+def test_rl_run_folder_and_metrics(rl_run):
+    rows = _metrics(rl_run)
+    assert [r["step"] for r in rows] == list(range(1, 7))
+    required = ("reward/mean", "accuracy", "response_length/mean", "response_length/max", "truncated_frac",
+                "groups/kept_frac", "advantage/abs_mean", "loss", "clip_frac", "entropy", "grad_norm", "lr",
+                "mismatch/logprob_abs_mean", "time/generate", "time/verify", "time/logprobs", "time/train",
+                "time/refit", "time/step", "tokens_per_s")
+    for r in rows:
+        assert list(r)[0] == "step" and all(k in r for k in required), sorted(set(required) - set(r))
+        assert r["mismatch/logprob_abs_mean"] < 1e-4  # the engine samples from the actor's own weights
+    # the SFT checkpoint answers some problems and misses others: groups carry signal, updates happen
+    assert 0 < sum(r["accuracy"] for r in rows) / len(rows) < 1
+    assert any(r["advantage/abs_mean"] > 0 and r["grad_norm"] > 0 for r in rows)
+    val = _metrics(rl_run, "val.jsonl")
+    assert [v["step"] for v in val] == [0, 3, 6] and all(v["problems"] == 6 and v["n"] == 2 for v in val)
+    stats = _metrics(rl_run, "problem_stats.jsonl")
+    assert len(stats) == 6 * 4 and all(s["samples"] == 4 and 0 <= s["correct"] <= 4 for s in stats)
+    rollouts = [json.loads(x) for x in (rl_run / "rollouts" / "step_000001.jsonl").read_text().splitlines()]
+    assert len(rollouts) == 16 and {"prompt", "response", "reward", "advantage", "outcome"} <= set(rollouts[0])
+    assert sum(s["correct"] for s in stats if s["step"] == 1) == sum(r["outcome"] == "CORRECT" for r in rollouts)
+
+
+def test_rl_resume_after_kill_equals_uninterrupted_run(data, sft_run, rl_run, tmp_path):
+    root, _ = data
+    out = tmp_path / "killed"
+    args = _rl_args(root, sft_run / "checkpoints" / "step_000080", out)
+    _interrupt(args, out, after_lines=3)
+    assert len(_metrics(out)) < 6
+    res = _run(args)
+    assert res.returncode == 0, res.stderr
+    for name in ("metrics.jsonl", "val.jsonl", "problem_stats.jsonl"):
+        assert _strip_timing(_metrics(out, name)) == _strip_timing(_metrics(rl_run, name)), name
+    for f in sorted((rl_run / "rollouts").iterdir()):
+        assert (out / "rollouts" / f.name).read_text() == f.read_text()
+
+
+def _close(a: dict, b: dict, tol: float) -> bool:
+    return set(a) == set(b) and all(
+        abs(a[k] - b[k]) <= tol * max(1.0, abs(b[k])) if isinstance(b[k], float) else a[k] == b[k] for k in b)
+
+
+def test_rl_sigterm_at_tp2_checkpoints_and_matches_tp1(data, sft_run, rl_run, tmp_path):
+    root, _ = data
+    out = tmp_path / "tp2"
+    args = _rl_args(root, sft_run / "checkpoints" / "step_000080", out, extra=["--tp", "2"])
+    assert _interrupt(args, out, after_lines=1, sig=signal.SIGTERM) == 0
+    stopped_at = len(_metrics(out))
+    assert stopped_at < 6 and (out / "checkpoints" / f"step_{stopped_at:06d}").is_dir()
+    res = _run(args)
+    assert res.returncode == 0, res.stderr
+    tp2, tp1 = _strip_timing(_metrics(out)), _strip_timing(_metrics(rl_run))
+    assert [r["step"] for r in tp2] == list(range(1, 7))
+    for a, b in zip(tp2, tp1):
+        assert _close(a, b, 1e-4), (a, b)
+
+
+def test_rl_rerun_refuses_changed_settings_and_extends_steps(data, sft_run, rl_run, tmp_path):
+    import shutil
+
+    root, _ = data
+    out = tmp_path / "copy"
+    shutil.copytree(rl_run, out)
+    ckpt = sft_run / "checkpoints" / "step_000080"
+    res = _run(_rl_args(root, ckpt, out, extra=["actor.optim.lr=1e-3"]))
+    assert res.returncode == 2 and "actor.optim.lr: 0.0002 -> 0.001" in res.stderr
+    res = _run(_rl_args(root, ckpt, out, steps=7))
+    assert res.returncode == 0, res.stderr
+    assert [r["step"] for r in _metrics(out)] == list(range(1, 8))
+    assert json.loads((out / "done.json").read_text())["step"] == 7
+
+
+def test_rl_all_groups_filtered_is_logged_and_skipped(data, tmp_path):
+    root, model = data  # the untrained model answers nothing: with the authors' filter every group is dropped
+    out = tmp_path / "filtered"
+    res = _run(["rl", "--model", str(model), "--data", str(root / "problems.jsonl"), "--out", str(out), "--steps", "2",
+                "--preset", "reference_code", *RL_ARGS])
+    assert res.returncode == 0, res.stderr
+    rows = _metrics(out)
+    assert [(r["step"], r["skipped"], r["groups/kept_frac"]) for r in rows] == [(1, 1, 0.0), (2, 1, 0.0)]
+    assert "no learning signal" in res.stderr
+
+
+def test_bad_inputs_name_the_file_line_or_setting(data, tmp_path):
+    root, model = data
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"id": "a", "problem": "1+1", "answer": "2"}\n{"id": "b", "problem": "2+2"}\n')
+    res = _run(["rl", "--model", str(model), "--data", str(bad), "--out", str(tmp_path / "r"), "--steps", "1"])
+    assert res.returncode == 2 and f"{bad}:2" in res.stderr
+    other = write_tiny_model(tmp_path / "other", seed=0, extra_tokens=["\\boxed{", "<step>"])
+    res = _run(["sft", "--model", str(model), "--data", str(root / "traces.jsonl"), "--out", str(tmp_path / "s"),
+                "--steps", "1", f"tokenizer={other}"])
+    assert res.returncode == 2 and "vocabulary has 102 tokens but the tokenizer has 104" in res.stderr
+
+
+# ----------------------------------------------------------------------------- in-process (one rank)
+def _advantage_sign_job(model: str) -> tuple[list[float], list[float]]:
+    """One update on two groups: per group a correct short response and a wrong one; their summed log-probs
+    before and after."""
+    import torch
+
+    from nemo_lead.algorithms import LeadConfig, Outcome
+    from nemo_lead.generation import Rollout
+    from nemo_lead.models import load_tokenizer
+    from nemo_lead.parallel import destroy_parallel, init_parallel
+    from nemo_lead.training.actor import ActorConfig, build_actor, compute_logprobs
+    from nemo_lead.training.rl import assign_advantages, old_logprobs, update_policy
+    from nemo_lead.training.rollouts import Group, flat_tensors, training_batch
+
+    tok = load_tokenizer(model)
+    init_parallel(1, 1, seed=0)
+    actor = build_actor(ActorConfig(model=model, optim={"lr": 1e-3, "clip_grad": 0.0, "weight_decay": 0.0}))
+    lead = LeadConfig.paper()
+
+    class S:  # the slice of RLState these phases read
+        cfg = type("C", (), {"lead": lead, "rollout": type("R", (), {"temperature": 1.0})(), "minibatches": 1,
+                             "ppo_epochs": 1})()
+        run = type("Run", (), {"actor": actor})()
+
+    groups = []
+    for a, b in ((3, 4), (2, 5)):
+        prompt = tok(f"<|user|>{a}+{b}<|assistant|><think>\n")["input_ids"]
+        texts = [f"{a}+{b}={a + b}\n</think>\n\n\\boxed{{{a + b}}}", f"hmm, maybe {a * b}?\n</think>\n\n\\boxed{{{a * b}}}"]
+        outs = [Outcome.CORRECT, Outcome.WRONG]
+        rolls = [Rollout(0, i, tok(t, add_special_tokens=False)["input_ids"] + [tok.eos_token_id], [0.0], [0.0], "stop")
+                 for i, t in enumerate(texts)]
+        groups.append(Group(problem=None, prompt_ids=prompt, rollouts=rolls, texts=texts, outcomes=[int(o) for o in outs]))
+    from nemo_lead.algorithms import shape_rewards
+
+    outcome, lengths, index = flat_tensors(groups)
+    rewards = shape_rewards(outcome, lengths, index, lead)
+    for i, g in enumerate(groups):
+        g.rewards, g.keep = rewards[index == i], torch.ones(2, dtype=torch.bool)
+    assign_advantages(S, groups, groups)
+    batch, _ = training_batch(groups)
+    for r, lp in zip([r for g in groups for r in g.rollouts], compute_logprobs(actor, batch)):
+        r.policy_logprobs = lp.tolist()
+    before = [float(x.sum()) for x in compute_logprobs(actor, batch)]
+    batch, _ = old_logprobs(S, batch, [r.policy_logprobs for g in groups for r in g.rollouts])
+    update_policy(S, batch)
+    after = [float(x.sum()) for x in compute_logprobs(actor, batch)]
+    adv = [float(a) for g in groups for a in g.advantages]
+    destroy_parallel()
+    return before, after, adv
+
+
+def test_one_update_follows_the_advantage_sign(data):
+    from distributed import run_distributed
+
+    _, model = data
+    before, after, adv = run_distributed(_advantage_sign_job, 1, str(model))[0]
+    assert [a > 0 for a in adv] == [True, False, True, False]
+    for b, a, sign in zip(before, after, adv):
+        assert (a - b) * sign > 0, (before, after, adv)
+
+
+def _nan_job(root: str, ckpt: str, out: str) -> str:
+    import nemo_lead.training.actor as actor_mod
+    from nemo_lead.cli import resolve_config
+    from nemo_lead.parallel.local import JobError
+    from nemo_lead.training.rl import rl_job
+
+    real = actor_mod.policy_train_step
+    calls = []
+
+    def poisoned(*args, **kwargs):
+        m = real(*args, **kwargs)
+        calls.append(1)
+        return {**m, "loss": float("nan")} if len(calls) == 3 else m
+
+    actor_mod.policy_train_step = poisoned
+    cfg = resolve_config("rl", [], [f"actor.model={ckpt}", f"data.path={root}/problems.jsonl", f"out={out}", "steps=5",
+                                    "save_every=2", "prompts_per_step=4", "rollout.n=4", "rollout.max_tokens=32",
+                                    "actor.optim.lr=2e-4", "rollout.temperature=1.0", "progress=none", "prompt.suffix="])
+    try:
+        rl_job(cfg)
+    except JobError as e:
+        return str(e)
+    return "no error"
+
+
+def test_nan_loss_stops_the_run_and_keeps_the_last_good_checkpoint(data, sft_run, tmp_path):
+    from distributed import run_distributed
+
+    root, _ = data
+    out = tmp_path / "nan"
+    msg = run_distributed(_nan_job, 1, str(root), str(sft_run / "checkpoints" / "step_000080"), str(out))[0]
+    assert "step 3: loss = nan" in msg and "last good checkpoint (step 2)" in msg
+    assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["step_000002"]
+    assert [r["step"] for r in _metrics(out)] == [1, 2] and not (out / "done.json").exists()
