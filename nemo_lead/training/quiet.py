@@ -29,7 +29,16 @@ def hide_import_noise() -> None:
     for pattern in _NOISE:
         warnings.filterwarnings("ignore", message=pattern)
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    if not _has_cuda():
+        # megatron's tensor-parallel layers advise a CUDA setting; meaningless without a GPU
+        warnings.filterwarnings("ignore", message=r".*CUDA_DEVICE_MAX_CONNECTIONS.*")
     logging.getLogger("megatron.core").setLevel(logging.ERROR)
+
+
+def _has_cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
 
 
 def backend_note() -> str:
