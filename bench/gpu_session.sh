@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Every check that needs a GPU, in one call: GPU time comes in short leases, so one prepared script runs
-# the actor MFU sweep (bench/actor_bench.py --gpu), the GPU tests (tests/gpu) and the rollout decode
-# benchmark (bench/rollout_bench.py --gpu), each under its own time limit, and collects the logs, one
+# the actor MFU sweep (bench/actor_bench.py --gpu), the GPU tests (tests/gpu), the rollout decode
+# benchmark (bench/rollout_bench.py --gpu) and one RL step at the 1.5B shape (bench/rl_step_bench.py --gpu),
+# each under its own time limit, and collects the logs, one
 # kernel profile and the updated bench/RESULTS.md in $OUT (six files).
 #
 #   OUT=/tmp/gpu bash bench/gpu_session.sh
@@ -35,4 +36,5 @@ step actor_bench "${ACTOR_LIMIT:-240}" $PY bench/actor_bench.py --gpu --record -
   ${ACTOR_ARGS:-}
 NEMO_LEAD_GPU_TESTS=1 step gpu_tests "${TEST_LIMIT:-150}" $PY -m pytest -q -p no:cacheprovider -W ignore::DeprecationWarning tests/gpu
 step rollout_bench "${ROLLOUT_LIMIT:-120}" $PY bench/rollout_bench.py --gpu --record ${ROLLOUT_ARGS:-}
+step rl_step_bench "${RL_LIMIT:-180}" $PY bench/rl_step_bench.py --gpu --record --out "$OUT/rl_step.json"
 cp bench/RESULTS.md "$OUT/RESULTS.md"
