@@ -116,7 +116,12 @@ stop() {
     local state; state="$(cd "$1" 2>/dev/null && pwd)" || return 0
     if [ -f "$state/slurm.conf" ] && [ -f "$state/slurmctld.pid" ]; then
         # jobs first, so that no task outlives the cluster
-        SLURM_CONF="$state/slurm.conf" timeout 20 scancel --full --signal=KILL --partition=debug 2>/dev/null || true
+        export SLURM_CONF="$state/slurm.conf"
+        timeout 20 scancel --partition=debug 2>/dev/null || true
+        for _ in $(seq 60); do
+            [ -z "$(timeout 10 squeue -h -t RUNNING,COMPLETING,SUSPENDED 2>/dev/null)" ] && break
+            sleep 0.5
+        done
     fi
     stop_pid "$state/slurmd.pid"
     stop_pid "$state/slurmctld.pid"
