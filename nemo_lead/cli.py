@@ -119,7 +119,7 @@ COMMANDS: dict[str, Command] = {
                "--tasks-per-node": "tasks_per_node", "--time": "time", "--partition": "partition",
                "--account": "account", "--qos": "qos", "--container-image": "container_image",
                "--container-mounts": "container_mounts", "--stages": "stages", "--signal-seconds": "signal_seconds"},
-        list_flags=("--container-mounts", "--stages"),
+        list_flags=("--stages",),
         positional="target",
         epilog="TARGET: a recipe (file or name in recipes/: one job per stage, chained with afterok, each sized by\n"
         "the stage's `slurm:`), or a config file for --command sft|rl|eval|generate|convert (one job).\n"

@@ -35,8 +35,15 @@ def find_recipe_file(spec: str) -> Path | None:
     return None
 
 
+# stage kinds that use no GPU (problem selection, the demo's file preparation): one task, no GPUs,
+# unless the stage's `slurm:` says otherwise
+HOST_KINDS = ("select", "prepare")
+HOST_SIZE = {"nodes": 1, "gpus_per_node": 0, "tasks_per_node": 1}
+
+
 def recipe_stages(path: Path, _seen: tuple[Path, ...] = ()) -> dict[str, dict[str, Any]]:
-    """Stage name -> its `slurm:` mapping, in the recipe's order (a `_base_` stage refined by name)."""
+    """Stage name -> its size: the `slurm:` mapping (HOST_SIZE under it for HOST_KINDS), in the recipe's
+    order (a `_base_` stage refined by name)."""
     path = path.resolve()
     if path in _seen:
         raise ConfigError(f"{path}: `_base_` includes form a cycle")
@@ -56,7 +63,8 @@ def recipe_stages(path: Path, _seen: tuple[Path, ...] = ()) -> dict[str, dict[st
             check_size(slurm, f"stages[{name}].slurm.")
         except ValueError as e:
             raise ConfigError(f"{path}: {e}") from None
-        stages[name] = {**stages.get(name, {}), **slurm}
+        host = HOST_SIZE if stage.get("kind") in HOST_KINDS and name not in stages else {}
+        stages[name] = {**host, **stages.get(name, {}), **slurm}
     return stages
 
 

