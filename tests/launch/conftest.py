@@ -1,8 +1,8 @@
-"""A real one-node SLURM cluster for the launch tests (scripts/slurm_local.sh), started once per session.
+"""A real one-node SLURM cluster for the launch tests (scripts/slurm_local.sh), started once per module.
 
 The script installs Debian's slurm-wlm and munge with apt-get when they are missing (root only), starts
 munged, slurmctld and slurmd with a private configuration under a temporary folder, and stops them, with
-any job still running, at the end of the session. Where SLURM cannot start (not root, no apt-get, no
+any job still running, when the module's tests are done. Where SLURM cannot start (not root, no apt-get, no
 package access) the tests that need it are skipped with the reason; under CI (CI=true) that is a failure.
 """
 
@@ -71,7 +71,7 @@ def _unavailable(reason: str):
     pytest.skip(reason)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")  # only test_slurm_jobs.py uses it: the daemons stop when it is done
 def slurm() -> Cluster:
     if os.geteuid() != 0:
         _unavailable("the local SLURM cluster needs root (slurmd runs jobs as their users)")

@@ -135,3 +135,26 @@ def test_recipe_stages_run_as_a_chain(slurm, tmp_path):
     times = [float(t) for _, _, t in events]
     assert times == sorted(times)  # each stage started after the previous one ended
     assert slurm.job(ids["first"])["NumTasks"] == "1" and slurm.job(ids["second"])["NumTasks"] == "2"
+
+
+PROBE = """
+import os, torch, torch.distributed as dist
+from nemo_lead.parallel.state import detect_launch
+launch = detect_launch(os.environ)
+dist.init_process_group("gloo", init_method=f"tcp://{launch.master_addr}:{launch.master_port}",
+                        rank=launch.rank, world_size=launch.world_size)
+total = torch.tensor([launch.rank + 1.0])
+dist.all_reduce(total)
+print("RANK", launch.launcher, launch.rank, launch.world_size, launch.master_addr, int(total.item()), flush=True)
+dist.destroy_process_group()
+"""
+
+
+def test_plain_srun_without_the_wrapper(slurm):
+    """The entry points read SLURM's own variables too: `srun -n 2 python ...` with no torchrun-style ones."""
+    env = {k: v for k, v in slurm.env.items() if k not in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")}
+    done = subprocess.run(["srun", "-n", "2", "--time=5", sys.executable, "-c", PROBE], env=env,
+                          capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stderr
+    ranks = sorted(line.split()[1:] for line in done.stdout.splitlines() if line.startswith("RANK"))
+    assert ranks == [["slurm", "0", "2", "localhost", "3"], ["slurm", "1", "2", "localhost", "3"]]
