@@ -149,12 +149,28 @@ def run_rl_stage(stage: Stage) -> dict[str, str]:
 
 
 # ----------------------------------------------------------------------------- eval
+def _set_aside_other_model(folder: Path, model: str) -> None:
+    """A row's folder that holds another model's samples (an earlier stage ran again, e.g. extended, so the
+    row's checkpoint changed) is renamed to <row>.replaced-N, not mixed with the new model's samples."""
+    import yaml
+
+    saved = folder / "config.yaml"
+    if not saved.is_file() or (yaml.safe_load(saved.read_text()) or {}).get("model") == model:
+        return
+    n = 1
+    while folder.with_name(f"{folder.name}.replaced-{n}").exists():
+        n += 1
+    folder.rename(folder.with_name(f"{folder.name}.replaced-{n}"))
+    say(f"{folder} held another model's evaluation; moved to {folder.name}.replaced-{n}")
+
+
 def run_eval_stage(stage: Stage) -> dict[str, str]:
     """`nemo-lead eval` of every row's model, each into OUT/stages/NAME/<row> (each resumes there)."""
     from nemo_lead.eval.command import run_eval
 
     for row in stage.models:
         cfg = eval_row_config(stage, row)
+        _set_aside_other_model(Path(cfg.out), cfg.model)
         say(f"{stage.name}: evaluating {row!r} ({cfg.model})")
         status = run_eval(cfg)
         if status:

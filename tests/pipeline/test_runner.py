@@ -200,3 +200,16 @@ def test_dry_run_lists_stages_and_runs_nothing(setup, capsys):
     text = capsys.readouterr().out
     assert calls == [] and not out.exists()
     assert [line.split()[0] for line in text.splitlines()[1:]] == ["data1", "sft", "rl1", "data2", "rl2", "eval"]
+
+
+def test_eval_row_of_a_changed_checkpoint_is_not_mixed_with_the_old_one(tmp_path):
+    from nemo_lead.pipeline.stages import _set_aside_other_model
+
+    row = tmp_path / "stage-2"
+    row.mkdir()
+    (row / "config.yaml").write_text("model: /runs/rl2/checkpoints/step_000002\n")
+    (row / "samples.jsonl").write_text("{}\n")
+    _set_aside_other_model(row, "/runs/rl2/checkpoints/step_000002")  # the same model: resume in place
+    assert (row / "samples.jsonl").is_file()
+    _set_aside_other_model(row, "/runs/rl2/checkpoints/step_000005")
+    assert not row.exists() and (tmp_path / "stage-2.replaced-1" / "samples.jsonl").is_file()
