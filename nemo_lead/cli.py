@@ -112,7 +112,8 @@ COMMANDS: dict[str, Command] = {
         "on tp x pp local ranks.",
     ),
     "submit": Command(
-        help="Render an sbatch script for a command or recipe and submit it to SLURM (--dry-run prints it).",
+        help="Render sbatch scripts for a recipe (one job per stage) or a command and submit them to SLURM "
+        "(dry_run=true prints them).",
         schema="nemo_lead.launch.submit:SubmitConfig",
         runner="nemo_lead.launch.submit:run_submit",
         flags={"--command": "command", "--out": "out", "--nodes": "nodes", "--gpus-per-node": "gpus_per_node",
