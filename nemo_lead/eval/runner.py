@@ -191,10 +191,9 @@ def _gather_to_writer(item: Any, info) -> list[Any]:
     return [x for x in got if x is not None] if got is not None else []
 
 
-def _engine_config(cfg: EvalConfig, source: PolicySource):
-    """The engine section; `trtllm` without an hf_dir gets the model folder (HF), or a folder with the
-    checkpoint's config.json and tokenizer (its weights come by refit)."""
-    engine = cfg.engine
+def engine_config_for(engine, source: PolicySource):
+    """An engine section ready for `source`: `trtllm` without an hf_dir gets the model folder (HF), or a
+    folder with the checkpoint's config.json and tokenizer (its weights come by refit). Used by eval and rl."""
     if engine.kind != "trtllm" or engine.trtllm.hf_dir:
         return engine
     hf_dir = source.path
@@ -204,7 +203,7 @@ def _engine_config(cfg: EvalConfig, source: PolicySource):
 
         from nemo_lead.models import tokenizer_files
 
-        hf_dir = tempfile.mkdtemp(prefix="nemo-lead-eval-trtllm-")
+        hf_dir = tempfile.mkdtemp(prefix="nemo-lead-trtllm-")
         Path(hf_dir, "config.json").write_text(json.dumps(source.hf_config))
         for f in tokenizer_files(source.tokenizer_dir):
             shutil.copy2(f, hf_dir)
@@ -254,7 +253,7 @@ def _generate_pending(cfg, prep: Prepared, info, pending: list[int], store, grad
     from nemo_lead.generation import build_engine
     from nemo_lead.models.policy import load_policy
 
-    engine = build_engine(_engine_config(cfg, prep.source), load_policy(prep.source, info, prep.source.precision))
+    engine = build_engine(engine_config_for(cfg.engine, prep.source), load_policy(prep.source, info, prep.source.precision))
     progress = Progress(sum(missing_samples(store, prep.chunks[i], prep.params.n) for i in pending),
                         len(pending)) if store is not None else None
     for start in range(0, len(pending), info.dp):

@@ -285,7 +285,13 @@ def rl_job(cfg: RLConfig) -> None:
     try:
         if run.is_writer:
             verifier = MathVerifier(cfg.verify_workers, cfg.verify_timeout_s, cfg.answer_region)
-        ctx = RolloutContext(info=run.info, engine=build_engine(cfg.engine, run.actor), tokenizer=run.tokenizer,
+        engine_cfg = cfg.engine
+        if cfg.engine.kind == "trtllm":  # the engine is built from a HF folder; weights come by refit
+            from nemo_lead.eval.runner import engine_config_for
+            from nemo_lead.models.policy import policy_source
+
+            engine_cfg = engine_config_for(cfg.engine, policy_source(cfg.actor.model, tokenizer=run.tokenizer_dir))
+        ctx = RolloutContext(info=run.info, engine=build_engine(engine_cfg, run.actor), tokenizer=run.tokenizer,
                              prompt_cfg=cfg.prompt, verifier=verifier, check_repetition=cfg.lead.check_repetition,
                              think_open=prompt_opens_think(format_prompt(run.tokenizer, "x", cfg.prompt)))
         order = DataOrder(len(problems), cfg.seed, shuffle=d.shuffle)
