@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-STEPS = 12  # steps take 0.1-2 s here: enough left after the first for the signal to land mid-run
+STEPS = 16  # steps take 0.1-2 s here: enough left after the first for the signal to land mid-run
 SUBMITTED = re.compile(r"^submitted job (\d+): (\S+)", re.M)
 
 
