@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -173,7 +174,12 @@ def end_of_step(run: Run, loop_state: dict[str, Any]) -> bool:
         if run.last_saved != run.step:
             save(run, loop_state)
         run.say(f"stopped by {run.stop.signal_name} after step {run.step}; checkpoint at step {run.step}")
-        run.stop.after_checkpoint()
+        requeue_wanted = run.stop.signal_name == "SIGUSR1" and "SLURM_JOB_ID" in os.environ
+        requeued = _on_writer_then_share(run.info, run.stop.after_checkpoint)
+        if requeue_wanted and not requeued:
+            # exit non-zero: SLURM must not mark the job COMPLETED (a chained next stage would start)
+            raise JobError(f"step {run.step} is checkpointed in {run.cfg.out}, but the job could not be requeued "
+                           "(see the message above); submit it again to resume")
         return True
     return False
 
