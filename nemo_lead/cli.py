@@ -29,6 +29,7 @@ class Command:
     flags: dict[str, str] = field(default_factory=dict)  # --flag -> dotted config key
     list_flags: tuple[str, ...] = ()  # flags that take one or more values (a list key)
     positional: str | None = None  # dotted key set by one bare argument (`nemo-lead run RECIPE`)
+    switches: dict[str, str] = field(default_factory=dict)  # --flag without a value -> dotted key set to true
     epilog: str = ""
 
 
@@ -113,7 +114,7 @@ COMMANDS: dict[str, Command] = {
     ),
     "submit": Command(
         help="Render sbatch scripts for a recipe (one job per stage) or a command and submit them to SLURM "
-        "(dry_run=true prints them).",
+        "(--dry-run prints them).",
         schema="nemo_lead.launch.submit:SubmitConfig",
         runner="nemo_lead.launch.submit:run_submit",
         flags={"--command": "command", "--out": "out", "--nodes": "nodes", "--gpus-per-node": "gpus_per_node",
@@ -121,10 +122,11 @@ COMMANDS: dict[str, Command] = {
                "--account": "account", "--qos": "qos", "--container-image": "container_image",
                "--container-mounts": "container_mounts", "--stages": "stages", "--signal-seconds": "signal_seconds"},
         list_flags=("--stages",),
+        switches={"--dry-run": "dry_run"},
         positional="target",
         epilog="TARGET: a recipe (file or name in recipes/: one job per stage, chained with afterok, each sized by\n"
         "the stage's `slurm:`), or a config file for --command sft|rl|eval|generate|convert (one job).\n"
-        "job.KEY=VALUE goes to the job's command line as KEY=VALUE. dry_run=true prints the scripts.",
+        "job.KEY=VALUE goes to the job's command line as KEY=VALUE. --dry-run prints the scripts.",
     ),
     "convert": Command(
         help="Convert a HF model folder to a nemo-lead checkpoint (--from-hf DIR --out CKPT) or back "
@@ -169,6 +171,8 @@ def _build_parser() -> argparse.ArgumentParser:
                 p.add_argument(flag, dest="flag:" + key, metavar="VALUE", nargs="+", help=f"same as {key}=[VALUE,...]")
             else:
                 p.add_argument(flag, dest="flag:" + key, metavar="VALUE", help=f"same as {key}=VALUE")
+        for flag, key in cmd.switches.items():
+            p.add_argument(flag, dest="flag:" + key, action="store_const", const="true", help=f"same as {key}=true")
         p.add_argument("overrides", nargs="*", metavar="key=value", help="configuration overrides")
     return parser
 

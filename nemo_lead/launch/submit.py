@@ -3,7 +3,7 @@
     nemo-lead submit lead-14b --out /lustre/runs/lead-14b --nodes 4 --container-image /lustre/nemo-lead.sqsh \
         --container-mounts /lustre:/lustre --partition batch --account me job.paths.base_model=/lustre/models/x
     nemo-lead submit conf/my-rl.yaml command=rl --out /lustre/runs/rl1 --nodes 2 job.steps=200
-    nemo-lead submit lead-14b --out DIR dry_run=true     # print the scripts, submit nothing
+    nemo-lead submit lead-14b --out DIR --dry-run        # print the scripts, submit nothing
 
 Without `dry_run` the scripts are written to OUT/slurm/<name>.sbatch and submitted in order (each stage of
 a recipe after the previous one succeeded: `--dependency=afterok`, `--kill-on-invalid-dep=yes`), and the
@@ -64,7 +64,7 @@ def run_submit(cfg: SubmitConfig) -> int:
         return 0
     if shutil.which("sbatch") is None:
         print("nemo-lead submit: sbatch is not on PATH: run this on a SLURM login node "
-              "(dry_run=true prints the scripts anywhere)", file=sys.stderr)
+              "(--dry-run prints the scripts anywhere)", file=sys.stderr)
         return 2
     log_dir.mkdir(parents=True, exist_ok=True)
     previous: str | None = None

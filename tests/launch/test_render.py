@@ -170,7 +170,7 @@ def test_command_needs_a_run_folder_and_an_existing_config(tmp_path):
 def test_cli_dry_run_prints_every_job_and_writes_nothing(tmp_path, recipe, capsys):
     out = tmp_path / "lead"
     assert main(["submit", str(recipe), "--out", str(out), "--nodes", "2", "--container-image", "img.sqsh",
-                 "--container-mounts", "/lustre,/data:/data,/models:/models:ro", "dry_run=true"]) == 0
+                 "--container-mounts", "/lustre,/data:/data,/models:/models:ro", "--dry-run"]) == 0
     printed = capsys.readouterr().out
     assert printed.count("#!/bin/bash") == 4 and f"# ===== job 4 of 4: {out}/slurm/eval.sbatch" in printed
     assert "--container-mounts=/lustre:/lustre,/data:/data,/models:/models:ro," in printed
