@@ -1,5 +1,13 @@
 """data layer (see DESIGN.md): problem sets (shipped and user files), curriculum filters, prompts."""
 
+from .demo_task import (
+    DEMO_EXTRA_TOKENS,
+    DEMO_MODEL,
+    DEMO_PROMPT,
+    DEMO_SIZING,
+    trace_stats,
+    write_demo_data,
+)
 from .filters import (
     STAGE1_MIN_DIFFICULTY,
     STAGE1_REFERENCE_MIN_DIFFICULTY,
@@ -15,6 +23,10 @@ from .readers import DataError
 from .traces import Trace, check_vocab_covers, fit_traces, load_traces
 
 __all__ = [
+    "DEMO_EXTRA_TOKENS",
+    "DEMO_MODEL",
+    "DEMO_PROMPT",
+    "DEMO_SIZING",
     "BUILTIN_DATASETS",
     "LEAD_INSTRUCTION",
     "STAGE1_MIN_DIFFICULTY",
@@ -36,4 +48,6 @@ __all__ = [
     "load_problems",
     "load_traces",
     "prompt_token_ids",
+    "trace_stats",
+    "write_demo_data",
 ]
