@@ -213,3 +213,17 @@ def test_eval_row_of_a_changed_checkpoint_is_not_mixed_with_the_old_one(tmp_path
     assert (row / "samples.jsonl").is_file()
     _set_aside_other_model(row, "/runs/rl2/checkpoints/step_000005")
     assert not row.exists() and (tmp_path / "stage-2.replaced-1" / "samples.jsonl").is_file()
+
+
+def test_rollout_accuracy_sums_visits_and_names_bad_lines(tmp_path):
+    from nemo_lead.data import DataError
+    from nemo_lead.pipeline.select import rollout_accuracy
+
+    rows = [{"id": "a", "step": 1, "samples": 8, "correct": 2}, {"id": "b", "step": 1, "samples": 8, "correct": 8},
+            {"id": "a", "step": 9, "samples": 8, "correct": 8}]
+    path = tmp_path / "problem_stats.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows) + '{"id": "c", "samp')  # torn by a kill
+    assert rollout_accuracy(tmp_path) == {"a": 10 / 16, "b": 1.0}
+    path.write_text('{"id": "a"}\n' + json.dumps(rows[0]) + "\n")
+    with pytest.raises(DataError, match=r"problem_stats.jsonl:1: expected"):
+        rollout_accuracy(tmp_path)
