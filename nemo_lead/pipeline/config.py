@@ -275,7 +275,7 @@ def resolve_stage(spec: StageSpec, recipe: Recipe, run: RunConfig, outputs: Opti
     items = []
     for key, value in _flatten(settings) + _flatten(cli):
         try:
-            items.append((key, substitute(value, lookup, spec.location(key))))
+            items.append((key, substitute(value, lookup)))
         except ConfigError as e:
             where = "command line" if key in cli_keys else spec.location(key)
             raise ConfigError(f"{where}: stage {spec.name!r}, key {key!r}: {e}") from None

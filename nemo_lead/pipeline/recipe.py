@@ -211,7 +211,7 @@ class Ref:
     output: str = ""
 
 
-def parse_ref(text: str, where: str) -> Ref:
+def parse_ref(text: str) -> Ref:
     body = text.strip()
     if body == "out":
         return Ref("out")
@@ -221,29 +221,18 @@ def parse_ref(text: str, where: str) -> Ref:
         name, _, output = body[6:].partition(".")
         if name and output:
             return Ref("stage", name, output)
-    raise ConfigError(f"{where}: unknown reference ${{{text}}}: use ${{paths.KEY}}, ${{stage:NAME.OUTPUT}} or ${{out}}")
+    raise ConfigError(f"unknown reference ${{{text}}}: use ${{paths.KEY}}, ${{stage:NAME.OUTPUT}} or ${{out}}")
 
 
-def references(value: Any) -> list[str]:
-    """Every `${...}` body inside `value` (strings in nested dicts and lists)."""
-    if isinstance(value, str):
-        return REF_RE.findall(value)
-    if isinstance(value, dict):
-        return [r for v in value.values() for r in references(v)]
-    if isinstance(value, list):
-        return [r for v in value for r in references(v)]
-    return []
-
-
-def substitute(value: Any, lookup, where: str) -> Any:
+def substitute(value: Any, lookup) -> Any:
     """`value` with each `${...}` replaced by `lookup(Ref)` (recursively through dicts and lists)."""
     if isinstance(value, dict):
-        return {k: substitute(v, lookup, where) for k, v in value.items()}
+        return {k: substitute(v, lookup) for k, v in value.items()}
     if isinstance(value, list):
-        return [substitute(v, lookup, where) for v in value]
+        return [substitute(v, lookup) for v in value]
     if not isinstance(value, str) or "${" not in value:
         return value
     whole = REF_RE.fullmatch(value)
     if whole:
-        return lookup(parse_ref(whole.group(1), where))
-    return REF_RE.sub(lambda m: str(lookup(parse_ref(m.group(1), where))), value)
+        return lookup(parse_ref(whole.group(1)))
+    return REF_RE.sub(lambda m: str(lookup(parse_ref(m.group(1)))), value)

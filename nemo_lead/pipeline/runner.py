@@ -66,8 +66,14 @@ def is_writer() -> bool:
     return int(os.environ.get("RANK", os.environ.get("SLURM_PROCID", "0"))) == 0
 
 
+# settings that do not change a stage's results: a finished stage is not run again for them
+COSMETIC_KEYS = ("progress", "tensorboard", "verify_workers", "plot")
+
+
 def fingerprint(stage: Stage) -> str:
-    return hashlib.sha256(json.dumps(stage.as_dict(), sort_keys=True, default=str).encode()).hexdigest()[:16]
+    """A short hash of the stage's resolved settings (its inputs' paths included), cosmetic keys left out."""
+    settings = {k: v for k, v in stage.as_dict().items() if k not in COSMETIC_KEYS}
+    return hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
 def done_outputs(state: dict[str, Any]) -> dict[str, dict[str, str]]:

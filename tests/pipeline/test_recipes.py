@@ -136,6 +136,8 @@ def test_recipe_errors_name_the_file_line_and_key(tmp_path):
     ("stages:\n  - name: a\n    kind: select\n    problems: [aime24]\n    difficulty: about 2\n",
      r"difficulty='about 2' must be a comparison"),
     ("stage:\n  - name: a\n", r"r.yaml:1: unknown recipe key 'stage' \(did you mean 'stages'\?\)"),
+    ("stages:\n  - name: a\n    kind: select\n    problems: ['${path.x}']\n",
+     r"r.yaml:4: stage 'a', key 'problems': unknown reference \$\{path.x\}: use"),
 ])
 def test_recipe_mistakes_are_explained(tmp_path, text, message):
     with pytest.raises(ConfigError, match=message):

@@ -183,6 +183,9 @@ def test_changed_settings_run_a_finished_stage_again(setup):
     assert run(recipe, out, "stages.rl2.steps=5") == 0  # a longer stage 2: the loop extends it
     assert [name for name, _ in calls] == ["rl2", "eval"]  # eval reads rl2's new checkpoint
     assert dict(calls)["eval"]["stage 2"].endswith("step_000005")
+    calls.clear()
+    assert run(recipe, out, "stages.rl2.steps=5", "stages.rl1.progress=none", "stages.eval.verify_workers=1") == 0
+    assert calls == []  # how a stage reports or how many grading processes it uses changes no result
 
 
 def test_only_runs_one_stage_whose_inputs_are_done(setup, capsys):
