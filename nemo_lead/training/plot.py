@@ -68,6 +68,16 @@ def curves(runs: list[str], chain: bool = False) -> list[list[tuple[int, float, 
     return out
 
 
+def default_labels(runs: list[str]) -> list[str]:
+    """Folder names; where they clash (OUT/stages/rl of several recipe runs), the run folder's name too."""
+    paths = [Path(r).resolve() for r in runs]
+    names = [p.name for p in paths]
+    if len(set(names)) == len(names):
+        return names
+    longer = [f"{p.parent.parent.name}/{p.name}" if p.parent.name == "stages" else str(p) for p in paths]
+    return longer if len(set(longer)) == len(longer) else [str(p) for p in paths]
+
+
 def plot_validation(runs: list[str], out: str | Path, labels: list[str] | None = None, chain: bool = False,
                     title: str = "") -> Path:
     """Two panels, validation Pass@1 and mean response length against RL steps; one curve per run."""
@@ -76,7 +86,7 @@ def plot_validation(runs: list[str], out: str | Path, labels: list[str] | None =
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    labels = list(labels) if labels else [Path(r).name for r in runs]
+    labels = list(labels) if labels else default_labels(runs)
     fig, (acc, length) = plt.subplots(1, 2, figsize=(10, 3.8))
     for label, points in zip(labels, curves(runs, chain)):
         if not points:
