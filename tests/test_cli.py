@@ -8,7 +8,6 @@ import yaml
 
 from nemo_lead.cli import COMMANDS, main
 
-
 RL = ["rl", "--data", "aime24", "--out", "runs/x"]
 
 
