@@ -40,6 +40,7 @@ COMMANDS: dict[str, Command] = {
         schema="nemo_lead.pipeline.config:RunConfig",
         runner="nemo_lead.pipeline.runner:run_recipe",
         flags={"--out": "out", "--only": "only"},
+        switches={"--dry-run": "dry_run"},
         epilog="Same as `nemo-lead run demo --out runs/demo`: writes runs/demo/summary.md (the table),\n"
         "summary.json, validation.png and accuracy_vs_budget.png. Rerunning skips finished stages.\n"
         "Stage settings: stages.NAME.KEY=VALUE (e.g. stages.rl1.steps=20).",
@@ -71,11 +72,12 @@ COMMANDS: dict[str, Command] = {
         schema="nemo_lead.pipeline.config:RunConfig",
         runner="nemo_lead.pipeline.runner:run_recipe",
         flags={"--out": "out", "--only": "only"},
+        switches={"--dry-run": "dry_run"},
         positional="recipe",
         epilog="RECIPE: a YAML file or the name of one in recipes/ (demo, lead-14b, ablation-7b-lead, ...).\n"
         "Rerunning into the same --out skips finished stages and resumes an interrupted one. Paths and stage\n"
         "settings: paths.KEY=VALUE, stages.NAME.KEY=VALUE; --print-config shows every stage resolved,\n"
-        "dry_run=true lists the stages and their status.",
+        "--dry-run lists the stages and their status.",
     ),
     "plot": Command(
         help="Validation Pass@1 and response length over RL steps for one or more run folders (a PNG).",

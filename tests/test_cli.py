@@ -48,3 +48,11 @@ def test_run_takes_the_recipe_as_its_one_bare_word(capsys):
     assert main(["run", "--out", "runs/elsewhere", "lead-14b", "paths.base_model=/m/14b", "--print-config"]) == 0
     cfg = yaml.safe_load(capsys.readouterr().out)
     assert (cfg["recipe"], cfg["out"], cfg["paths"]) == ("lead-14b", "runs/elsewhere", {"base_model": "/m/14b"})
+
+
+def test_run_dry_run_switch_lists_the_stages(capsys, tmp_path):
+    assert main(["run", "ablation-7b-lead", "--out", str(tmp_path / "r"), "--dry-run"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split()[:3] for line in lines[1:]] == [["stage1_data", "select", "to"], ["rl", "rl", "to"],
+                                                        ["eval", "eval", "to"]]
+    assert not (tmp_path / "r").exists()
