@@ -100,8 +100,9 @@ DEMO_MODEL: dict[str, Any] = {
 #   update per step at lr 3e-5 shortened sampled answers without losing accuracy, while lr 1e-4 lost
 #   accuracy with the length reward and without it (DESIGN.md's prototype found 1e-4 fine and 2e-3
 #   collapsing: treat 1e-4 as the upper end). GRPO / LEAD differences show in sampled (T = 1) evaluation,
-#   not greedy; the held-out set's 160 problems want several samples each to separate them. max_tokens leaves room above the longest gold trace (86 tokens) for verbose samples; truncation is
-#   then an outcome RL sees.
+#   not greedy; the held-out set's 160 problems want several samples each to separate them. max_tokens
+#   leaves room above the longest gold trace (86 tokens) for verbose samples; truncation is then an
+#   outcome RL sees.
 DEMO_SIZING: dict[str, Any] = {
     "sft": {"steps": 1200, "batch_size": 32, "lr": 1e-3, "min_lr": 1e-4, "warmup_steps": 30,
             "weight_decay": 0.0, "max_seq_len": 128},
