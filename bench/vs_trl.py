@@ -376,6 +376,9 @@ def record(s: dict, command: str, load_start: tuple[float, ...]) -> None:
         "the ratio against the detached current log-probs; the advantage's eps is 1e-6 in nemo-lead and 1e-4 in "
         "TRL; the optimizers are megatron's Adam and torch's AdamW; each side draws its own samples (own RNG), so "
         "the accuracy and length figures differ by sampling noise as well.",
+        "- TRL is handed nemo-lead's tokenizer object: transformers' `AutoTokenizer` reads the exported folder as a "
+        "`Qwen2Tokenizer`, which drops the newline that ends the prompt; with it, TRL sampled from a prompt the model "
+        "was not trained on, and its longer responses made its step several times slower (not a speed difference).",
     ]
     record_md("rl", "vs-trl", "RL step: nemo-lead vs TRL GRPOTrainer (CPU)", body)
 
