@@ -62,6 +62,7 @@ from .rollouts import (
 
 LOGS = ("problem_stats.jsonl", "val.jsonl")
 UPDATE_KEYS = ("loss", "pg_loss", "clip_frac", "ratio_mean", "approx_kl", "grad_norm")
+MISMATCH_KEYS = ("mismatch/logprob_abs_mean", "mismatch/logprob_abs_max")
 
 
 @dataclass
@@ -137,6 +138,8 @@ def select_groups(s: RLState, step: int, times: dict[str, float]) -> tuple[list[
         selected += [g for g in groups if bool(g.keep.any())]
         if len(selected) >= s.cfg.prompts_per_step:
             break
+    for g in selected[s.cfg.prompts_per_step:]:  # passed the filter, but the batch is full: not trained
+        g.keep = torch.zeros_like(g.keep)
     return seen, selected[: s.cfg.prompts_per_step], rounds
 
 
@@ -163,8 +166,8 @@ def old_logprobs(s: RLState, batch, engine_logp: list) -> tuple[Any, dict[str, f
     mismatch = logprob_mismatch([engine_logp[i] for i in known], [logp[i].tolist() for i in known]) \
         if len(known) == len(engine_logp) else {"mean": None, "max": None}
     ent = torch.cat(entropy)
-    metrics = {"entropy": float(ent.mean()) if ent.numel() else 0.0, "mismatch/logprob_abs_mean": mismatch["mean"],
-               "mismatch/logprob_abs_max": mismatch["max"]}
+    metrics = {"entropy": float(ent.mean()) if ent.numel() else 0.0,
+               **dict(zip(MISMATCH_KEYS, (mismatch["mean"], mismatch["max"])))}
     return dataclasses.replace(batch, old_logprobs=logp), metrics
 
 
@@ -206,13 +209,14 @@ def step_metrics(step: int, seen: list[Group], selected: list[Group], rounds: in
 def rl_step(s: RLState, step: int) -> dict[str, Any]:
     """One GRPO-LEAD step (see the module docstring); returns its metrics line."""
     t_step = time.monotonic()
-    times: dict[str, float] = {"time/generate": 0.0, "time/verify": 0.0}
+    times = {k: 0.0 for k in ("time/generate", "time/verify", "time/logprobs", "time/train", "time/refit")}
     seen, selected, rounds = select_groups(s, step, times)               # 1-5: prompts .. filter
     assign_advantages(s, selected, seen)                                  # 6: advantages
     batch, engine_logp = training_batch(selected)
     metrics = step_metrics(step, seen, selected, rounds)
-    if batch is None:
-        metrics["skipped"] = 1
+    if batch is None:  # the same keys as an update's, empty: every line of metrics.jsonl has every key
+        metrics.update(skipped=1, entropy=None, **dict.fromkeys(MISMATCH_KEYS), **dict.fromkeys(UPDATE_KEYS),
+                       lr=float(s.run.actor.optimizer.param_groups[0]["lr"]))
         s.run.say(f"step {step}: every group was filtered out (no learning signal); no update")
     else:
         t0 = time.monotonic()

@@ -4,8 +4,9 @@
   done.json); the RL runs start from its checkpoint, so their groups have right and wrong answers.
 - kill -9 at an arbitrary moment, then the same command again: metrics.jsonl (timing keys aside), val.jsonl,
   problem_stats.jsonl and the rollout logs equal an uninterrupted run's (TP1, both commands).
-- SIGTERM at TP2: the step finishes, a checkpoint is written, exit 0; the rerun completes; TP2 equals TP1 to
-  tolerance (RL: the same sampled tokens, rewards and advantages; losses to 1e-4).
+- The same at TP2 for rl; TP2 equals TP1 to tolerance (the same sampled tokens, rewards and advantages;
+  losses to 1e-4). SIGTERM: the step finishes, a checkpoint is written, exit 0, and the rerun completes it.
+- Dynamic sampling (DAPO preset): only groups with mixed outcomes train, extra rounds fill the batch.
 - A rerun with a changed setting is refused naming the key; a larger --steps extends the run.
 - All groups filtered: the step is logged as skipped, the run goes on. A NaN loss stops the run with exit 1
   and keeps the last good checkpoint.
@@ -129,10 +130,18 @@ def test_sft_learns_and_writes_its_run_folder(sft_run):
     assert json.loads((sft_run / "data.json").read_text())["train_traces"] == 180
 
 
-def test_sft_resume_after_kill_equals_uninterrupted_run(data, tmp_path):
+@pytest.fixture(scope="module")
+def sft_ref(data):
+    """A 12-step SFT run, uninterrupted: what the interrupted runs must end up equal to."""
     root, model = data
-    ref, out = tmp_path / "ref", tmp_path / "killed"
-    assert _run(_sft_args(root, model, ref)).returncode == 0
+    res = _run(_sft_args(root, model, root / "sft_ref"))
+    assert res.returncode == 0, res.stderr
+    return root / "sft_ref"
+
+
+def test_sft_resume_after_kill_equals_uninterrupted_run(data, sft_ref, tmp_path):
+    root, model = data
+    ref, out = sft_ref, tmp_path / "killed"
     _interrupt(_sft_args(root, model, out), out, after_lines=6)
     assert len(_metrics(out)) < 12
     res = _run(_sft_args(root, model, out))
@@ -196,19 +205,64 @@ def _close(a: dict, b: dict, tol: float) -> bool:
         abs(a[k] - b[k]) <= tol * max(1.0, abs(b[k])) if isinstance(b[k], float) else a[k] == b[k] for k in b)
 
 
-def test_rl_sigterm_at_tp2_checkpoints_and_matches_tp1(data, sft_run, rl_run, tmp_path):
+@pytest.fixture(scope="module")
+def rl_tp2(data, sft_run):
+    root, _ = data
+    out = root / "rl_tp2"
+    res = _run(_rl_args(root, sft_run / "checkpoints" / "step_000080", out, extra=["--tp", "2"]))
+    assert res.returncode == 0, res.stderr
+    return out
+
+
+def test_rl_at_tp2_matches_tp1(rl_tp2, rl_run):
+    tp2, tp1 = _strip_timing(_metrics(rl_tp2)), _strip_timing(_metrics(rl_run))
+    assert [r["step"] for r in tp2] == list(range(1, 7))
+    for a, b in zip(tp2, tp1):  # the same sampled tokens, rewards and advantages; losses up to float order
+        assert _close(a, b, 1e-4), (a, b)
+
+
+def test_rl_resume_after_kill_at_tp2_equals_uninterrupted_tp2(data, sft_run, rl_tp2, tmp_path):
     root, _ = data
     out = tmp_path / "tp2"
     args = _rl_args(root, sft_run / "checkpoints" / "step_000080", out, extra=["--tp", "2"])
-    assert _interrupt(args, out, after_lines=1, sig=signal.SIGTERM) == 0
-    stopped_at = len(_metrics(out))
-    assert stopped_at < 6 and (out / "checkpoints" / f"step_{stopped_at:06d}").is_dir()
+    _interrupt(args, out, after_lines=2)
+    assert len(_metrics(out)) < 6
     res = _run(args)
     assert res.returncode == 0, res.stderr
-    tp2, tp1 = _strip_timing(_metrics(out)), _strip_timing(_metrics(rl_run))
-    assert [r["step"] for r in tp2] == list(range(1, 7))
-    for a, b in zip(tp2, tp1):
-        assert _close(a, b, 1e-4), (a, b)
+    for name in ("metrics.jsonl", "val.jsonl", "problem_stats.jsonl"):
+        assert _strip_timing(_metrics(out, name)) == _strip_timing(_metrics(rl_tp2, name)), name
+
+
+def test_sft_sigterm_checkpoints_the_step_and_exits_0(data, sft_ref, tmp_path):
+    root, model = data
+    ref, out = sft_ref, tmp_path / "stopped"
+    assert _interrupt(_sft_args(root, model, out), out, after_lines=1, sig=signal.SIGTERM) == 0
+    stopped_at = len(_metrics(out))
+    assert stopped_at < 12 and (out / "checkpoints" / f"step_{stopped_at:06d}").is_dir()
+    assert not (out / "done.json").exists()
+    res = _run(_sft_args(root, model, out))
+    assert res.returncode == 0, res.stderr
+    assert _strip_timing(_metrics(out)) == _strip_timing(_metrics(ref))
+
+
+def test_rl_dynamic_sampling_and_several_updates_per_step(data, sft_run, tmp_path):
+    """DAPO's dynamic sampling: only groups with 0 < correct < n train, more rounds of prompts fill the
+    batch; two epochs of two minibatches each step."""
+    root, _ = data
+    out = tmp_path / "dapo"
+    res = _run(_rl_args(root, sft_run / "checkpoints" / "step_000080", out, steps=2,
+                        extra=["--preset", "dapo", "max_rounds=3", "ppo_epochs=2", "minibatches=2"]))
+    assert res.returncode == 0, res.stderr
+    for r in _metrics(out):
+        rows = [json.loads(x) for x in (out / "rollouts" / f"step_{r['step']:06d}.jsonl").read_text().splitlines()]
+        assert len(rows) == 16 * r["rounds"] and 1 <= r["rounds"] <= 3
+        groups: dict[str, list] = {}
+        for row in rows:
+            groups.setdefault(row["problem_id"], []).append(row)
+        kept = [g for g in groups.values() if any(x["kept"] for x in g)]  # (truncated samples are masked)
+        assert len(kept) == r["groups/kept"] <= 4
+        assert all(0 < sum(x["outcome"] == "CORRECT" for x in g) < 4 for g in kept)
+        assert r["rounds"] == 3 or r["groups/kept"] == 4
 
 
 def test_rl_rerun_refuses_changed_settings_and_extends_steps(data, sft_run, rl_run, tmp_path):
@@ -234,6 +288,7 @@ def test_rl_all_groups_filtered_is_logged_and_skipped(data, tmp_path):
     assert res.returncode == 0, res.stderr
     rows = _metrics(out)
     assert [(r["step"], r["skipped"], r["groups/kept_frac"]) for r in rows] == [(1, 1, 0.0), (2, 1, 0.0)]
+    assert set(rows[0]) == set(_metrics(out)[1]) and rows[0]["loss"] is None and rows[0]["lr"] > 0
     assert "no learning signal" in res.stderr
 
 
