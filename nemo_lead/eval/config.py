@@ -40,6 +40,8 @@ class EvalConfig:
     problems_per_call: int = 8  # problems per engine call: the unit of seeding and of resume (see runner.py)
     sampling: SamplingParams = field(default_factory=_paper_sampling)
     prompt: PromptConfig = field(default_factory=PromptConfig)
+    # a nemo-lead checkpoint evaluated with prompt.* at their defaults uses the prompt it was trained with
+    prompt_from_checkpoint: bool = True
     engine: EngineConfig = field(default_factory=EngineConfig)
     answer_region: str = "after_think"  # where the final answer is read: after_think | before_think | all
     verify_workers: int = 2

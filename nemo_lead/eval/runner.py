@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from nemo_lead.data import Problem, format_prompt, prompt_token_ids
+from nemo_lead.data import Problem, PromptConfig, format_prompt, prompt_token_ids
 from nemo_lead.generation import SamplingParams
 from nemo_lead.models.policy import PolicySource, policy_source
 from nemo_lead.verify.extract import THINK_CLOSE, THINK_OPEN
@@ -59,6 +59,7 @@ class Prepared:
     params: SamplingParams  # with the stop tokens; its seed is the base seed
     settings: dict[str, Any]  # what run.json records (store.py)
     think_open: bool  # the prompt ends inside an open <think> block
+    prompt: PromptConfig  # cfg.prompt, or the checkpoint's training prompt (`training_prompt`)
 
 
 def prepare(cfg: EvalConfig) -> Prepared:
@@ -72,18 +73,31 @@ def prepare(cfg: EvalConfig) -> Prepared:
     eos = tokenizer.eos_token_id
     if cfg.stop_at_eos and eos is not None and eos not in params.stop_token_ids:
         params = dataclasses.replace(params, stop_token_ids=[*params.stop_token_ids, eos])
+    prompt_cfg = training_prompt(source) if cfg.prompt_from_checkpoint and cfg.prompt == PromptConfig() else None
+    prompt_cfg = prompt_cfg or cfg.prompt
     settings = {
         "model": source.identity(),
         "sampling": dataclasses.asdict(params),
-        "prompt": dataclasses.asdict(cfg.prompt),
+        "prompt": dataclasses.asdict(prompt_cfg),
         "problems_per_call": cfg.problems_per_call,
     }
-    prompt = format_prompt(tokenizer, "x", cfg.prompt)
+    prompt = format_prompt(tokenizer, "x", prompt_cfg)
     return Prepared(
         out=Path(cfg.out or default_out(cfg)), source=source, tokenizer=tokenizer, datasets=datasets,
         chunks=plan_chunks(datasets, cfg.problems_per_call, params.seed), params=params, settings=settings,
-        think_open=prompt.rfind(THINK_OPEN) > prompt.rfind(THINK_CLOSE),
+        think_open=prompt.rfind(THINK_OPEN) > prompt.rfind(THINK_CLOSE), prompt=prompt_cfg,
     )
+
+
+def training_prompt(source: PolicySource) -> PromptConfig | None:
+    """The prompt settings a nemo-lead checkpoint was trained with (meta.json "prompt"), or None: a model
+    is best evaluated with the prompt format it learned (the demo's "=?" suffix, a recipe's own)."""
+    if source.kind != "checkpoint":
+        return None
+    import json
+
+    saved = json.loads((Path(source.path) / "meta.json").read_text()).get("prompt")
+    return PromptConfig(**saved) if saved else None
 
 
 def check_prompt_lengths(cfg: EvalConfig, prep: Prepared) -> None:
@@ -92,7 +106,7 @@ def check_prompt_lengths(cfg: EvalConfig, prep: Prepared) -> None:
     if limit is None:
         return
     for name, problems in prep.datasets.items():
-        for p, ids in zip(problems, prompt_token_ids(prep.tokenizer, problems, cfg.prompt)):
+        for p, ids in zip(problems, prompt_token_ids(prep.tokenizer, problems, prep.prompt)):
             if len(ids) + prep.params.max_tokens > limit:
                 raise ValueError(f"{name} problem {p.id}: {len(ids)} prompt tokens + max_tokens "
                                  f"{prep.params.max_tokens} exceed the model's {limit} positions")
@@ -262,7 +276,7 @@ def _generate_pending(cfg, prep: Prepared, info, pending: list[int], store, grad
         item = None
         if mine is not None:
             chunk = prep.chunks[mine]
-            ids = prompt_token_ids(prep.tokenizer, chunk.problems, cfg.prompt)
+            ids = prompt_token_ids(prep.tokenizer, chunk.problems, prep.prompt)
             rollouts = engine.generate(ids, dataclasses.replace(prep.params, seed=chunk.seed))
             item = (mine, [(r.prompt_index, r.sample_index, r.token_ids, r.finish_reason) for r in rollouts])
         for index, rollouts in _gather_to_writer(item, info):

@@ -148,7 +148,9 @@ def save(run: Run, loop_state: dict[str, Any]) -> Path:
     from .actor import save_actor_state
 
     path = checkpoint_dir(run.cfg.out, run.step)
-    save_actor_state(run.actor, path, step=run.step, loop_state=loop_state, tokenizer_dir=run.tokenizer_dir)
+    # the prompt format goes along: `nemo-lead eval` of the checkpoint uses it (nemo_lead.eval.runner)
+    save_actor_state(run.actor, path, step=run.step, loop_state=loop_state, tokenizer_dir=run.tokenizer_dir,
+                     extra_meta={"prompt": dataclasses.asdict(run.cfg.prompt)})
     run.folder.prune_checkpoints(run.cfg.keep_last)
     run.last_saved = run.step
     return path

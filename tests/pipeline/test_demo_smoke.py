@@ -54,3 +54,13 @@ def test_demo_recipe_end_to_end(tmp_path):
     got = json.loads((tmp_path / "again" / "summary.json").read_text())["datasets"]["heldout"]
     assert (got["cons_at_k"], got["pass_at_1"], got["len_avg"]) == (rows[1]["cons@k"], rows[1]["pass@1"],
                                                                    rows[1]["mean_length"])
+    # and so does the bare command built from the row's fields (the checkpoint brings its training prompt)
+    r = rows[2]
+    bare = ["eval", "--model", r["checkpoint"], "--data", r["data"], "--n", str(r["n"]), "--temperature",
+            str(r["temperature"]), "--top-p", str(r["top_p"]), "--max-tokens", str(r["max_tokens"]), "--seed",
+            str(r["seed"]), "--out", str(tmp_path / "bare"), "limit=6"]
+    again = subprocess.run([sys.executable, "-m", "nemo_lead.cli", *bare], capture_output=True, text=True,
+                           timeout=300, env=_env())
+    assert again.returncode == 0, again.stderr[-3000:]
+    got = json.loads((tmp_path / "bare" / "summary.json").read_text())["datasets"]["heldout"]
+    assert (got["cons_at_k"], got["pass_at_1"], got["len_avg"]) == (r["cons@k"], r["pass@1"], r["mean_length"])
