@@ -111,7 +111,7 @@ def test_hostile_inputs_finish_within_the_deadline(verifier):
     for name, g in zip(hostile, grades):
         assert not g.correct, name
         assert g.outcome in (Outcome.WRONG, Outcome.TRUNCATED), name
-        assert g.seconds <= TIMEOUT + GRACE + 0.5, (name, g.seconds)
+        assert g.seconds <= TIMEOUT + GRACE + 1.5, (name, g.seconds)  # slack for a loaded 2-core machine
     assert elapsed < 2 * (TIMEOUT + GRACE) + 5
 
 
