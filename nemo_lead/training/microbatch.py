@@ -30,6 +30,7 @@ the next token `tokens[j + 1]`. Response token t (0-based) of a sequence with pr
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
 
@@ -108,13 +109,16 @@ class SequenceBatch:
     def __len__(self) -> int:
         return len(self.tokens)
 
-    @property
+    # computed once: `collate` and the planners read them per row, and `len` of a tensor goes through torch's
+    # function-override machinery (the CPU compatibility mode), which made these lists cost seconds per RL step.
+    # A batch's tokens are not changed after construction (`select` and `dataclasses.replace` build new ones).
+    @functools.cached_property
     def lengths(self) -> list[int]:
-        return [len(t) for t in self.tokens]
+        return [t.shape[0] for t in self.tokens]
 
-    @property
+    @functools.cached_property
     def response_lens(self) -> list[int]:
-        return [len(t) - p for t, p in zip(self.tokens, self.prompt_lens)]
+        return [n - p for n, p in zip(self.lengths, self.prompt_lens)]
 
     def select(self, indices: Sequence[int]) -> SequenceBatch:
         """The sub-batch of the given sequences, in that order."""
