@@ -97,8 +97,10 @@ def test_demo_recipe_follows_the_demo_sizing():
     ev = DEMO_SIZING["eval"]
     assert (s["eval"]["sampling"]["n"], s["eval"]["sampling"]["temperature"], s["eval"]["sampling"]["max_tokens"]) \
         == (ev["samples_per_problem"], ev["temperature"], ev["max_tokens"])
-    for stage in ("sft", "rl1", "rl2", "eval"):
+    for stage in ("sft", "rl1", "rl2"):
         assert s[stage]["prompt"]["suffix"] == DEMO_PROMPT.suffix
+    # evaluation takes each checkpoint's training prompt (so the bare eval command reproduces a row)
+    assert s["eval"]["prompt_from_checkpoint"] and s["eval"]["prompt"]["suffix"] != DEMO_PROMPT.suffix
 
 
 def test_demo_command_is_the_demo_recipe(capsys):
