@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Every check that needs a GPU, in one call: GPU time comes in short leases, so one prepared script runs
+# Every check that needs a GPU, in one call: GPU time comes in short allotments, so one prepared script runs
 # the actor MFU sweep (bench/actor_bench.py --gpu), the GPU tests (tests/gpu), the rollout decode
 # benchmark (bench/rollout_bench.py --gpu) and one RL step at the 1.5B shape (bench/rl_step_bench.py --gpu),
 # each under its own time limit, and collects the logs, one

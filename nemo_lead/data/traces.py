@@ -44,6 +44,8 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+from nemo_lead.verify.extract import THINK_OPEN, ends_inside_think
+
 from .problems import BUILTIN_DATASETS, _first, _resolve, _tried
 from .prompts import PromptConfig, format_prompt, uses_chat_template
 from .readers import DataError, read_records
@@ -55,7 +57,6 @@ TRACE_FIELDS: dict[str, tuple[str, ...]] = {
     "id": ("id", "unique_id"),
 }
 OVERLONG_CHOICES = ("drop", "truncate")
-THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -178,7 +179,7 @@ def _render_messages(messages: Any, where: str, key: str, tokenizer: Any, cfg: P
 def strip_repeated_think(prompt: str, response: str) -> str:
     """`response` without its leading `<think>` when `prompt` already ends inside an open think block (R1's
     generation prompt `<｜Assistant｜><think>\\n`), so the tag is not doubled; otherwise unchanged."""
-    if prompt.rfind(THINK_OPEN) <= prompt.rfind(THINK_CLOSE):
+    if not ends_inside_think(prompt):
         return response
     body = response.lstrip()
     if not body.startswith(THINK_OPEN):

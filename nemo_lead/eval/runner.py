@@ -35,7 +35,7 @@ from typing import Any
 from nemo_lead.data import Problem, PromptConfig, format_prompt, prompt_token_ids
 from nemo_lead.generation import SamplingParams
 from nemo_lead.models.policy import PolicySource, policy_source
-from nemo_lead.verify.extract import THINK_CLOSE, THINK_OPEN
+from nemo_lead.verify.extract import THINK_OPEN, ends_inside_think
 
 from .config import EvalConfig, budget_points, dataset_specs, default_out
 from .plan import Chunk, load_datasets, plan_chunks
@@ -85,7 +85,7 @@ def prepare(cfg: EvalConfig) -> Prepared:
     return Prepared(
         out=Path(cfg.out or default_out(cfg)), source=source, tokenizer=tokenizer, datasets=datasets,
         chunks=plan_chunks(datasets, cfg.problems_per_call, params.seed), params=params, settings=settings,
-        think_open=prompt.rfind(THINK_OPEN) > prompt.rfind(THINK_CLOSE), prompt=prompt_cfg,
+        think_open=ends_inside_think(prompt), prompt=prompt_cfg,
     )
 
 

@@ -90,7 +90,7 @@ def run_distill(stage: Stage) -> dict[str, str]:
     from nemo_lead.eval.command import run_eval
     from nemo_lead.eval.runner import prepare
     from nemo_lead.eval.store import SAMPLES_FILE
-    from nemo_lead.verify.extract import THINK_CLOSE, THINK_OPEN
+    from nemo_lead.verify.extract import THINK_OPEN, ends_inside_think
 
     cfg = stage.config
     status = run_eval(cfg)
@@ -98,7 +98,7 @@ def run_distill(stage: Stage) -> dict[str, str]:
         raise StageStopped(f"stage {stage.name!r}: the teacher's sampling exited with status {status}", status)
     prep = prepare(cfg)
     prompt = format_prompt(prep.tokenizer, "x", cfg.prompt)
-    opened = prompt[prompt.rfind(THINK_OPEN):] if prompt.rfind(THINK_OPEN) > prompt.rfind(THINK_CLOSE) else ""
+    opened = prompt[prompt.rfind(THINK_OPEN):] if ends_inside_think(prompt) else ""
     problems = {(name, p.id): p for name, ps in prep.datasets.items() for p in ps}
     records = [json.loads(line) for line in (Path(cfg.out) / SAMPLES_FILE).read_text().splitlines() if line.strip()]
     records = [r for r in records if (r["dataset"], r["problem_id"]) in problems]

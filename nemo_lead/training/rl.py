@@ -275,10 +275,11 @@ def rl_job(cfg: RLConfig) -> None:
     from nemo_lead.data import format_prompt, load_problems
     from nemo_lead.generation import build_engine
     from nemo_lead.verify import MathVerifier
+    from nemo_lead.verify.extract import ends_inside_think
 
     from .data_order import DataOrder
     from .loop import abort_run, check_finite, end_of_step, finish_run, start_run
-    from .rollouts import RolloutContext, prompt_opens_think
+    from .rollouts import RolloutContext
 
     d = cfg.data
     problems = load_problems(d.path, split=d.split, fields=dict(d.fields), limit=d.limit)
@@ -297,7 +298,7 @@ def rl_job(cfg: RLConfig) -> None:
             engine_cfg = engine_config_for(cfg.engine, policy_source(cfg.actor.model, tokenizer=run.tokenizer_dir))
         ctx = RolloutContext(info=run.info, engine=build_engine(engine_cfg, run.actor), tokenizer=run.tokenizer,
                              prompt_cfg=cfg.prompt, verifier=verifier, check_repetition=cfg.lead.check_repetition,
-                             think_open=prompt_opens_think(format_prompt(run.tokenizer, "x", cfg.prompt)))
+                             think_open=ends_inside_think(format_prompt(run.tokenizer, "x", cfg.prompt)))
         order = DataOrder(len(problems), cfg.seed, shuffle=d.shuffle)
         if run.loop_state.get("data"):
             order.load_state_dict(run.loop_state["data"])

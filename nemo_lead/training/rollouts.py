@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 from nemo_lead.algorithms import Outcome
-from nemo_lead.verify.extract import THINK_CLOSE, THINK_OPEN
+from nemo_lead.verify.extract import THINK_OPEN
 
 
 @dataclass
@@ -56,10 +56,6 @@ class RolloutContext:
     verifier: Any  # MathVerifier on global rank 0, None elsewhere
     think_open: bool  # the prompt ends inside an open <think> block: the grader sees it prepended
     check_repetition: bool = False
-
-
-def prompt_opens_think(prompt_text: str) -> bool:
-    return prompt_text.rfind(THINK_OPEN) > prompt_text.rfind(THINK_CLOSE)
 
 
 def _dp_share(n: int, dp: int, rank: int) -> range:

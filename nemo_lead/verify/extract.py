@@ -32,6 +32,12 @@ _BARE_TOKEN = re.compile(r"[^\s$]+")
 _TRAILING_PUNCT = ".,;:"
 
 
+def ends_inside_think(text: str) -> bool:
+    """True when `text` (a rendered prompt) leaves a `<think>` block open, as R1-Distill's generation prompt
+    does: the response then starts inside the thoughts, and graders must see the `<think>` in front of it."""
+    return text.rfind(THINK_OPEN) > text.rfind(THINK_CLOSE)
+
+
 def answer_region(text: str, region: str = "after_think") -> str:
     """The part of `text` where the final answer is read (see the module docstring)."""
     if region == "all":
