@@ -179,7 +179,7 @@ def trl_worker(spec_path: str) -> None:
     from nemo_lead.data import chat_messages, format_prompt, load_problems, prompt_token_ids
     from nemo_lead.data.demo_task import DEMO_PROMPT
     from nemo_lead.models import load_tokenizer
-    from nemo_lead.training.rollouts import prompt_opens_think
+    from nemo_lead.verify.extract import ends_inside_think
     from nemo_lead.verify import MathVerifier
     from nemo_lead.verify.extract import THINK_OPEN
 
@@ -194,7 +194,7 @@ def trl_worker(spec_path: str) -> None:
     expected = {p.id: ids for p, ids in zip(used, prompt_token_ids(tok, used, DEMO_PROMPT))}
     dataset = Dataset.from_list([{"prompt": chat_messages(p, DEMO_PROMPT), "answer": p.answer, "pid": p.id}
                                  for p in used])
-    think_prefix = THINK_OPEN if prompt_opens_think(format_prompt(tok, "x", DEMO_PROMPT)) else ""
+    think_prefix = THINK_OPEN if ends_inside_think(format_prompt(tok, "x", DEMO_PROMPT)) else ""
     stop_ids = {tok.eos_token_id}
     verifier = MathVerifier(2, 5.0, "after_think")
     per_step: list[dict] = []
