@@ -179,9 +179,8 @@ def trl_worker(spec_path: str) -> None:
     from nemo_lead.data import chat_messages, format_prompt, load_problems, prompt_token_ids
     from nemo_lead.data.demo_task import DEMO_PROMPT
     from nemo_lead.models import load_tokenizer
-    from nemo_lead.verify.extract import ends_inside_think
     from nemo_lead.verify import MathVerifier
-    from nemo_lead.verify.extract import THINK_OPEN
+    from nemo_lead.verify.extract import THINK_OPEN, ends_inside_think
 
     if trl.__version__ != TRL_VERSION:
         print(f"warning: TRL {trl.__version__} installed; the benchmark pins {TRL_VERSION}", flush=True)
