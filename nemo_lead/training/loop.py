@@ -81,6 +81,15 @@ def model_hf_config(model: str) -> dict[str, Any]:
     return read_checkpoint_meta(source)["hf_config"] if kind == "checkpoint" else read_hf_config(source)
 
 
+def preflight_if_relaunching(ranks: int, check):
+    """`check` as run_command's preflight only when this process will start `ranks` local ranks: otherwise the
+    job runs here (or under torchrun / srun) and makes the same checks itself, so loading the data twice
+    would only cost start-up time."""
+    from nemo_lead.parallel import detect_launch
+
+    return check if ranks > 1 and detect_launch(os.environ).world_size == 1 else None
+
+
 def _on_writer_then_share(info, fn) -> Any:
     """Run `fn()` on global rank 0 and hand its result (or its ValueError) to every rank."""
     import torch.distributed as dist
@@ -99,9 +108,10 @@ def _on_writer_then_share(info, fn) -> Any:
     return value
 
 
-def start_run(cfg: Any, name: str, total_steps: int, log_names: tuple[str, ...] = ()) -> Run:
+def start_run(cfg: Any, name: str, total_steps: int, log_names: tuple[str, ...] = (), tokenizer: Any = None) -> Run:
     """Collective: set up the parallel state and the actor, open the run folder, resume from its latest
-    checkpoint when it has one. `log_names`: the loop's per-step JSONL logs to cut back on resume."""
+    checkpoint when it has one. `log_names`: the loop's per-step JSONL logs to cut back on resume;
+    `tokenizer`: the run's tokenizer when the caller already loaded it."""
     hide_import_noise()
     from nemo_lead.data.traces import check_vocab_covers
     from nemo_lead.models import load_tokenizer
@@ -111,7 +121,7 @@ def start_run(cfg: Any, name: str, total_steps: int, log_names: tuple[str, ...] 
     from .actor import build_actor, load_actor_state
 
     tok_dir = tokenizer_dir_of(cfg.actor.model, cfg.tokenizer)
-    tokenizer = load_tokenizer(tok_dir)
+    tokenizer = tokenizer if tokenizer is not None else load_tokenizer(tok_dir)
     hf_config = model_hf_config(cfg.actor.model)
     try:
         check_vocab_covers(tokenizer, hf_config.get("vocab_size", len(tokenizer)))

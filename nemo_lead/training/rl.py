@@ -338,4 +338,7 @@ def _preflight(cfg: RLConfig) -> None:
 
 def run_rl(cfg: RLConfig) -> int:
     """`nemo-lead rl`: the exit status (0 done or stopped by a signal after a checkpoint)."""
-    return run_command("rl", rl_job, (cfg,), ranks=cfg.actor.tp * cfg.actor.pp, preflight=lambda: _preflight(cfg))
+    from .loop import preflight_if_relaunching
+
+    ranks = cfg.actor.tp * cfg.actor.pp
+    return run_command("rl", rl_job, (cfg,), ranks=ranks, preflight=preflight_if_relaunching(ranks, lambda: _preflight(cfg)))

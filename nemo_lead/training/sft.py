@@ -82,9 +82,10 @@ def sft_job(cfg: SFTConfig) -> None:
     from .loop import abort_run, check_finite, end_of_step, finish_run, start_run, tokenizer_dir_of
     from .packing import pack_traces
 
-    train, val, report = load_sft_data(cfg, load_tokenizer(tokenizer_dir_of(cfg.actor.model, cfg.tokenizer)))
+    tokenizer = load_tokenizer(tokenizer_dir_of(cfg.actor.model, cfg.tokenizer))
+    train, val, report = load_sft_data(cfg, tokenizer)
     steps = total_steps(cfg, len(train))
-    run = start_run(cfg, "sft", steps)
+    run = start_run(cfg, "sft", steps, tokenizer=tokenizer)
     stopped = False
     try:
         order = DataOrder(len(train), cfg.seed, shuffle=True)
@@ -139,4 +140,8 @@ def _preflight(cfg: SFTConfig) -> None:
 
 def run_sft(cfg: SFTConfig) -> int:
     """`nemo-lead sft`: the exit status (0 done or stopped by a signal after a checkpoint)."""
-    return run_command("sft", sft_job, (cfg,), ranks=cfg.actor.tp * cfg.actor.pp, preflight=lambda: _preflight(cfg))
+    from .loop import preflight_if_relaunching
+
+    ranks = cfg.actor.tp * cfg.actor.pp
+    return run_command("sft", sft_job, (cfg,), ranks=ranks,
+                       preflight=preflight_if_relaunching(ranks, lambda: _preflight(cfg)))
