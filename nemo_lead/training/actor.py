@@ -161,7 +161,8 @@ class ActorConfig:
     precision: str = "auto"  # auto (bf16 on GPU, fp32 on CPU) | fp32 | bf16 | fp16 | fp8 (needs TE)
     layer_spec: str = "auto"  # auto (TE when importable) | te | local
     optim: ActorOptimConfig = field(default_factory=ActorOptimConfig)
-    micro_batch_tokens: int = 16384  # padded tokens per micro-batch (rows x longest row)
+    micro_batch_tokens: int = 16384  # padded tokens per micro-batch at most (rows x longest row)
+    micro_batch_overhead_tokens: int = 256  # what one more micro-batch costs, in tokens: where to cut (microbatch.py)
     recompute_granularity: Optional[str] = None  # None | full | selective (megatron activation recomputation)
     recompute_method: Optional[str] = None  # full only: uniform | block
     recompute_num_layers: Optional[int] = None  # full only: layers per recomputed chunk (uniform) / recomputed layers (block)
@@ -173,6 +174,8 @@ class ActorConfig:
         for key in ("tp", "pp", "micro_batch_tokens"):
             if getattr(self, key) < 1:
                 raise ValueError(f"actor.{key}={getattr(self, key)} must be >= 1")
+        if self.micro_batch_overhead_tokens < 0:
+            raise ValueError(f"actor.micro_batch_overhead_tokens={self.micro_batch_overhead_tokens} must be >= 0")
         if not self.model:
             raise ValueError("actor.model must name a HF folder, a checkpoint folder or a model preset")
         if self.precision not in PRECISION_CHOICES:
@@ -385,7 +388,8 @@ def _plan(actor: Actor, batch: SequenceBatch, split_over_dp: bool) -> _Plan:
     shares = balance_over_dp(batch.lengths, dp) if split_over_dp else None
     indices = shares[dp_rank] if split_over_dp else list(range(len(batch)))
     mine = batch.select(indices) if indices else dummy_like(batch)
-    return _Plan(mine, indices, plan_microbatches(mine.lengths, actor.cfg.micro_batch_tokens), shares)
+    groups = plan_microbatches(mine.lengths, actor.cfg.micro_batch_tokens, actor.cfg.micro_batch_overhead_tokens)
+    return _Plan(mine, indices, groups, shares)
 
 
 def _run_schedule(actor: Actor, plan: _Plan, loss_fn: Callable, *, forward_only: bool) -> list:
@@ -562,9 +566,17 @@ def policy_train_step(
     *,
     temperature: float = 1.0,
     split_over_dp: bool = True,
+    on_policy: bool = False,
 ) -> dict[str, float]:
     """One optimizer step of the clipped policy-gradient loss (`nemo_lead.algorithms.policy_loss`) over
     `batch`, which needs `advantages` and `old_logprobs` (and `ref_logprobs` when lead_cfg.kl_coeff > 0).
+
+    `on_policy=True`: the batch was sampled from the current weights and this is the only optimizer step
+    taken on it, so the old log-probs *are* this forward pass's log-probs: the ratio is taken against them,
+    detached (ratio 1, the plain policy gradient; TRL and verl do the same), and no separate forward pass
+    computes them. `batch.old_logprobs` must then be None. The step also reports the token-mean `entropy`
+    and, when `batch.rollout_logprobs` is set, the train/inference mismatch over the trained tokens
+    (`mismatch_sum`, to divide by `tokens`, and `mismatch_max`).
 
     `temperature`: the sampling temperature; log-probs are of softmax(logits / T), as the rollout engine's.
     Entropy (for lead_cfg.entropy_coeff > 0) is computed from the vocab-parallel logits (TP all-reduces).
@@ -576,8 +588,13 @@ def policy_train_step(
     `padding_fraction` (padded tokens that are padding, over all micro-batches and DP ranks) and
     `microbatches` (summed over DP ranks).
     """
-    if batch.advantages is None or batch.old_logprobs is None:
-        raise ValueError("policy_train_step needs batch.advantages and batch.old_logprobs")
+    if batch.advantages is None:
+        raise ValueError("policy_train_step needs batch.advantages")
+    if on_policy and batch.old_logprobs is not None:
+        raise ValueError("on_policy=True takes the old log-probs from the step's own forward pass; "
+                         "batch.old_logprobs must be None")
+    if not on_policy and batch.old_logprobs is None:
+        raise ValueError("policy_train_step needs batch.old_logprobs (or on_policy=True)")
     if lead_cfg.kl_coeff > 0 and batch.ref_logprobs is None:
         raise ValueError("lead.kl_coeff > 0 needs batch.ref_logprobs (reference-policy log-probs)")
     plan = _plan(actor, batch, split_over_dp)
@@ -587,22 +604,30 @@ def policy_train_step(
         cfg = cfg.replace(max_response_len=int(_dp_max(max(plan.batch.response_lens))))
     local = sum(float(loss_denominator(collate(plan.batch, g).loss_mask, cfg)) for g in plan.groups)
     denominator = torch.tensor(_dp_sum([local])[0], dtype=torch.float64)
-    with_entropy = cfg.entropy_coeff > 0
+    with_entropy = cfg.entropy_coeff > 0 or on_policy  # on-policy: the old policy's entropy, as a metric
     with_ref = batch.ref_logprobs is not None
+    with_mismatch = on_policy and batch.rollout_logprobs is not None
     vocab = actor.vocab_size
     token_means = ["pg_loss", "clip_frac", "ratio_mean", "approx_kl"]
     token_means += (["entropy"] if with_entropy else []) + (["kl_ref"] if with_ref else [])
 
     def loss_fn(mb: MicroBatch, logits: torch.Tensor):
         logp, ent = token_logprobs(logits, mb.targets, vocab, temperature=temperature, entropy=with_entropy)
-        loss, m = policy_loss(logp, mb.old_logprobs, mb.advantages, mb.loss_mask, cfg,
+        old = logp.detach() if on_policy else mb.old_logprobs
+        loss, m = policy_loss(logp, old, mb.advantages, mb.loss_mask, cfg,
                               ref_logp=mb.ref_logprobs, entropy=ent, denominator=denominator)
         n = m["tokens"]
         out = {"loss": loss.detach(), "tokens": n, "ratio_max": m["ratio_max"]}
         out.update({k: m[k] * n for k in token_means})  # token sums; divided by the global count below
+        if with_mismatch:
+            gap = torch.where(mb.loss_mask > 0, (logp.detach() - mb.rollout_logprobs).abs(), 0.0)
+            out.update(mismatch_sum=gap.sum(), mismatch_max=gap.max())
         return loss, n.to(torch.int), out
 
-    metrics = _train(actor, plan, loss_fn, ["loss", "tokens", *token_means], ["ratio_max"])
+    sums, maxes = ["loss", "tokens", *token_means], ["ratio_max"]
+    if with_mismatch:
+        sums, maxes = [*sums, "mismatch_sum"], [*maxes, "mismatch_max"]
+    metrics = _train(actor, plan, loss_fn, sums, maxes)
     for k in token_means:
         metrics[k] /= max(metrics["tokens"], 1.0)
     return metrics

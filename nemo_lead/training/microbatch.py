@@ -9,10 +9,11 @@ How the step cuts it up, and why:
    each sequence to the rank with the fewest tokens so far; ties to the lower rank). Deterministic, so
    every rank computes every rank's share without talking, and the ranks of one model-parallel group
    (TP / PP) agree on the data.
-2. `plan_microbatches`: a rank's share is sorted by length (longest first) and cut greedily into
-   micro-batches whose *padded* size (rows x longest row) stays within a token budget. Similar lengths
-   end up together, so little is padded; a sequence longer than the budget gets a micro-batch of its own.
-   The padding fraction is reported by the step.
+2. `plan_microbatches`: a rank's share is sorted by length (longest first) and cut into micro-batches
+   whose *padded* size (rows x longest row) stays within a token budget, at the cuts that minimise padded
+   tokens plus a fixed cost per micro-batch. Similar lengths end up together, so little is padded; a
+   sequence longer than the budget gets a micro-batch of its own. The padding fraction is reported by the
+   step.
 3. `collate`: one micro-batch -> right-padded [b, S] tensors (`MicroBatch`). Right padding with causal
    attention leaves every real position's logits exactly as without padding, so the split does not change
    the loss (the normalisation across micro-batches is the train step's job; see `actor.py`).
@@ -44,6 +45,9 @@ def _as_1d(values, dtype: torch.dtype, what: str) -> torch.Tensor:
     return t
 
 
+TOKEN_VALUE_FIELDS = ("old_logprobs", "ref_logprobs", "rollout_logprobs")  # per response token, collated alike
+
+
 @dataclass
 class SequenceBatch:
     """A batch of sequences for the actor: `tokens[i]` = prompt + response of sequence i.
@@ -55,6 +59,8 @@ class SequenceBatch:
         responses or a chat template's tokens). None = all response tokens.
     advantages: [N] float, one per sequence (policy steps).
     old_logprobs / ref_logprobs: per response token [R_i] (log-probs of the sampling / reference policy).
+    rollout_logprobs: per response token [R_i], the rollout engine's log-probs of the sampled tokens under
+        the untruncated policy (`Rollout.policy_logprobs`): only for the train/inference mismatch metric.
     segments: per sequence, the lengths of the pieces packed in it (positive, summing to L_i); None = one
         piece each (see the module docstring).
     Everything is validated here, naming the sequence at fault.
@@ -66,6 +72,7 @@ class SequenceBatch:
     advantages: torch.Tensor | None = None
     old_logprobs: list[torch.Tensor] | None = None
     ref_logprobs: list[torch.Tensor] | None = None
+    rollout_logprobs: list[torch.Tensor] | None = None
     segments: list[list[int]] | None = None
 
     def __post_init__(self) -> None:
@@ -81,8 +88,7 @@ class SequenceBatch:
                 raise ValueError(f"sequence {i}: prompt_lens[{i}]={p} must be in [1, {len(t) - 1}] "
                                  f"(the sequence has {len(t)} tokens; at least one prompt and one response token)")
         resp = self.response_lens
-        for name, dtype in (("loss_mask", torch.float32), ("old_logprobs", torch.float32),
-                            ("ref_logprobs", torch.float32)):
+        for name, dtype in (("loss_mask", torch.float32), *((f, torch.float32) for f in TOKEN_VALUE_FIELDS)):
             values = getattr(self, name)
             if values is None:
                 continue
@@ -159,17 +165,34 @@ def balance_over_dp(lengths: Sequence[int], dp: int) -> list[list[int]]:
     return [sorted(s) for s in shares]
 
 
-def plan_microbatches(lengths: Sequence[int], token_budget: int) -> list[list[int]]:
+def plan_microbatches(lengths: Sequence[int], token_budget: int, overhead_tokens: int = 256) -> list[list[int]]:
     """Positions into `lengths`, grouped into micro-batches of at most `token_budget` padded tokens
-    (rows x longest row), longest sequences first. Every position appears exactly once."""
+    (rows x longest row; a longer sequence gets one of its own), longest sequences first. Every position
+    appears exactly once.
+
+    The cut is the one that minimises padded tokens + `overhead_tokens` x micro-batches: each micro-batch
+    has a fixed cost (kernel launches, Python, the schedule) worth about that many tokens of compute, so a
+    batch with a long tail is split where the padding saved pays for it. Exact: with the sequences sorted,
+    some best split cuts the sorted list into runs, and a dynamic programme over the cut points finds it
+    (ties go to fewer, larger micro-batches). A large `overhead_tokens` gives the fewest micro-batches."""
     if token_budget < 1:
         raise ValueError(f"token_budget must be >= 1, got {token_budget}")
-    groups: list[list[int]] = []
-    for i in sorted(range(len(lengths)), key=lambda i: (-lengths[i], i)):
-        if groups and (len(groups[-1]) + 1) * lengths[groups[-1][0]] <= token_budget:
-            groups[-1].append(i)
-        else:
-            groups.append([i])
+    if overhead_tokens < 0:
+        raise ValueError(f"overhead_tokens must be >= 0, got {overhead_tokens}")
+    order = sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
+    n = len(order)
+    longest = [lengths[i] for i in order]
+    cost = [0] * (n + 1)  # cost[i]: the best plan of order[i:]
+    cut = [n] * (n + 1)  # where that plan's first micro-batch ends
+    for i in range(n - 1, -1, -1):
+        rows = max(1, token_budget // max(longest[i], 1))
+        cost[i], cut[i] = min(((j - i) * longest[i] + overhead_tokens + cost[j], -j)
+                              for j in range(i + 1, min(n, i + rows) + 1))
+        cut[i] = -cut[i]
+    groups, i = [], 0
+    while i < n:
+        groups.append(order[i:cut[i]])
+        i = cut[i]
     return groups
 
 
@@ -186,7 +209,8 @@ class MicroBatch:
     input_ids / position_ids / targets: [b, S] int64 (padding: token 0, positions continue, target 0).
     loss_mask: [b, S] float, 1 where the target is a trained response token.
     response_cols: per row, the column slice holding its response tokens' predictions.
-    advantages [b], old_logprobs / ref_logprobs [b, S] (0 outside the response): when the batch has them.
+    advantages [b], old_logprobs / ref_logprobs / rollout_logprobs [b, S] (0 outside the response): when the
+        batch has them.
     attention_mask: [b, 1, S, S] bool, True = masked out (megatron's convention), block-diagonal causal over
         the rows' pieces; None = plain causal attention (no row of this micro-batch is packed).
     """
@@ -199,6 +223,7 @@ class MicroBatch:
     advantages: torch.Tensor | None = None
     old_logprobs: torch.Tensor | None = None
     ref_logprobs: torch.Tensor | None = None
+    rollout_logprobs: torch.Tensor | None = None
     attention_mask: torch.Tensor | None = None
 
     def response_values(self, values: torch.Tensor) -> list[torch.Tensor]:
@@ -213,8 +238,7 @@ def collate(batch: SequenceBatch, indices: Sequence[int], device: torch.device |
     ids = torch.zeros((rows, width), dtype=torch.long)
     targets = torch.zeros((rows, width), dtype=torch.long)
     mask = torch.zeros((rows, width), dtype=torch.float32)
-    old = torch.zeros((rows, width)) if batch.old_logprobs is not None else None
-    ref = torch.zeros((rows, width)) if batch.ref_logprobs is not None else None
+    values = {f: torch.zeros((rows, width)) for f in TOKEN_VALUE_FIELDS if getattr(batch, f) is not None}
     cols = []
     for r, i in enumerate(indices):
         t, p = batch.tokens[i], batch.prompt_lens[i]
@@ -223,18 +247,16 @@ def collate(batch: SequenceBatch, indices: Sequence[int], device: torch.device |
         span = slice(p - 1, len(t) - 1)
         cols.append(span)
         mask[r, span] = 1.0 if batch.loss_mask is None else batch.loss_mask[i]
-        if old is not None:
-            old[r, span] = batch.old_logprobs[i]
-        if ref is not None:
-            ref[r, span] = batch.ref_logprobs[i]
+        for f, t in values.items():
+            t[r, span] = getattr(batch, f)[i]
     adv = batch.advantages[list(indices)] if batch.advantages is not None else None
     pieces = [batch.segments[i] if batch.segments is not None else [batch.lengths[i]] for i in indices]
     positions, attention = _segment_layout(pieces, width)
     move = (lambda x: None if x is None else x.to(device))  # noqa: E731
     return MicroBatch(
         input_ids=move(ids), position_ids=move(positions), targets=move(targets), loss_mask=move(mask),
-        response_cols=cols, advantages=move(adv), old_logprobs=move(old), ref_logprobs=move(ref),
-        attention_mask=move(attention),
+        response_cols=cols, advantages=move(adv), attention_mask=move(attention),
+        **{f: move(values.get(f)) for f in TOKEN_VALUE_FIELDS},
     )
 
 
@@ -266,7 +288,6 @@ def dummy_like(batch: SequenceBatch) -> SequenceBatch:
     return SequenceBatch(
         tokens=[[0, 0]], prompt_lens=[1], loss_mask=[[0.0]],
         advantages=[0.0] if has("advantages") else None,
-        old_logprobs=[[0.0]] if has("old_logprobs") else None,
-        ref_logprobs=[[0.0]] if has("ref_logprobs") else None,
+        **{f: [[0.0]] if has(f) else None for f in TOKEN_VALUE_FIELDS},
         segments=[[2]] if has("segments") else None,
     )

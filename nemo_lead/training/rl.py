@@ -14,8 +14,10 @@ One step (`rl_step`), each phase a function of its own:
                         -- decided on raw correctness, never on the shaped reward
     6. advantages       `compute_advantages` over the selected groups: group normalisation, difficulty
                         reweighting
-    7. old log-probs    recomputed by the actor at the sampling temperature (the engine's kept for the
-                        train/inference mismatch metric); token entropies of the old policy
+    7. old log-probs    the actor's, at the sampling temperature, and the old policy's token entropies;
+                        with one optimizer step on the fresh samples (the paper's setting) they come from
+                        the update's own forward pass (`old_logprobs=auto`), else from a pass of their own.
+                        The engine's are kept for the train/inference mismatch metric
     8. update           `ppo_epochs` x `minibatches` clipped policy-gradient steps (the paper: one)
     9. refit            the engine takes the new weights (free for the megatron engine: it runs on them)
    10. metrics          metrics.jsonl + TensorBoard, per-problem stats, the step's rollouts
@@ -156,15 +158,25 @@ def assign_advantages(s: RLState, selected: list[Group], seen: list[Group]) -> N
         g.advantages = adv[index == i]
 
 
+def old_logprobs_from_update(cfg: RLConfig) -> bool:
+    """True when the update is one optimizer step on the samples just drawn from the current weights: the
+    old log-probs are then the update's own log-probs, and a forward pass of their own would only repeat it."""
+    return cfg.old_logprobs == "auto" and cfg.ppo_epochs == 1 and cfg.minibatches == 1
+
+
 def old_logprobs(s: RLState, batch, engine_logp: list) -> tuple[Any, dict[str, float]]:
-    """7. old log-probs and entropies from the actor; the mismatch against the engine's log-probs."""
+    """7. old log-probs and entropies from the actor; the mismatch against the engine's log-probs.
+
+    From the update's forward pass (`old_logprobs_from_update`): the batch carries the engine's log-probs,
+    and the update reports entropy and mismatch. Otherwise a forward pass of their own, here."""
+    # an engine that cannot report untruncated log-probs marks them NaN (trtllm with top-k / top-p): no metric then
+    known = all(not any(math.isnan(x) for x in lp) for lp in engine_logp)
+    if old_logprobs_from_update(s.cfg):
+        return (dataclasses.replace(batch, rollout_logprobs=engine_logp) if known else batch), {}
     from .actor import compute_logprobs
 
     logp, entropy = compute_logprobs(s.run.actor, batch, s.cfg.rollout.temperature, entropy=True)
-    # an engine that cannot report untruncated log-probs marks them NaN (trtllm with top-k / top-p): no metric then
-    known = [i for i, lp in enumerate(engine_logp) if not any(math.isnan(x) for x in lp)]
-    mismatch = logprob_mismatch([engine_logp[i] for i in known], [logp[i].tolist() for i in known]) \
-        if len(known) == len(engine_logp) else {"mean": None, "max": None}
+    mismatch = logprob_mismatch(engine_logp, [lp.tolist() for lp in logp]) if known else {"mean": None, "max": None}
     ent = torch.cat(entropy)
     metrics = {"entropy": float(ent.mean()) if ent.numel() else 0.0,
                **dict(zip(MISMATCH_KEYS, (mismatch["mean"], mismatch["max"])))}
@@ -176,11 +188,19 @@ def update_policy(s: RLState, batch) -> dict[str, float]:
     from .actor import policy_train_step
 
     n = len(batch)
+    on_policy = batch.old_logprobs is None  # 7 left the old log-probs to this step's forward pass
     parts = [list(range(n))[i::s.cfg.minibatches] for i in range(s.cfg.minibatches)]
-    runs = [policy_train_step(s.run.actor, batch.select(p), s.cfg.lead, temperature=s.cfg.rollout.temperature)
+    runs = [policy_train_step(s.run.actor, batch.select(p), s.cfg.lead, temperature=s.cfg.rollout.temperature,
+                              on_policy=on_policy)
             for _ in range(s.cfg.ppo_epochs) for p in parts if p]
     out = {k: sum(m[k] for m in runs) / len(runs) for k in UPDATE_KEYS}
     out["lr"] = runs[-1]["lr"]
+    if on_policy:  # one run: the old policy's entropy and the mismatch come from its forward pass
+        m = runs[0]
+        out["entropy"] = m["entropy"]
+        has = "mismatch_sum" in m
+        out.update(zip(MISMATCH_KEYS, (m["mismatch_sum"] / max(m["tokens"], 1.0) if has else None,
+                                       m["mismatch_max"] if has else None)))
     return out
 
 

@@ -19,6 +19,7 @@ from .actor import ActorConfig, ActorOptimConfig
 from .run_config import RunSettings
 
 ANSWER_REGIONS = ("after_think", "before_think", "all")
+OLD_LOGPROBS = ("auto", "recompute")
 
 
 def _rl_actor() -> ActorConfig:
@@ -70,6 +71,9 @@ class RLConfig(RunSettings):
     max_rounds: int = 3  # dynamic sampling: prompt rounds per step at most (groups with signal fill the batch)
     ppo_epochs: int = 1  # passes over the step's rollouts
     minibatches: int = 1  # optimizer steps per pass
+    # auto: with one optimizer step on freshly sampled data (ppo_epochs = minibatches = 1) the old log-probs
+    # are the update's own (detached), so no forward pass of their own; recompute: always a pass of their own
+    old_logprobs: str = "auto"
     answer_region: str = "after_think"  # where the final answer is read
     verify_workers: int = 2
     verify_timeout_s: float = 5.0
@@ -91,6 +95,8 @@ class RLConfig(RunSettings):
             raise ValueError("rollout.n must be >= 2: group advantages need at least two samples per prompt")
         if not self.rollout.temperature > 0:
             raise ValueError("rollout.temperature must be > 0 (the policy-gradient ratio needs a sampling distribution)")
+        if self.old_logprobs not in OLD_LOGPROBS:
+            raise ValueError(f"old_logprobs must be one of {list(OLD_LOGPROBS)}, got {self.old_logprobs!r}")
         if self.answer_region not in ANSWER_REGIONS:
             raise ValueError(f"answer_region must be one of {list(ANSWER_REGIONS)}, got {self.answer_region!r}")
         if self.validation.every < 1 or self.validation.n < 1:

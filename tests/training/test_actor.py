@@ -133,12 +133,20 @@ def _one_rank_job(hf_dir, batch, sft_batch):
     for name in ("paper", "dr_grpo"):
         lead = LeadConfig.from_preset(name)
         out[name] = [_layout_step(hf_dir, batch, 1, 1, budget=b, lead=lead)["metrics"] for b in (10**6, 64, 20)]
-    # activation recomputation (full, uniform, 1 layer per chunk) gives the same step
     info = init_parallel(1, 1)
+    # on-policy: no old log-probs given, the ratio is taken against the step's own; the engine's log-probs
+    # (here the actor's plus 0.01 x (i + 1) for sequence i) only feed the mismatch metric
+    from nemo_lead.models import export_hf_weights
+    from nemo_lead.training.actor import compute_logprobs, policy_train_step
+
+    actor = build_actor(ActorConfig(model=hf_dir, micro_batch_tokens=SMALL_BUDGET, optim=OPTIM), info)
+    rollout = [lp + 0.01 * (i + 1) for i, lp in enumerate(compute_logprobs(actor, batch, TEMPERATURE))]
+    on = dataclasses.replace(batch, old_logprobs=None, rollout_logprobs=rollout)
+    out["on_policy"] = {"metrics": policy_train_step(actor, on, LEAD, temperature=TEMPERATURE, on_policy=True),
+                        "weights": dict(export_hf_weights(actor.model))}
+    # activation recomputation (full, uniform, 1 layer per chunk) gives the same step
     cfg = ActorConfig(model=hf_dir, micro_batch_tokens=SMALL_BUDGET, optim=OPTIM, recompute_granularity="full",
                       recompute_method="uniform", recompute_num_layers=1)
-    from nemo_lead.training.actor import policy_train_step
-
     out["recompute"] = policy_train_step(build_actor(cfg, info), batch, LEAD, temperature=TEMPERATURE)
     cfg = ActorConfig(model=hf_dir, micro_batch_tokens=SMALL_BUDGET, optim=OPTIM, recompute_granularity="selective")
     out["selective"] = policy_train_step(build_actor(cfg, info), batch, LEAD, temperature=TEMPERATURE)
@@ -216,10 +224,16 @@ def batches(hf_dir):
     return batch, sft, (ref_logps, ref_ents), sft_logps
 
 
-def test_one_rank_matches_transformers(hf_dir, batches):
+@pytest.fixture(scope="module")
+def one_rank(hf_dir, batches):
+    batch, sft, _, _ = batches
+    return run_distributed(_one_rank_job, 1, hf_dir, batch, sft)[0]
+
+
+def test_one_rank_matches_transformers(hf_dir, batches, one_rank):
     batch, sft, (ref_logps, ref_ents), sft_logps = batches
     reference = _hf_reference(hf_dir, batch, LEAD)
-    out = run_distributed(_one_rank_job, 1, hf_dir, batch, sft)[0]
+    out = one_rank
     _check_logprobs(out["tp1"], ref_logps, ref_ents, "tp1")
     _check_step(out["tp1"], reference, "tp1")
     m = out["tp1"]["metrics"]
@@ -243,6 +257,32 @@ def test_one_rank_matches_transformers(hf_dir, batches):
     masked_nll = torch.cat([-lp for lp in sft_logps]).mean().item()
     assert out["sft"][0] == pytest.approx(masked_nll, abs=1e-5)
     assert all(b < a for a, b in zip(out["sft"], out["sft"][1:])) and out["sft"][-1] < 0.8 * out["sft"][0]
+
+
+def test_on_policy_step_takes_the_old_logprobs_from_its_own_forward_pass(hf_dir, batches, one_rank):
+    """The same step as with old log-probs = the current policy's (transformers' reference), ratio 1, no
+    clipping; entropy and the engine mismatch reported from the same pass."""
+    batch, _, (ref_logps, ref_ents), _ = batches
+    reference = _hf_reference(hf_dir, dataclasses.replace(batch, old_logprobs=ref_logps), LEAD)
+    result = one_rank["on_policy"]
+    _check_step(result, reference, "on_policy")
+    m = result["metrics"]
+    assert m["ratio_mean"] == 1.0 and m["ratio_max"] == 1.0 and m["clip_frac"] == 0.0 and m["approx_kl"] == 0.0
+    kept = [float(mask.sum()) for mask in batch.loss_mask]
+    entropy = sum(float((e * mask).sum()) for e, mask in zip(ref_ents, batch.loss_mask)) / sum(kept)
+    assert m["entropy"] == pytest.approx(entropy, abs=1e-5)
+    assert m["mismatch_sum"] / m["tokens"] == pytest.approx(sum(0.01 * (i + 1) * k for i, k in enumerate(kept)) / sum(kept), abs=1e-5)
+    assert m["mismatch_max"] == pytest.approx(0.01 * max(i + 1 for i, k in enumerate(kept) if k), abs=1e-5)
+
+
+def test_policy_step_needs_old_logprobs_or_on_policy(hf_dir, batches):
+    from nemo_lead.training.actor import policy_train_step
+
+    batch = batches[0]
+    with pytest.raises(ValueError, match="batch.old_logprobs must be None"):
+        policy_train_step(None, batch, LEAD, on_policy=True)
+    with pytest.raises(ValueError, match=r"needs batch.old_logprobs \(or on_policy=True\)"):
+        policy_train_step(None, dataclasses.replace(batch, old_logprobs=None), LEAD)
 
 
 def test_tp2_pp2_dp2_match_transformers(hf_dir, batches):

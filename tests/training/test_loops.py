@@ -11,6 +11,7 @@
 - All groups filtered: the step is logged as skipped, the run goes on. A NaN loss stops the run with exit 1
   and keeps the last good checkpoint.
 - One RL update raises the log-prob of a correct response and lowers a wrong one's (the advantage sign).
+- Old log-probs from the update's own forward pass (the default) give the run a separate pass gives.
 """
 
 from __future__ import annotations
@@ -200,6 +201,18 @@ def test_rl_resume_after_kill_equals_uninterrupted_run(data, sft_run, rl_run, tm
         assert (out / "rollouts" / f.name).read_text() == f.read_text()
 
 
+def test_rl_old_logprobs_from_the_update_equal_a_pass_of_their_own(data, sft_run, rl_run, tmp_path):
+    """`old_logprobs=auto` (the default; one update per step: the update's own forward pass) against
+    `recompute` (a forward pass of their own, as with several updates per step): the same run."""
+    root, _ = data
+    out = tmp_path / "recompute"
+    res = _run(_rl_args(root, sft_run / "checkpoints" / "step_000080", out, extra=["old_logprobs=recompute"]))
+    assert res.returncode == 0, res.stderr
+    for a, b in zip(_strip_timing(_metrics(out)), _strip_timing(_metrics(rl_run))):
+        assert _close(a, b, 1e-5), (a, b)
+    assert all(r["time/logprobs"] > 0.001 for r in _metrics(out) if not r["skipped"])
+
+
 def _close(a: dict, b: dict, tol: float) -> bool:
     return set(a) == set(b) and all(
         abs(a[k] - b[k]) <= tol * max(1.0, abs(b[k])) if isinstance(b[k], float) else a[k] == b[k] for k in b)
@@ -325,7 +338,7 @@ def _advantage_sign_job(model: str) -> tuple[list[float], list[float]]:
 
     class S:  # the slice of RLState these phases read
         cfg = type("C", (), {"lead": lead, "rollout": type("R", (), {"temperature": 1.0})(), "minibatches": 1,
-                             "ppo_epochs": 1})()
+                             "ppo_epochs": 1, "old_logprobs": "auto"})()
         run = type("Run", (), {"actor": actor})()
 
     groups = []

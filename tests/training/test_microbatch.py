@@ -33,19 +33,58 @@ def test_dp_shares_balance_tokens_deterministically():
 
 def test_microbatches_respect_the_token_budget_and_group_similar_lengths():
     lengths = [14000, 500, 480, 7000, 520, 30]
-    groups = plan_microbatches(lengths, 16000)
-    # 2 x 14000 > 16000; 7000 + 520 pad to 2 x 7000 (a third row would make 21000); the rest pad to 500
-    assert groups == [[0], [3, 4], [1, 2, 5]]
+    groups = plan_microbatches(lengths, 16000, overhead_tokens=256)
+    # sorted: 14000 7000 520 500 480 30. 2 x 14000 > 16000: alone. 7000 alone (7000 + 256) beats 7000 + 520
+    # padded to 2 x 7000; the short ones: [520 500 480] + [30] = 1560 + 30 + 2 x 256 = 2102, one group of
+    # four 4 x 520 + 256 = 2336, [520] [500 480] [30] = 520 + 1000 + 30 + 3 x 256 = 2318
+    assert groups == [[0], [3], [4, 1, 2], [5]]
     for g in groups:
         assert len(g) == 1 or len(g) * max(lengths[i] for i in g) <= 16000
     assert sorted(i for g in groups for i in g) == list(range(len(lengths)))
-    assert padded_tokens(lengths, groups) == 14000 + 2 * 7000 + 3 * 500
+    assert padded_tokens(lengths, groups) == 14000 + 7000 + 3 * 520 + 30
+    # a costly micro-batch: the fewest that fit the budget (three), and of those the least padding
+    assert plan_microbatches(lengths, 16000, overhead_tokens=10**6) == [[0], [3], [4, 1, 2, 5]]
+    # free micro-batches: no padding at all
+    assert padded_tokens(lengths, plan_microbatches(lengths, 16000, overhead_tokens=0)) == sum(lengths)
     # a budget below the longest sequence still makes progress: one sequence per micro-batch
     assert plan_microbatches([50, 40], 10) == [[0], [1]]
-    # a budget that fits everything gives one micro-batch
-    assert plan_microbatches(lengths, 10**6) == [[0, 3, 4, 1, 2, 5]]
+    # a budget that fits everything, and equal lengths: one micro-batch
+    assert plan_microbatches([7, 7, 7], 10**6) == [[0, 1, 2]]
     with pytest.raises(ValueError, match="token_budget"):
         plan_microbatches(lengths, 0)
+    with pytest.raises(ValueError, match="overhead_tokens"):
+        plan_microbatches(lengths, 100, overhead_tokens=-1)
+
+
+def _set_partitions(items):
+    if not items:
+        yield []
+        return
+    first, rest = items[0], items[1:]
+    for part in _set_partitions(rest):
+        yield [[first], *part]
+        for k in range(len(part)):
+            yield [*part[:k], [first, *part[k]], *part[k + 1:]]
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_microbatch_plan_is_the_cheapest_of_all_partitions(seed):
+    """Brute force over every way to group up to 7 sequences (not only runs of the sorted list)."""
+    g = torch.Generator().manual_seed(seed)
+    n = int(torch.randint(1, 8, (1,), generator=g))
+    lengths = torch.randint(1, 60, (n,), generator=g).tolist()
+    budget, overhead = int(torch.randint(30, 200, (1,), generator=g)), int(torch.randint(0, 80, (1,), generator=g))
+
+    def cost(groups):
+        return padded_tokens(lengths, groups) + overhead * len(groups)
+
+    def fits(group):
+        return len(group) == 1 or len(group) * max(lengths[i] for i in group) <= budget
+
+    best = min(cost(p) for p in _set_partitions(list(range(n))) if all(fits(x) for x in p))
+    plan = plan_microbatches(lengths, budget, overhead)
+    assert all(fits(x) for x in plan) and sorted(i for x in plan for i in x) == list(range(n))
+    assert cost(plan) == best
 
 
 def test_collate_puts_response_tokens_in_the_prediction_columns():
