@@ -35,6 +35,7 @@ Memory: the cache lives only during `generate`; `sleep` / `wake` release the all
 
 from __future__ import annotations
 
+import contextlib
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
@@ -193,7 +194,12 @@ class MegatronEngine:
                                      f"the model's {self.max_positions} positions")
         if self._comm is None:
             self._comm = _Comm()
-        with eval_mode(self.model):
+        from nemo_lead.parallel import cpu
+
+        # one model-parallel rank: the decode loop makes no CUDA assumptions, so the CPU layer's per-call hop
+        # is dropped; TP / PP ranks keep it (megatron's TP gathers allocate on "the current CUDA device")
+        single = cpu.suspended() if self._comm.mp_size == 1 else contextlib.nullcontext()
+        with eval_mode(self.model), single:
             gen = _Generation(self, prompt_token_ids, params)
             seqs = gen.run()
         if gen.steps is not None:

@@ -24,7 +24,10 @@ covers exactly those, measured on megatron-core 0.16.1 / torch 2.13 CPU (DESIGN.
    `tensor_parallel.model_parallel_cuda_manual_seed` works unchanged on CPU (its `torch.cuda.manual_seed`
    is a lazy no-op there); `nemo_lead.parallel.seed_model_parallel_rng` calls it on both devices.
 
-Everything is undone by `disable()` (tests use it); `enable()` is idempotent. Apply it only when
+Everything is undone by `disable()` (tests use it); `enable()` is idempotent. `suspended()` runs a block
+without the mode (the patches of 1, 3 and 4 stay): for code that makes none of the assumptions of (2), such
+as the rollout engine's decode loop, where the mode's Python hop on every torch call is a large part of a
+tiny model's decode step. Apply it only when
 `torch.cuda.is_available()` is False: `nemo_lead.parallel.init_parallel` does that. The mode is
 thread-local: it covers the thread that called `enable()` (and autograd's backward), not megatron code run
 from other threads. Not covered (GPU-only features): `sequence_parallel=True` (torch's norm wrapper refuses
@@ -192,6 +195,19 @@ def enable() -> None:
     _patch(torch.autograd, "_engine_run_backward", _run_backward_in_mode(torch.autograd._engine_run_backward))
     _mode = CudaToCpuMode()
     _mode.__enter__()
+
+
+@contextlib.contextmanager
+def suspended():
+    """The block runs without the device-rewriting mode (see the module docstring); a no-op when the mode
+    is off, or when another mode was entered after it (popping ours would then pop that one)."""
+    from torch.overrides import _get_current_function_mode_stack, _pop_mode_temporarily
+
+    if _mode is None or not _get_current_function_mode_stack() or _get_current_function_mode_stack()[-1] is not _mode:
+        yield
+        return
+    with _pop_mode_temporarily():
+        yield
 
 
 def disable() -> None:

@@ -30,6 +30,31 @@ def test_cuda_devices_map_to_cpu(cpu_layer):
     assert torch.cuda.synchronize() is None
 
 
+def test_suspended_runs_a_block_without_the_mode(cpu_layer):
+    with cpu.suspended():
+        with pytest.raises((AssertionError, RuntimeError)):  # torch's own "not compiled with CUDA"
+            torch.empty(1, device="cuda")
+        assert torch.cuda.current_device() == 0  # the patches stay
+    assert torch.empty(1, device="cuda").device.type == "cpu"  # the mode is back
+
+
+def test_suspended_leaves_a_later_mode_alone(cpu_layer):
+    from torch.overrides import TorchFunctionMode
+
+    class Counting(TorchFunctionMode):
+        calls = 0
+
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            Counting.calls += 1
+            return func(*args, **(kwargs or {}))
+
+    with Counting():
+        with cpu.suspended():  # ours is not on top: popping would remove Counting, so nothing is popped
+            assert torch.empty(1, device="cuda").device.type == "cpu"
+            torch.ones(1)
+    assert Counting.calls >= 2
+
+
 class _CudaInBackward(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x):
