@@ -199,7 +199,9 @@ class MegatronEngine:
         # one model-parallel rank: the decode loop makes no CUDA assumptions, so the CPU layer's per-call hop
         # is dropped; TP / PP ranks keep it (megatron's TP gathers allocate on "the current CUDA device")
         single = cpu.suspended() if self._comm.mp_size == 1 else contextlib.nullcontext()
-        with eval_mode(self.model), single:
+        # inference mode, not only no_grad: no version counters or view tracking on the cache's many small
+        # updates (everything it creates stays inside this call; rollouts leave as Python lists)
+        with eval_mode(self.model), torch.inference_mode(), single:
             gen = _Generation(self, prompt_token_ids, params)
             seqs = gen.run()
         if gen.steps is not None:
