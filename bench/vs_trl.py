@@ -1,7 +1,7 @@
 """nemo-lead's RL step against TRL's `GRPOTrainer`: the same model, prompts, reward, group size and update.
 
-    OMP_NUM_THREADS=1 .venv/bin/python bench/vs_trl.py [--steps 10] [--repeats 2] [--record]     # ~7 minutes
-    OMP_NUM_THREADS=1 .venv/bin/python bench/vs_trl.py --quick        # a smoke run of every piece, ~2 minutes
+    OMP_NUM_THREADS=1 .venv/bin/python bench/vs_trl.py [--steps 10] [--repeats 2] [--record]     # ~8 minutes
+    OMP_NUM_THREADS=1 .venv/bin/python bench/vs_trl.py --quick        # a smoke run of every piece, ~1 minute
 
 Needs the `bench` extra (`pip install -e '.[bench]'`: the pinned TRL); the product does not depend on it.
 
