@@ -82,14 +82,21 @@ def _interrupt(args, run: Path, after_lines: int, sig=signal.SIGKILL, timeout=24
     try:
         metrics = run / "metrics.jsonl"
         while time.monotonic() < deadline and proc.poll() is None:
-            if metrics.is_file() and len(metrics.read_text().splitlines()) >= after_lines:
-                time.sleep(random.Random(after_lines).uniform(0.0, 0.3))
+            lines = metrics.read_text().splitlines() if metrics.is_file() else []
+            if len(lines) >= after_lines:
+                # a random moment of the next step: a fraction of the last step's own time (a tiny model's
+                # SFT step takes ~15 ms; a fixed delay would let the run finish first)
+                try:
+                    step_s = json.loads(lines[-1]).get("time/step", 0.0)
+                except json.JSONDecodeError:  # the line is being written
+                    step_s = 0.0
+                time.sleep(random.Random(after_lines).uniform(0.0, 1.0) * step_s)
                 if sig == signal.SIGKILL:
                     os.killpg(proc.pid, signal.SIGKILL)
                 else:
                     proc.send_signal(sig)
                 break
-            time.sleep(0.05)
+            time.sleep(0.005)
         return proc.wait(timeout=max(deadline - time.monotonic(), 1))
     finally:
         if proc.poll() is None:
