@@ -177,6 +177,13 @@ def _two_rank_job(hf_dir, batch, sft_batch):
     actor = build_actor(ActorConfig(model=hf_dir, micro_batch_tokens=SMALL_BUDGET, optim=OPTIM), info)
     out["dp2_local"] = policy_train_step(actor, batch.select(half), LEAD, temperature=TEMPERATURE,
                                          split_over_dp=False)
+    # on-policy at DP2: each rank trains its share; entropy and mismatch are reduced over both
+    from nemo_lead.training.actor import compute_logprobs
+
+    actor = build_actor(ActorConfig(model=hf_dir, micro_batch_tokens=SMALL_BUDGET, optim=OPTIM), info)
+    rollout = [lp + 0.01 * (i + 1) for i, lp in enumerate(compute_logprobs(actor, batch, TEMPERATURE))]
+    out["dp2_on_policy"] = policy_train_step(actor, dataclasses.replace(batch, old_logprobs=None, rollout_logprobs=rollout),
+                                             LEAD, temperature=TEMPERATURE, on_policy=True)
     # one sequence on two DP ranks: rank 1 runs an empty stand-in and the loss is rank 0's sequence's
     actor = build_actor(ActorConfig(model=hf_dir, micro_batch_tokens=SMALL_BUDGET, optim=OPTIM), info)
     out["dp2_single"] = sft_train_step(actor, sft_batch.select([0]))
@@ -285,7 +292,7 @@ def test_policy_step_needs_old_logprobs_or_on_policy(hf_dir, batches):
         policy_train_step(None, dataclasses.replace(batch, old_logprobs=None), LEAD)
 
 
-def test_tp2_pp2_dp2_match_transformers(hf_dir, batches):
+def test_tp2_pp2_dp2_match_transformers(hf_dir, batches, one_rank):
     batch, sft, (ref_logps, ref_ents), sft_logps = batches
     reference = _hf_reference(hf_dir, batch, LEAD)
     r0, r1 = run_distributed(_two_rank_job, 2, hf_dir, batch, sft)
@@ -298,6 +305,10 @@ def test_tp2_pp2_dp2_match_transformers(hf_dir, batches):
     for key in ("dp2_local",):
         assert r0[key]["loss"] == pytest.approx(reference[0], abs=1e-5)
         assert r0[key]["grad_norm"] == pytest.approx(reference[1], abs=1e-5)
+    on, dp2 = one_rank["on_policy"]["metrics"], r0["dp2_on_policy"]
+    assert dp2 == r1["dp2_on_policy"] and dp2["sequences"] == len(batch)
+    for k in ("loss", "grad_norm", "entropy", "mismatch_sum", "mismatch_max", "ratio_mean", "tokens"):
+        assert dp2[k] == pytest.approx(on[k], abs=1e-5), k
     single = r0["dp2_single"]
     assert single == r1["dp2_single"] and single["sequences"] == 1
     assert single["loss"] == pytest.approx((-sft_logps[0]).mean().item(), abs=1e-5)
