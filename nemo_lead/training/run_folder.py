@@ -50,12 +50,17 @@ def _flat(obj: Any, prefix: str = "") -> dict[str, Any]:
     return {prefix[:-1]: obj}
 
 
-def config_differences(saved: dict, current: dict) -> list[str]:
-    """Dotted keys whose values differ between two resolved configurations (RESUMABLE_CHANGES aside)."""
-    a, b = _flat(saved), _flat(current)
+def config_differences(saved: dict, current: dict, defaults: dict | None = None) -> list[str]:
+    """Dotted keys whose values differ between two resolved configurations (RESUMABLE_CHANGES aside).
+
+    `defaults`: the configuration class's defaults. A key the saved configuration lacks (a setting added
+    to nemo-lead after the run started) is then no difference while the current value is its default, so
+    a newer nemo-lead continues an older run; set to anything else, it is one."""
+    a, b, d = _flat(saved), _flat(current), _flat(defaults or {})
     keys = sorted(set(a) | set(b))
     return [f"{k}: {a.get(k)!r} -> {b.get(k)!r}" for k in keys
-            if a.get(k) != b.get(k) and k not in RESUMABLE_CHANGES]
+            if a.get(k) != b.get(k) and k not in RESUMABLE_CHANGES
+            and not (k not in a and k in d and b.get(k) == d[k])]
 
 
 def read_jsonl(path: Path) -> list[dict]:
@@ -113,7 +118,8 @@ class RunFolder:
         saved_file = self.path / CONFIG_FILE
         if saved_file.is_file():
             saved = OmegaConf.to_container(OmegaConf.load(saved_file), resolve=True)
-            diff = config_differences(saved, current)
+            defaults = OmegaConf.to_container(OmegaConf.structured(type(cfg)), resolve=True)
+            diff = config_differences(saved, current, defaults)
             if diff:
                 raise RunFolderError(
                     f"{self.path} holds a run with other settings; only {', '.join(RESUMABLE_CHANGES)} may change "

@@ -294,6 +294,15 @@ def test_rl_rerun_refuses_changed_settings_and_extends_steps(data, sft_run, rl_r
     ckpt = sft_run / "checkpoints" / "step_000080"
     res = _run(_rl_args(root, ckpt, out, extra=["actor.optim.lr=1e-3"]))
     assert res.returncode == 2 and "actor.optim.lr: 0.0002 -> 0.001" in res.stderr
+    # a run started by an older nemo-lead, before a setting existed: continued while the setting keeps its
+    # default, refused when it is set to something else
+    from omegaconf import OmegaConf
+
+    saved = OmegaConf.load(out / "config.yaml")
+    del saved["old_logprobs"]
+    OmegaConf.save(saved, out / "config.yaml")
+    res = _run(_rl_args(root, ckpt, out, extra=["old_logprobs=recompute"]))
+    assert res.returncode == 2 and "old_logprobs: None -> 'recompute'" in res.stderr
     res = _run(_rl_args(root, ckpt, out, steps=7))
     assert res.returncode == 0, res.stderr
     assert [r["step"] for r in _metrics(out)] == list(range(1, 8))
