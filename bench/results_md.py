@@ -18,9 +18,10 @@ RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
 
 
 def machine_line(threads: int | None = None, load_start: tuple[float, ...] | None = None) -> str:
-    """Date, cores, threads and load (start and end of the run): what a figure on a shared machine needs."""
+    """Date, commit, cores, threads and load (start and end of the run): what a figure on a shared machine
+    needs to be found again and compared."""
     load = os.getloadavg()
-    parts = [datetime.date.today().isoformat(), f"nproc {os.cpu_count()}"]
+    parts = [datetime.date.today().isoformat(), *_commit(), f"nproc {os.cpu_count()}"]
     if threads is not None:
         parts.append(f"torch threads {threads} (both sides)")
     parts.append(f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}")
@@ -28,6 +29,22 @@ def machine_line(threads: int | None = None, load_start: tuple[float, ...] | Non
              if load_start is not None else "")
     parts.append(f"load average {start}{load[0]:.2f} / {load[1]:.2f} / {load[2]:.2f} at the end (1 / 5 / 15 min)")
     return ", ".join(parts)
+
+
+def _commit() -> list[str]:
+    """["commit <short hash>"] (marked "+ local changes" when the tracked code differs), or [] outside git."""
+    import subprocess
+
+    root = RESULTS.parent.parent
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True,
+                              timeout=10, check=True).stdout.strip()
+        outputs = [":!bench/*.md", ":!bench/ablation"]  # what the bench scripts themselves write
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ".", *outputs],
+                               cwd=root, capture_output=True, text=True, timeout=10, check=True).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return [f"commit {head}" + (" + local changes" if dirty else "")]
 
 
 def record(layer: str, name: str, title: str, body: list[str], results: Path = RESULTS) -> None:
