@@ -6,6 +6,10 @@
 # kernel profile and the updated bench/RESULTS.md in $OUT (six files).
 #
 #   OUT=/tmp/gpu bash bench/gpu_session.sh
+#   STEPS="actor_bench gpu_tests" OUT=/tmp/gpu bash bench/gpu_session.sh      # only the named steps
+#
+# The default limits (ACTOR_LIMIT 240, TEST_LIMIT 150, ROLLOUT_LIMIT 120, RL_LIMIT 180 s) add up to 690 s,
+# more than one 600 s device call: run it as two calls with STEPS, or lower the limits.
 #
 # Needs a CUDA machine with torch and transformers. Packages it lacks (megatron-core, omegaconf) can sit as
 # wheels in .whl/ (pip download --python-version/--platform for that machine); they are installed into
@@ -27,6 +31,10 @@ $PY -c "import sys, torch, megatron.core, transformers; print('python', sys.vers
 step() {  # step NAME SECONDS CMD...: run under a time limit, log to $OUT/NAME.log, exit status to the summary
   local name=$1 limit=$2 start=$SECONDS
   shift 2
+  if [ -n "${STEPS:-}" ] && [[ " $STEPS " != *" $name "* ]]; then
+    echo "$name: skipped (not in STEPS)" | tee -a "$summary"
+    return
+  fi
   echo "== $name"
   timeout --kill-after=10 "$limit" "$@" 2>&1 | tee "$OUT/$name.log"
   echo "$name: exit ${PIPESTATUS[0]}, $((SECONDS - start)) s" | tee -a "$summary"
