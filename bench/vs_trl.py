@@ -320,6 +320,9 @@ def summarise(runs: list[dict], evals: dict, shape: dict) -> dict:
     out["ratio"] = tr["step"] / nl["step"]  # (nemo-lead steps/s) / (TRL steps/s)
     out["ratio_per_repeat"] = [t / n for n, t in zip(nl["per_run_step_median"], tr["per_run_step_median"])]
     out["phase_ratios"] = {k: tr[k] / nl[k] for k in ("generate", "score", "update") if nl[k] > 0}
+    # held-out Pass@1, nemo-lead - TRL, paired over problems; "equal or better": not lower beyond sampling noise
+    diff, se = paired_difference(evals["nemo-lead"]["per_problem"], evals["TRL"]["per_problem"])
+    out["accuracy_diff"] = {"diff": diff, "se": se, "equal_or_better": diff >= -2 * se}
     out["trl_meta"] = {k: sides["TRL"][0][k] for k in ("trl", "transformers", "optim", "dtype", "prompts_checked")}
     return out
 
@@ -334,7 +337,7 @@ def print_table(s: dict) -> None:
           f"(per repeat: {', '.join(f'{x:.2f}x' for x in s['ratio_per_repeat'])})")
     for name, e in s["evals"].items():
         print(f"held-out eval, {name}: Pass@1 {e['pass_at_1']:.3f}, mean length {e['len_avg']:.1f} ({e['samples']} samples)")
-    diff, se = paired_difference(s["evals"]["nemo-lead"]["per_problem"], s["evals"]["TRL"]["per_problem"])
+    diff, se = s["accuracy_diff"]["diff"], s["accuracy_diff"]["se"]
     print(f"held-out Pass@1, nemo-lead - TRL (paired over problems): {diff:+.3f} (standard error {se:.3f})")
     for side, v in s["sides"].items():
         print(f"training rollouts, {side}: accuracy step 1 {v['train_accuracy_first']:.3f}, "
@@ -347,8 +350,7 @@ def record(s: dict, command: str, load_start: tuple[float, ...]) -> None:
     from results_md import record as record_md
 
     sh, nl, tr, ev = s["shape"], s["sides"]["nemo-lead"], s["sides"]["TRL"], s["evals"]
-    diff, se = paired_difference(ev["nemo-lead"]["per_problem"], ev["TRL"]["per_problem"])
-    equal_or_better = diff >= -2 * se  # not worse beyond sampling noise (two paired standard errors)
+    diff, se, equal_or_better = (s["accuracy_diff"][k] for k in ("diff", "se", "equal_or_better"))
     goal = "met" if s["ratio"] >= 2.0 and equal_or_better else "not met"
     reps = len(nl["per_run_step_median"])
     body = [

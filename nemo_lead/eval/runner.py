@@ -94,9 +94,9 @@ def training_prompt(source: PolicySource) -> PromptConfig | None:
     is best evaluated with the prompt format it learned (the demo's "=?" suffix, a recipe's own)."""
     if source.kind != "checkpoint":
         return None
-    import json
+    from nemo_lead.models.checkpoint import read_checkpoint_meta
 
-    saved = json.loads((Path(source.path) / "meta.json").read_text()).get("prompt")
+    saved = read_checkpoint_meta(source.path).get("prompt")
     return PromptConfig(**saved) if saved else None
 
 

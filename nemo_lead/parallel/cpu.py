@@ -203,7 +203,8 @@ def suspended():
     is off, or when another mode was entered after it (popping ours would then pop that one)."""
     from torch.overrides import _get_current_function_mode_stack, _pop_mode_temporarily
 
-    if _mode is None or not _get_current_function_mode_stack() or _get_current_function_mode_stack()[-1] is not _mode:
+    stack = _get_current_function_mode_stack()
+    if _mode is None or not stack or stack[-1] is not _mode:
         yield
         return
     with _pop_mode_temporarily():

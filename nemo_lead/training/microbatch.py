@@ -185,10 +185,12 @@ def plan_microbatches(lengths: Sequence[int], token_budget: int, overhead_tokens
     cost = [0] * (n + 1)  # cost[i]: the best plan of order[i:]
     cut = [n] * (n + 1)  # where that plan's first micro-batch ends
     for i in range(n - 1, -1, -1):
-        rows = max(1, token_budget // max(longest[i], 1))
-        cost[i], cut[i] = min(((j - i) * longest[i] + overhead_tokens + cost[j], -j)
-                              for j in range(i + 1, min(n, i + rows) + 1))
-        cut[i] = -cut[i]
+        rows = max(1, token_budget // max(longest[i], 1))  # order[i] is the longest of any run it starts
+        cost[i] = None
+        for j in range(i + 1, min(n, i + rows) + 1):
+            c = (j - i) * longest[i] + overhead_tokens + cost[j]
+            if cost[i] is None or c <= cost[i]:  # a tie goes to the longer run
+                cost[i], cut[i] = c, j
     groups, i = [], 0
     while i < n:
         groups.append(order[i:cut[i]])
