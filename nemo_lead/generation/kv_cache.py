@@ -84,16 +84,19 @@ class KVCache:
         """Keys and values of positions 0 .. length-1 of the live rows (views, no copy)."""
         return self._k[layer][: self.rows, :, :length], self._v[layer][: self.rows, :, :length]
 
-    def select(self, rows: list[int]) -> None:
-        """Keep only `rows` (row indices, on the host), in that order, compacted in place. Rows already in
-        place (the leading ones that keep their index) are not copied."""
-        n = len(rows)
-        first = next((i for i, r in enumerate(rows) if r != i), n)
-        if first < n:
-            tail = torch.tensor(rows[first:], dtype=torch.long, device=self._k[0].device)
+    def select(self, rows: list[int], filled: int | None = None) -> None:
+        """Keep only `rows` (row indices, on the host), in that order, compacted in place. Only rows that change
+        index are copied, and of them only the first `filled` positions (default: all), so an order from
+        `compaction_order` costs a copy per finished row rather than per row after it."""
+        moves = [(i, r) for i, r in enumerate(rows) if r != i]
+        if moves:
+            device = self._k[0].device
+            dst = torch.tensor([i for i, _ in moves], dtype=torch.long, device=device)
+            src = torch.tensor([r for _, r in moves], dtype=torch.long, device=device)
+            length = self.capacity if filled is None else filled
             for t in (*self._k, *self._v):
-                t[first:n] = t.index_select(0, tail)
-        self.rows = n
+                t[dst, :, :length] = t[src, :, :length]  # gathered first: sources and targets may overlap
+        self.rows = len(rows)
 
     def extend(self, other: KVCache) -> None:
         """Append `other`'s rows after ours (in place while they fit the allocated rows and capacity)."""
@@ -143,9 +146,20 @@ def _write_at(keys: torch.Tensor, values: torch.Tensor, k: torch.Tensor, v: torc
     values[rows, :, positions] = v
 
 
+def compaction_order(keep: list[int]) -> list[int]:
+    """The rows `keep` (ascending indices of the rows that stay) in the order that moves fewest of them: each
+    row already below len(keep) stays where it is, and the rows above fill the holes, lowest first."""
+    n = len(keep)
+    stay = {r for r in keep if r < n}
+    movers = iter(r for r in keep if r >= n)
+    return [r if r in stay else next(movers) for r in range(n)]
+
+
 def _resized(t: torch.Tensor, rows: int, capacity: int) -> torch.Tensor:
-    """A zero tensor of `rows` x `capacity` with t's data in its corner."""
-    out = torch.zeros((rows, t.shape[1], capacity, t.shape[3]), dtype=t.dtype, device=t.device)
+    """A tensor of `rows` x `capacity` with t's data in its corner and zeros elsewhere (each slot written once)."""
+    out = torch.empty((rows, t.shape[1], capacity, t.shape[3]), dtype=t.dtype, device=t.device)
     n, c = min(rows, t.shape[0]), min(capacity, t.shape[2])
     out[:n, :, :c] = t[:n, :, :c]
+    out[:n, :, c:] = 0
+    out[n:] = 0
     return out

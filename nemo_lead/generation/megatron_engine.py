@@ -45,7 +45,7 @@ import torch
 from nemo_lead.models import eval_mode
 
 from .cuda_graphs import DecodeSteps
-from .kv_cache import KVCache
+from .kv_cache import KVCache, compaction_order
 from .params import Rollout, SamplingParams, check_prompts
 from .sampling import make_generator, sample_tokens
 from .stage import StageRunner
@@ -285,11 +285,13 @@ class _Generation:
         self.done.extend(s for s in self.live if s.finish is not None)
         if len(keep) == len(self.live):
             return
+        keep = compaction_order(keep)  # live rows fill the finished ones' places: few rows move
         self.live = [self.live[i] for i in keep]
         self.row_len = [self.row_len[i] for i in keep]
         index = torch.tensor(keep, dtype=torch.long, device=self.device)
         self.lengths, self.next_tokens = self.lengths[index], self.next_tokens[index]
-        self.cache.select(keep)  # in place: the cache keeps its tensors (and graphs) for later admissions
+        # in place (the cache keeps its tensors, and graphs, for later admissions), filled positions only
+        self.cache.select(keep, filled=max(self.row_len, default=0))
 
     def _take_group(self) -> list[int]:
         """Waiting prompts to prefill now: as many as fit the batch and the prefill token budget (>= 1)."""

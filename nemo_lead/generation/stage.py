@@ -9,7 +9,11 @@ have kept their call signatures. So this module calls, per layer:
       -> self_attention.linear_proj -> + residual -> pre_mlp_layernorm -> mlp -> + residual
 
 The linears are megatron's own (column / row parallel), so tensor parallelism comes for free: each TP rank
-computes its own heads and the row-parallel projections all-reduce. With Transformer Engine specs the input
+computes its own heads and the row-parallel projections all-reduce. On one TP rank with megatron's plain
+linears and the local spec's SwiGLU MLP (`direct`), the decode and prefill steps multiply by those modules'
+weights themselves (the products megatron's forward computes, in the same order, so the same numbers):
+megatron's per-call machinery (autograd functions, process-group lookups, async-communication wrappers) cost
+more than the products of a small model's decode step. With Transformer Engine specs the input
 norm is fused into `linear_qkv` (`input_layernorm` is an IdentityOp) and the pre-MLP norm into `linear_fc1`;
 the same calls work. Attention is `scaled_dot_product_attention` with an explicit mask, grouped-query heads
 folded into the query length so the cache is never expanded to all heads. RoPE is computed from the model's
@@ -54,6 +58,20 @@ def check_supported(model) -> None:
         raise UnsupportedModel("the megatron rollout engine does not support " + "; ".join(problems))
 
 
+def _plain_layer(layer) -> bool:
+    """A decoder layer whose linears are megatron's plain Column/RowParallelLinear (no Transformer Engine, no
+    FP8) and whose MLP is the local spec's two-GEMM SwiGLU: what `StageRunner`'s direct path computes."""
+    from megatron.core.tensor_parallel import ColumnParallelLinear, RowParallelLinear
+    from megatron.core.transformer.attention import SelfAttention
+
+    from nemo_lead.models.local_layers import SwiGLUMLP
+
+    att, mlp = layer.self_attention, layer.mlp
+    return (type(att) is SelfAttention and type(att.linear_qkv) is ColumnParallelLinear
+            and type(att.linear_proj) is RowParallelLinear and isinstance(mlp, SwiGLUMLP)
+            and mlp._two_gemms(None) and type(mlp.linear_fc2) is RowParallelLinear)
+
+
 class StageRunner:
     """Prefill and decode through this rank's stage of `model` (a GPTModel), with a `KVCache`."""
 
@@ -75,6 +93,43 @@ class StageRunner:
         rope = model.rotary_pos_emb
         self.inv_freq = rope.inv_freq.to(self.device, torch.float32)
         self.position_scale = 1.0 / (rope.seq_len_interpolation_factor or 1.0)
+        self.direct = tp == 1 and not cfg.test_mode and all(_plain_layer(layer) for layer in self.layers)
+
+    # ----------------------------------------------------------------------------- direct linears (one TP rank)
+    @staticmethod
+    def _linear(module, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """megatron's Column/RowParallelLinear forward on one TP rank: (x W^T [+ b], bias left to add)."""
+        out = torch.matmul(x, module.weight.t())
+        if module.skip_bias_add:
+            return out, module.bias
+        return (out if module.bias is None else out + module.bias), None
+
+    def _qkv(self, attention, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """`get_query_key_value_tensors` on one TP rank: q [s, b, heads, d], k, v [s, b, groups, d]."""
+        if not self.direct:
+            return attention.get_query_key_value_tensors(x)
+        mixed, bias = self._linear(attention.linear_qkv, x)
+        if bias is not None:
+            mixed = mixed + bias
+        s, b, d = mixed.shape[0], mixed.shape[1], self.head_dim
+        per_group = self.heads // self.groups
+        q, k, v = mixed.view(s, b, self.groups, (per_group + 2) * d).split([per_group * d, d, d], dim=3)
+        q = q.reshape(s, b, self.heads, d)
+        if attention.q_layernorm is not None:
+            q = attention.q_layernorm(q)
+        if attention.k_layernorm is not None:
+            k = attention.k_layernorm(k)
+        return q, k, v
+
+    def _projection(self, module, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        return self._linear(module, x) if self.direct else module(x)
+
+    def _mlp(self, mlp, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        if not self.direct:
+            return mlp(x)
+        from nemo_lead.models.local_layers import swiglu
+
+        return self._linear(mlp.linear_fc2, swiglu(x, mlp.linear_fc1.weight, mlp.linear_fc1.bias))
 
     # ----------------------------------------------------------------------------- pieces
     def rope_tables(self, max_positions: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -109,7 +164,7 @@ class StageRunner:
     def _layer(self, i: int, layer, h, cos, sin, cache, mask, length: int, positions):
         residual = h
         x = layer.input_layernorm(h)
-        q, k, v = layer.self_attention.get_query_key_value_tensors(x)  # [s, b, heads|groups, d]
+        q, k, v = self._qkv(layer.self_attention, x)  # [s, b, heads|groups, d]
         q, k = self._rotate(q, cos, sin), self._rotate(k, cos, sin)
         k, v = k.permute(1, 2, 0, 3), v.permute(1, 2, 0, 3)  # [b, groups, s, d]
         if positions is None:
@@ -117,10 +172,10 @@ class StageRunner:
         else:
             cache.write_at(i, k[:, :, 0], v[:, :, 0], positions)
         keys, values = cache.view(i, length)
-        out, bias = layer.self_attention.linear_proj(self._attend(q, keys, values, mask))
+        out, bias = self._projection(layer.self_attention.linear_proj, self._attend(q, keys, values, mask))
         h = residual + (out if bias is None else out + bias)
         residual = h
-        out, bias = layer.mlp(layer.pre_mlp_layernorm(h))
+        out, bias = self._mlp(layer.mlp, layer.pre_mlp_layernorm(h))
         return residual + (out if bias is None else out + bias)
 
     def _body(self, inputs, pos, cache, mask, length, write_positions, rope):

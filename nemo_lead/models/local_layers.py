@@ -32,6 +32,20 @@ import torch.nn.functional as F
 from megatron.core.transformer.mlp import MLP
 
 
+def gate_and_up(x2: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """x2 [tokens, hidden] times fc1's two row blocks W = [W_g; W_u] (plus bias): contiguous gate and up."""
+    f = weight.shape[0] // 2
+    if bias is None:
+        return torch.mm(x2, weight[:f].t()), torch.mm(x2, weight[f:].t())
+    return torch.addmm(bias[:f], x2, weight[:f].t()), torch.addmm(bias[f:], x2, weight[f:].t())
+
+
+def swiglu(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """`_GatedFc1`'s forward without autograd (inference: the rollout engine's decode steps), same numbers."""
+    gate, up = gate_and_up(x.reshape(-1, x.shape[-1]), weight, bias)
+    return (F.silu(gate) * up).view(*x.shape[:-1], up.shape[-1])
+
+
 class _GatedFc1(torch.autograd.Function):
     """silu(x W_g^T + b_g) * (x W_u^T + b_u) for fc1's weight W = [W_g; W_u] (and bias), with a backward
     that writes the gradients of gate and up into their own (dead) buffer and multiplies once per half.
@@ -47,16 +61,12 @@ class _GatedFc1(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, weight, bias):
-        f = weight.shape[0] // 2
         x2 = x.reshape(-1, x.shape[-1])
-        if bias is None:
-            gate, up = torch.mm(x2, weight[:f].t()), torch.mm(x2, weight[f:].t())
-        else:
-            gate, up = torch.addmm(bias[:f], x2, weight[:f].t()), torch.addmm(bias[f:], x2, weight[f:].t())
+        gate, up = gate_and_up(x2, weight, bias)
         silu_gate = F.silu(gate)
         ctx.save_for_backward(x2, weight, gate, up, silu_gate)
         ctx.x_shape, ctx.has_bias = x.shape, bias is not None
-        return (silu_gate * up).view(*x.shape[:-1], f)
+        return (silu_gate * up).view(*x.shape[:-1], up.shape[-1])
 
     @staticmethod
     def backward(ctx, grad):

@@ -59,6 +59,23 @@ def test_cache_storage_stays_put_until_it_grows():
         a.bucket(2)
 
 
+def test_compaction_moves_only_finished_rows_places_and_filled_positions():
+    from nemo_lead.generation.kv_cache import compaction_order
+
+    assert compaction_order([0, 2, 3, 5]) == [0, 5, 2, 3]  # row 5 fills row 1's place; 0, 2, 3 stay
+    assert compaction_order([3, 4]) == [3, 4] and compaction_order([0, 1]) == [0, 1] and compaction_order([]) == []
+    a = _cache(6, 4, 0.0)
+    before = [t.clone() for t in a._k]
+    a.select(compaction_order([0, 2, 3, 5]), filled=3)
+    assert a.batch == 4
+    for layer in range(2):
+        k = a.keys[layer]
+        assert torch.equal(k[[0, 2, 3]], before[layer][[0, 2, 3]])  # untouched
+        assert torch.equal(k[1, :, :3], before[layer][5, :, :3])  # the filled positions moved
+        assert torch.equal(k[1, :, 3:], before[layer][1, :, 3:])  # past them: the old row's (masked) data
+        assert torch.equal(a.values[layer][1, :, :3], -before[layer][5, :, :3])
+
+
 def test_bucket_rows_are_powers_of_two_within_the_allocation():
     from nemo_lead.generation.cuda_graphs import bucket_rows
 

@@ -1,6 +1,7 @@
 """The megatron rollout engine on a tiny Qwen2 (fp32, CPU/gloo).
 
-One rank: greedy equals a naive loop over the full forward; stop tokens, max_tokens, n > 1, prompts of
+One rank: greedy equals a naive loop over the full forward; the direct linears equal megatron's modules bit
+for bit; stop tokens, max_tokens, n > 1, prompts of
 different lengths, bad prompts; same seed same output; continuous batching and host-sync intervals do not
 change greedy output; after a training step + refit the engine's log-probs match a full forward to 1e-5.
 Two ranks: TP=2 and PP=2 give the TP=1 output (the same weights loaded from one HF folder).
@@ -115,6 +116,16 @@ def _single_rank_job(hf_dir):
         abs(x - y) for x, y in zip(_full_logprobs(model, PROMPTS[0], before.token_ids), before.policy_logprobs))
     out["refit_err"] = max(abs(x - y) for x, y in zip(_full_logprobs(model, PROMPTS[0], after.token_ids), after.policy_logprobs))
 
+    # one TP rank, local spec: the direct linears give megatron's modules' numbers bit for bit (sampling with
+    # stop tokens, so rows finish at different steps and the cache compacts)
+    sampled_stops = SamplingParams(n=4, temperature=1.0, max_tokens=16, stop_token_ids=[stop_tok, 30], seed=9)
+    direct = [(r.token_ids, r.logprobs, r.policy_logprobs) for r in engine.generate(PROMPTS, sampled_stops)]
+    out["direct_on"] = engine.runner.direct
+    engine.runner.direct = False
+    modules = [(r.token_ids, r.logprobs, r.policy_logprobs) for r in engine.generate(PROMPTS, sampled_stops)]
+    engine.runner.direct = True
+    out["direct_vs_modules"] = (direct, modules)
+
     # fixed-shape decode steps (padded batch buckets, attention over the whole cache: what CUDA graphs
     # replay) against the plain steps, with admissions, compaction on stop tokens and cache growth
     stop = SamplingParams(n=3, temperature=0.9, max_tokens=40, stop_token_ids=[stop_tok, 30], seed=3)
@@ -161,6 +172,10 @@ def test_engine_single_rank(tiny):
     assert "prompt 1 is empty" in errors["empty_prompt"]
     assert "10000" in errors["oov"] and "vocabulary" in errors["oov"]
     assert "prompt 0" in errors["too_long"] and "1024" in errors["too_long"]
+
+    assert out["direct_on"] is True
+    direct, modules = out["direct_vs_modules"]
+    assert direct == modules and len({len(t) for t, _, _ in direct}) > 1
 
     assert out["training_flag_kept"] is True
     assert out["refit_same_tokens_old_vs_new_lp"] > 1e-3  # the step really changed the model
