@@ -64,10 +64,10 @@ def _plain_layer(layer) -> bool:
     from megatron.core.tensor_parallel import ColumnParallelLinear, RowParallelLinear
     from megatron.core.transformer.attention import SelfAttention
 
-    from nemo_lead.models.local_layers import SwiGLUMLP
+    from nemo_lead.models.local_layers import RoPESelfAttention, SwiGLUMLP
 
     att, mlp = layer.self_attention, layer.mlp
-    return (type(att) is SelfAttention and type(att.linear_qkv) is ColumnParallelLinear
+    return (type(att) in (SelfAttention, RoPESelfAttention) and type(att.linear_qkv) is ColumnParallelLinear
             and type(att.linear_proj) is RowParallelLinear and isinstance(mlp, SwiGLUMLP)
             and mlp._two_gemms(None) and type(mlp.linear_fc2) is RowParallelLinear)
 

@@ -17,8 +17,8 @@ What a caller must know about the model returned:
   `mask_vocab_padding` before a vocab-parallel softmax / cross-entropy so the padding gets no probability.
 
 Layer spec: Transformer Engine's when it is importable (GPU containers; FP8 via precision "fp8"), megatron's
-local spec otherwise, with torch's fused SDPA as its core attention (`nemo_lead.models.attention`) and an MLP
-whose SwiGLU backward does not copy (`nemo_lead.models.local_layers`). Tested (tests/models): local spec,
+local spec otherwise, with torch's fused SDPA as its core attention (`nemo_lead.models.attention`) and
+SwiGLU, RoPE and RMSNorm as autograd functions with written-out backwards (`nemo_lead.models.local_layers`). Tested (tests/models): local spec,
 fp32, CPU/gloo, at TP1, TP2, PP2 against transformers' logits (<= 1e-5); bf16 builds are exercised on CPU in a smoke test only; TE and FP8 need a GPU
 container and are not tested here.
 """
@@ -69,17 +69,20 @@ def _layer_spec(spec: str, fp8: bool):
 
 def _with_local_layers(layer_spec):
     """The local spec with torch's fused SDPA as core attention (`nemo_lead.models.attention`: same result,
-    a fraction of megatron's unfused attention's time and memory) and an MLP whose SwiGLU backward does not
-    copy (`nemo_lead.models.local_layers`). A copy: megatron's spec is not changed."""
+    a fraction of megatron's unfused attention's time and memory), RoPE, RMSNorm and SwiGLU as autograd
+    functions with written-out backwards (`nemo_lead.models.local_layers`). A copy: megatron's spec
+    is not changed."""
     from dataclasses import replace
 
     from .attention import SDPAttention
-    from .local_layers import SwiGLUMLP
+    from .local_layers import RMSNorm, RoPESelfAttention, SwiGLUMLP
 
     attention = layer_spec.submodules.self_attention
-    attention = replace(attention, submodules=replace(attention.submodules, core_attention=SDPAttention))
+    attention = replace(attention, module=RoPESelfAttention,
+                        submodules=replace(attention.submodules, core_attention=SDPAttention))
     mlp = replace(layer_spec.submodules.mlp, module=SwiGLUMLP)
-    return replace(layer_spec, submodules=replace(layer_spec.submodules, self_attention=attention, mlp=mlp))
+    return replace(layer_spec, submodules=replace(layer_spec.submodules, self_attention=attention, mlp=mlp,
+                                                  input_layernorm=RMSNorm, pre_mlp_layernorm=RMSNorm))
 
 
 def transformer_config(

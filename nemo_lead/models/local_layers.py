@@ -1,34 +1,49 @@
-"""The local spec's MLP: megatron's `MLP` whose fc1 + SwiGLU run as one autograd function, two GEMMs.
+"""The local spec's own layers: megatron's MLP, SelfAttention and torch RMSNorm with their elementwise work
+(SwiGLU, RoPE, the norm) as autograd functions with written-out backwards. Parameters, their names,
+sharding and checkpoints stay megatron's; what a layer does not cover runs megatron's own forward.
 
-Why: megatron's unfused gated MLP (no Transformer Engine, `bias_activation_fusion` off) runs one GEMM into
-a [tokens, 2 * ffn] tensor, then `silu(a) * (b + glu_linear_offset)` on `a, b = torch.chunk(y, 2, -1)`.
-Everything after the GEMM works on strided halves: SiLU reads the gate half through a view (about 2x slower
-than a contiguous tensor on the CPU), the `+ 0.0` offset copies the up half, and the backward of `chunk` is
-a `cat` that copies the whole [tokens, 2 * ffn] gradient again into a freshly allocated tensor (on the CPU
-machines a fresh 32 MiB tensor also costs ~13 ms of page faults: glibc maps allocations that large afresh).
-fc1's weight is laid out as [gate rows; up rows] (each TP rank's shard too: megatron builds it with stride
-2), so `_GatedFc1` multiplies by the two row blocks into contiguous gate and up tensors, and its backward
-writes the gate and up gradients over them (they are dead by then) before the weight and input GEMMs. No copies, no per-step gradient buffers; the parameters, their names, sharding and
-checkpoints stay megatron's.
+MLP (`SwiGLUMLP`): megatron's unfused gated MLP (no Transformer Engine, `bias_activation_fusion` off) runs
+one GEMM into a [tokens, 2 * ffn] tensor, then `silu(a) * (b + glu_linear_offset)` on
+`a, b = torch.chunk(y, 2, -1)`. Everything after the GEMM works on strided halves: SiLU reads the gate half
+through a view (about 2x slower than a contiguous tensor on the CPU), the `+ 0.0` offset copies the up half,
+and the backward of `chunk` is a `cat` that copies the whole [tokens, 2 * ffn] gradient again into a freshly
+allocated tensor (on the CPU machines a fresh 32 MiB tensor also costs page faults: glibc maps allocations
+that large afresh). fc1's weight is laid out as [gate rows; up rows] (each TP rank's shard too: megatron
+builds it with stride 2), so `_GatedFc1` multiplies by the two row blocks into contiguous gate and up
+tensors, and its backward writes the gate and up gradients over them (they are dead by then) before the
+weight and input GEMMs: no copies, no per-step gradient buffers. Tensor parallelism is megatron's
+ColumnParallelLinear's, done here explicitly: the input enters the TP region through
+`copy_to_tensor_model_parallel_region` (identity forward, all-reduce of the input gradient in backward),
+each rank multiplies by its own shard, and fc2 (megatron's RowParallelLinear) reduces. Not covered (megatron's
+forward): other activations or GLU variants (clamped, offset), MoE per-token scales, sequence parallelism,
+gathered outputs, expert layers, CPU activation offloading, an fc1 that is not a plain ColumnParallelLinear.
 
-Tensor parallelism is megatron's ColumnParallelLinear's, done here explicitly: the input enters the TP
-region through `copy_to_tensor_model_parallel_region` (identity forward, all-reduce of the input gradient
-in backward), each rank multiplies by its own shard, and fc2 (megatron's RowParallelLinear) reduces.
-Anything this does not cover runs megatron's own forward unchanged: other activations or GLU variants
-(clamped, offset), MoE per-token scales, sequence parallelism, gathered outputs, expert layers, CPU
-activation offloading, or an fc1 that is not megatron's plain ColumnParallelLinear.
+RoPE (`RoPESelfAttention`): megatron's unfused RoPE computes t cos + rotate_half(t) sin with `rotate_half` a
+`cat` of negated halves, then `cat`s the pass-through part back, and autograd differentiates each of those.
+`_RoPEFunction` writes t cos into one output and adds each half's rotated term with a multiply-add
+(t1 cos1 - t2 sin1, t2 cos2 + t1 sin2: megatron's formula, one rounding fewer per element); its backward is
+the transposed rotation, written the same way. It applies where megatron would take that unfused path in
+training and scoring (a position tensor, no inference context, no packed sequences, no fusion, not
+interleaved, no multi-latent attention, no YaRN scale, RoPE on every layer).
 
-Measured (one CPU thread, 4096 tokens, hidden 256, ffn 1024, MLP forward + backward, same process):
-megatron's MLP 266-300 ms, this one 241-248 ms; whole train steps: bench/actor_bench.py (bench/RESULTS.md).
-Tested: tests/models/test_local_layers.py (outputs and every gradient against megatron's MLP at TP1 and TP2,
-with activation recomputation and fc1 biases; float64 gradients; a second backward is refused; the
-fallbacks), and through every parity test against transformers (TP1, TP2, PP2, recomputation).
+RMSNorm (`RMSNorm`, in place of megatron's `WrappedTorchNorm` -> `torch.nn.RMSNorm`): torch's CPU `rms_norm`
+is a composition of elementwise ops, and autograd differentiates it op by op (about sixteen passes over the
+activations). `_RMSNormFunction` saves x_hat = x / rms(x) and 1 / rms(x) and computes
+dx = (g w - x_hat mean(g w x_hat)) / rms(x) and dw = sum(g x_hat) in five. The forward is torch's
+arithmetic in the same order (the same numbers). fp32 / fp64 under autograd only: other dtypes run torch's
+(which computes in fp32 internally), and without autograd torch's single call is cheaper.
+
+Speed: bench/actor_bench.py and bench/vs_trl.py (bench/RESULTS.md). Tested: tests/models/test_local_layers.py
+(each layer against megatron's or torch's at TP1 and TP2 where it shards, float64 gradients, the
+fallbacks, a second backward through `_GatedFc1` refused), and through every parity test against
+transformers (TP1, TP2, PP2, recomputation).
 """
 
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+from megatron.core.transformer.attention import SelfAttention
 from megatron.core.transformer.mlp import MLP
 
 
@@ -110,3 +125,113 @@ class SwiGLUMLP(MLP):
 
             x = copy_to_tensor_model_parallel_region(x, group=fc1.tp_group)
         return self.linear_fc2(_GatedFc1.apply(x, fc1.weight, fc1.bias))
+
+
+class _RMSNormFunction(torch.autograd.Function):
+    """y = x / sqrt(mean(x^2) + eps) * w over the last dimension, with the backward written out."""
+
+    @staticmethod
+    def forward(ctx, x, weight, eps):
+        x2 = x.reshape(-1, x.shape[-1])
+        rstd = torch.rsqrt(torch.mean(x2 * x2, dim=-1, keepdim=True).add_(eps))
+        x_hat = x2 * rstd
+        ctx.save_for_backward(x_hat, rstd, weight)
+        return (x_hat * weight).view(x.shape)
+
+    @staticmethod
+    def backward(ctx, grad):
+        x_hat, rstd, weight = ctx.saved_tensors
+        g = grad.reshape(-1, grad.shape[-1])
+        grad_w = torch.sum(g * x_hat, dim=0)
+        gw = g * weight
+        mean = torch.mean(gw * x_hat, dim=-1, keepdim=True)
+        grad_x = gw.sub_(x_hat * mean).mul_(rstd)
+        return grad_x.view(grad.shape), grad_w, None
+
+
+class RMSNorm(torch.nn.RMSNorm):
+    """megatron's torch-norm RMSNorm (`WrappedTorchNorm`: same constructor, same `weight`) whose fp32 / fp64
+    forward and backward run `_RMSNormFunction`."""
+
+    def __init__(self, config, hidden_size: int, eps: float = 1e-5, **kwargs):
+        if config.normalization != "RMSNorm" or config.sequence_parallel or config.layernorm_zero_centered_gamma:
+            raise ValueError("the local RMSNorm is plain RMSNorm: no sequence parallelism, no zero-centred gamma")
+        super().__init__(hidden_size, eps=eps)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not torch.is_grad_enabled() or x.dtype not in (torch.float32, torch.float64) or x.dtype != self.weight.dtype:
+            return super().forward(x)  # no backward to save (scoring, decode steps): torch's one call
+        return _RMSNormFunction.apply(x, self.weight, self.eps)
+
+
+class _RoPEFunction(torch.autograd.Function):
+    """Non-interleaved RoPE of t [s, b, heads, d] with cos, sin [s, b | 1, 1, rot] (rot <= d; the rest of each
+    head passes through): out = t cos + rotate_half(t) sin, and its backward g cos + rotate_half^T(g sin)."""
+
+    @staticmethod
+    def forward(ctx, t, cos, sin):
+        ctx.save_for_backward(cos, sin)
+        return _rotate(t, cos, sin, sign=1.0)
+
+    @staticmethod
+    def backward(ctx, grad):
+        cos, sin = ctx.saved_tensors
+        return _rotate(grad, cos, sin, sign=-1.0), None, None
+
+
+def _rotate(t: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, sign: float) -> torch.Tensor:
+    """sign +1: [t1 c1 - t2 s1, t2 c2 + t1 s2] (the rotation); -1: [t1 c1 + t2 s2, t2 c2 - t1 s1] (its transpose,
+    for the backward): t cos into a fresh output, then one in-place multiply-add per half; no cat, no
+    temporaries."""
+    rot = cos.shape[-1]
+    half = rot // 2
+    t1, t2 = t[..., :half], t[..., half:rot]
+    s1, s2 = sin[..., :half], sin[..., half:]
+    out = torch.empty(t.shape, dtype=t.dtype, device=t.device)
+    o1, o2 = out[..., :half], out[..., half:rot]
+    torch.mul(t[..., :rot], cos, out=out[..., :rot])
+    if sign > 0:
+        o1.addcmul_(t2, s1, value=-1.0)
+        o2.addcmul_(t1, s2)
+    else:
+        o1.addcmul_(t2, s2)
+        o2.addcmul_(t1, s1, value=-1.0)
+    if rot < t.shape[-1]:
+        out[..., rot:] = t[..., rot:]
+    return out
+
+
+class RoPESelfAttention(SelfAttention):
+    """megatron's SelfAttention whose unfused RoPE runs as `_RoPEFunction` (see the module docstring): the
+    position embedding is held back from megatron's forward and applied to q and k as they leave
+    `get_query_key_value_tensors`."""
+
+    _rope: tuple[torch.Tensor, torch.Tensor] | None = None
+
+    def _own_rope(self, kwargs) -> bool:
+        c = self.config
+        emb = kwargs.get("rotary_pos_emb")
+        return (emb is not None and not isinstance(emb, tuple) and emb.shape[-1] % 2 == 0
+                and kwargs.get("inference_context") is None and kwargs.get("inference_params") is None
+                and kwargs.get("packed_seq_params") is None and not c.apply_rope_fusion
+                and not c.rotary_interleaved and not c.multi_latent_attention and not c.no_rope_freq
+                and not c.fused_single_qkv_rope and not c.flash_decode and not c.test_mode
+                and not c.attention_output_gate and not hasattr(c, "yarn_rotary_scaling_factor"))
+
+    def forward(self, hidden_states, attention_mask, **kwargs):
+        if not self._own_rope(kwargs):
+            return super().forward(hidden_states, attention_mask, **kwargs)
+        emb = kwargs.pop("rotary_pos_emb")
+        self._rope = (torch.cos(emb).to(hidden_states.dtype), torch.sin(emb).to(hidden_states.dtype))
+        try:
+            return super().forward(hidden_states, attention_mask, rotary_pos_emb=None, **kwargs)
+        finally:
+            self._rope = None
+
+    def get_query_key_value_tensors(self, hidden_states, *args, **kwargs):
+        qkv = super().get_query_key_value_tensors(hidden_states, *args, **kwargs)
+        if self._rope is None:
+            return qkv
+        q, k, v = qkv
+        cos, sin = self._rope
+        return _RoPEFunction.apply(q, cos, sin), _RoPEFunction.apply(k, cos, sin), v

@@ -1,8 +1,15 @@
-"""The local spec's MLP (`nemo_lead.models.local_layers.SwiGLUMLP`, fc1 as two GEMMs on its gate and up rows)
-against megatron's `MLP` with the same weights at TP1 and TP2 (each rank's fc1 shard is [gate shard; up
-shard]), with and without fc1 biases and activation recomputation: the same output, input gradient and
-weight gradients; configurations it does not cover fall back to megatron's forward. The parity tests
-against transformers (tests/models/test_hf_parity, tests/training) run it at every layout."""
+"""The local spec's own layers (`nemo_lead.models.local_layers`) against megatron's.
+
+- SwiGLUMLP (fc1 as two GEMMs on its gate and up rows) against megatron's `MLP` with the same weights at TP1
+  and TP2 (each rank's fc1 shard is [gate shard; up shard]), with and without fc1 biases and activation
+  recomputation: the same output, input gradient and weight gradients; configurations it does not cover
+  fall back to megatron's forward.
+- RoPESelfAttention against megatron's `SelfAttention` with the same weights at TP1 and TP2 (output, input
+  and weight gradients), with a position tensor, and the fallback to megatron's forward for a tuple of them;
+  `_RoPEFunction` against megatron's unfused RoPE in float64 (partial rotary dimension, a strided input).
+- RMSNorm against torch's: the same forward, float64 gradients, torch's own path without autograd and for
+  other dtypes, refused configurations.
+The parity tests against transformers (tests/models/test_hf_parity, tests/training) run them at every layout."""
 
 
 import torch
@@ -100,3 +107,111 @@ def test_gated_fc1_gradients_and_a_second_backward_is_refused():
     out.backward(retain_graph=True)  # the backward writes over its saved gate / up buffer ...
     with pytest.raises(RuntimeError, match="modified by an inplace operation"):
         out.backward()  # ... so autograd refuses a second pass instead of using overwritten values
+
+
+def _attention_job():
+    """On each rank, at TP1 then TP2: megatron's SelfAttention and RoPESelfAttention with the same weights,
+    their outputs and gradients on the same input and RoPE position tensor."""
+    from megatron.core.models.common.embeddings.rotary_pos_embedding import RotaryEmbedding
+    from megatron.core.tensor_parallel.layers import ColumnParallelLinear, RowParallelLinear
+    from megatron.core.transformer.attention import SelfAttention, SelfAttentionSubmodules
+    from megatron.core.transformer.enums import AttnMaskType
+    from megatron.core.transformer.transformer_config import TransformerConfig
+
+    from nemo_lead.models.attention import SDPAttention
+    from nemo_lead.models.local_layers import RoPESelfAttention
+    from nemo_lead.parallel import destroy_parallel, init_parallel
+
+    sub = SelfAttentionSubmodules(linear_qkv=ColumnParallelLinear, core_attention=SDPAttention,
+                                  linear_proj=RowParallelLinear)
+    out = {}
+    for tp in (1, 2):
+        init_parallel(tp, 1)
+        config = TransformerConfig(num_layers=1, hidden_size=32, num_attention_heads=4, num_query_groups=2,
+                                   add_qkv_bias=True, attention_dropout=0.0, use_cpu_initialization=True,
+                                   tensor_model_parallel_size=tp)
+        theirs, ours = (cls(config, sub, layer_number=1, attn_mask_type=AttnMaskType.causal)
+                        for cls in (SelfAttention, RoPESelfAttention))
+        ours.load_state_dict(theirs.state_dict())
+        emb = RotaryEmbedding(kv_channels=8, rotary_percent=0.5, rotary_base=100, use_cpu_initialization=True)(6)
+        x = torch.randn(6, 2, 32, generator=torch.Generator().manual_seed(2))
+        for name, module in (("theirs", theirs), ("ours", ours)):
+            xr = x.clone().requires_grad_(True)
+            y, _ = module(xr, None, rotary_pos_emb=emb)
+            y.pow(2).sum().backward()
+            out[(tp, name)] = (y.detach(), xr.grad, [None if p.grad is None else p.grad.clone() for p in module.parameters()])
+            module.zero_grad()
+        with torch.no_grad():  # a (q, k) tuple of position tensors: megatron's own forward
+            out[(tp, "tuple")] = (ours(x, None, rotary_pos_emb=(emb, emb))[0], theirs(x, None, rotary_pos_emb=emb)[0])
+        destroy_parallel(keep_process_group=True)
+    destroy_parallel()
+    return out
+
+
+def test_rope_attention_matches_megatron_attention_at_tp1_and_tp2():
+    from distributed import run_distributed
+
+    per_rank = run_distributed(_attention_job, 2)
+    for res in per_rank:
+        for tp in (1, 2):
+            (ref, ref_gx, ref_gw), (y, gx, gw) = res[(tp, "theirs")], res[(tp, "ours")]
+            assert y.shape == (6, 2, 32) and (y - ref).abs().max() <= 1e-6, tp
+            assert (gx - ref_gx).abs().max() <= 1e-6, tp
+            # linear_proj's bias is returned, not added (megatron's skip_bias_add): no gradient on either side
+            assert [a is None for a in gw] == [b is None for b in ref_gw] and sum(a is None for a in gw) == 1, tp
+            assert all((a - b).abs().max() <= 1e-6 for a, b in zip(gw, ref_gw) if a is not None), tp
+            assert torch.equal(*res[(tp, "tuple")])
+    assert (per_rank[0][(2, "ours")][0] - per_rank[0][(1, "ours")][0]).abs().max() <= 1e-5  # TP2's output is TP1's
+
+
+def test_rope_function_is_megatrons_rope_and_its_gradient():
+    from megatron.core.models.common.embeddings.rope_utils import _apply_rotary_pos_emb_bshd
+
+    from nemo_lead.models.local_layers import _RoPEFunction
+
+    g = torch.Generator().manual_seed(5)
+    half = torch.randn(4, 1, 1, 4, dtype=torch.float64, generator=g)
+    freqs = torch.cat([half, half], dim=-1)  # rot 8 of each head's 12 dimensions: 4 pass through
+    mixed = torch.randn(4, 3, 2, 30, dtype=torch.float64, generator=g, requires_grad=True)
+    t = mixed[..., 6:18].unflatten(-1, (1, 12)).squeeze(-2)  # a strided view, as q / k leave the fused QKV
+    upstream = torch.randn(4, 3, 2, 12, dtype=torch.float64, generator=g)
+    reference = _apply_rotary_pos_emb_bshd(t, freqs)
+    ours = _RoPEFunction.apply(t, torch.cos(freqs), torch.sin(freqs))
+    assert torch.allclose(ours, reference, atol=1e-12, rtol=0)
+    assert torch.equal(ours[..., 8:], t[..., 8:])
+    expected, = torch.autograd.grad(reference, mixed, upstream)
+    got, = torch.autograd.grad(ours, mixed, upstream)
+    assert torch.allclose(got, expected, atol=1e-12, rtol=0)
+
+
+def test_rmsnorm_matches_torch_and_its_gradient():
+    from types import SimpleNamespace
+
+    import pytest
+
+    from nemo_lead.models.local_layers import RMSNorm, _RMSNormFunction
+
+    config = SimpleNamespace(normalization="RMSNorm", sequence_parallel=False, layernorm_zero_centered_gamma=False)
+    norm = RMSNorm(config, 6, eps=1e-5)
+    ref = torch.nn.RMSNorm(6, eps=1e-5)
+    g = torch.Generator().manual_seed(6)
+    with torch.no_grad():
+        norm.weight.copy_(torch.rand(6, generator=g) + 0.5)
+        ref.weight.copy_(norm.weight)
+    x = torch.randn(4, 3, 6, generator=g)
+    assert torch.equal(norm(x), ref(x))  # torch's arithmetic, in its order
+    with torch.no_grad():
+        assert torch.equal(norm(x), ref(x))
+    assert torch.equal(norm.to(torch.bfloat16)(x.bfloat16()), ref.to(torch.bfloat16)(x.bfloat16()))  # torch's path
+
+    x64 = torch.randn(4, 3, 6, dtype=torch.float64, generator=g, requires_grad=True)
+    w64 = (torch.rand(6, dtype=torch.float64, generator=g) + 0.5).requires_grad_(True)
+    upstream = torch.randn(4, 3, 6, dtype=torch.float64, generator=g)
+    reference = F.rms_norm(x64, (6,), w64, 1e-5)
+    ours = _RMSNormFunction.apply(x64, w64, 1e-5)
+    assert torch.allclose(ours, reference, atol=1e-12, rtol=0)
+    expected = torch.autograd.grad(reference, (x64, w64), upstream)
+    got = torch.autograd.grad(ours, (x64, w64), upstream)
+    assert all(torch.allclose(a, e, atol=1e-12, rtol=0) for a, e in zip(got, expected))
+    with pytest.raises(ValueError, match="plain RMSNorm"):
+        RMSNorm(SimpleNamespace(normalization="RMSNorm", sequence_parallel=True, layernorm_zero_centered_gamma=False), 6)
