@@ -76,9 +76,14 @@ class KVCache:
         self._k[layer][:b, :, :s] = k
         self._v[layer][:b, :, :s] = v
 
-    def write_at(self, layer: int, k: torch.Tensor, v: torch.Tensor, positions: torch.Tensor) -> None:
-        """Decode: k, v [batch, groups, d] go to position positions[b] of row b."""
-        _write_at(self._k[layer], self._v[layer], k, v, positions)
+    def slots(self, positions: torch.Tensor) -> torch.Tensor:
+        """Where position positions[b] of row b lies, per KV group, in a layer's flattened storage: the
+        index `write_at` takes (computed once per decode step for all layers)."""
+        return _slots(positions, self._k[0].shape[1], self.capacity)
+
+    def write_at(self, layer: int, k: torch.Tensor, v: torch.Tensor, slots: torch.Tensor) -> None:
+        """Decode: k, v [batch, groups, d] go to row b's position that `slots` (from `slots`) names."""
+        _write_at(self._k[layer], self._v[layer], k, v, slots)
 
     def view(self, layer: int, length: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Keys and values of positions 0 .. length-1 of the live rows (views, no copy)."""
@@ -133,17 +138,29 @@ class _Bucket:
     def __init__(self, keys: list[torch.Tensor], values: list[torch.Tensor]):
         self._k, self._v = keys, values
 
-    def write_at(self, layer: int, k: torch.Tensor, v: torch.Tensor, positions: torch.Tensor) -> None:
-        _write_at(self._k[layer], self._v[layer], k, v, positions)
+    def slots(self, positions: torch.Tensor) -> torch.Tensor:
+        return _slots(positions, self._k[0].shape[1], self._k[0].shape[2])
+
+    def write_at(self, layer: int, k: torch.Tensor, v: torch.Tensor, slots: torch.Tensor) -> None:
+        _write_at(self._k[layer], self._v[layer], k, v, slots)
 
     def view(self, layer: int, length: int) -> tuple[torch.Tensor, torch.Tensor]:
         return self._k[layer][:, :, :length], self._v[layer][:, :, :length]
 
 
-def _write_at(keys: torch.Tensor, values: torch.Tensor, k: torch.Tensor, v: torch.Tensor, positions: torch.Tensor):
-    rows = torch.arange(k.shape[0], device=k.device)
-    keys[rows, :, positions] = k
-    values[rows, :, positions] = v
+def _slots(positions: torch.Tensor, groups: int, capacity: int) -> torch.Tensor:
+    """Flat row indices of [rows, groups, capacity, d] storage viewed as [rows * groups * capacity, d]:
+    (b * groups + g) * capacity + positions[b], for b < len(positions), every g."""
+    b = positions.shape[0]
+    rows = torch.arange(b * groups, device=positions.device).view(b, groups) * capacity
+    return (rows + positions[:, None]).reshape(-1)
+
+
+def _write_at(keys: torch.Tensor, values: torch.Tensor, k: torch.Tensor, v: torch.Tensor, slots: torch.Tensor):
+    """One index_copy_ per tensor into the (contiguous) storage: cheaper than advanced-index assignment."""
+    d = keys.shape[-1]
+    keys.view(-1, d).index_copy_(0, slots, k.reshape(-1, d))
+    values.view(-1, d).index_copy_(0, slots, v.reshape(-1, d))
 
 
 def compaction_order(keep: list[int]) -> list[int]:

@@ -104,22 +104,32 @@ class StageRunner:
             return out, module.bias
         return (out if module.bias is None else out + module.bias), None
 
-    def _qkv(self, attention, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """`get_query_key_value_tensors` on one TP rank: q [s, b, heads, d], k, v [s, b, groups, d]."""
-        if not self.direct:
-            return attention.get_query_key_value_tensors(x)
+    def _mixed_qkv(self, attention, x: torch.Tensor) -> torch.Tensor:
+        """The fused QKV projection on one TP rank as [s, b, groups, per_group + 2, d]: per KV group, its query
+        heads, then k, then v (megatron's layout, as `get_query_key_value_tensors` splits it)."""
         mixed, bias = self._linear(attention.linear_qkv, x)
         if bias is not None:
             mixed = mixed + bias
-        s, b, d = mixed.shape[0], mixed.shape[1], self.head_dim
-        per_group = self.heads // self.groups
-        q, k, v = mixed.view(s, b, self.groups, (per_group + 2) * d).split([per_group * d, d, d], dim=3)
-        q = q.reshape(s, b, self.heads, d)
+        return mixed.view(mixed.shape[0], mixed.shape[1], self.groups, self.heads // self.groups + 2, self.head_dim)
+
+    def _rotated_qkv(self, attention, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
+        """q [s, b, heads, d] and k [s, b, groups, d] after RoPE, and v. Direct path without q / k norms: q and
+        k rotated as one tensor (adjacent in each group's slice of the fused output), half the ops."""
+        if not self.direct:
+            q, k, v = attention.get_query_key_value_tensors(x)
+            return self._rotate(q, cos, sin), self._rotate(k, cos, sin), v
+        mixed = self._mixed_qkv(attention, x)
+        s, b, per_group = mixed.shape[0], mixed.shape[1], self.heads // self.groups
+        v = mixed[..., per_group + 1, :]
+        if attention.q_layernorm is None and attention.k_layernorm is None:
+            qk = self._rotate(mixed[..., : per_group + 1, :], cos[..., None, :], sin[..., None, :])
+            return qk[..., :per_group, :].reshape(s, b, self.heads, self.head_dim), qk[..., per_group, :], v
+        q, k = mixed[..., :per_group, :].reshape(s, b, self.heads, self.head_dim), mixed[..., per_group, :]
         if attention.q_layernorm is not None:
             q = attention.q_layernorm(q)
         if attention.k_layernorm is not None:
             k = attention.k_layernorm(k)
-        return q, k, v
+        return self._rotate(q, cos, sin), self._rotate(k, cos, sin), v
 
     def _projection(self, module, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
         return self._linear(module, x) if self.direct else module(x)
@@ -141,7 +151,7 @@ class StageRunner:
 
     @staticmethod
     def _rotate(t: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-        """RoPE on t [s, b, heads, d] with cos / sin [s, b, 1, rot] (rot <= d; the rest passes through)."""
+        """RoPE on t [s, b, ..., d] with cos / sin [s, b, 1, ..., rot] (rot <= d; the rest passes through)."""
         rot = cos.shape[-1]
         x, rest = t[..., :rot], t[..., rot:]
         half = rot // 2
@@ -149,28 +159,32 @@ class StageRunner:
         out = x * cos + rotated * sin
         return torch.cat([out, rest], dim=-1) if rest.shape[-1] else out
 
+    def _attention_mask(self, mask: torch.Tensor) -> torch.Tensor:
+        """mask [b, s, L] (True = attend) -> SDPA's [b, 1, per_group * s, L] for `_attend` (once per step)."""
+        b, s, length = mask.shape
+        per_group = self.heads // self.groups
+        return mask[:, None, None].expand(b, 1, per_group, s, length).reshape(b, 1, per_group * s, length)
+
     def _attend(self, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        """q [s, b, heads, d], keys / values [b, groups, L, d], mask [b, s, L] (True = attend) -> [s, b, heads*d]."""
+        """q [s, b, heads, d], keys / values [b, groups, L, d], mask from `_attention_mask` -> [s, b, heads*d]."""
         s, b = q.shape[0], q.shape[1]
         per_group = self.heads // self.groups
         # heads are group-major (g * per_group + i); fold the group's heads into the query length
         qg = q.reshape(s, b, self.groups, per_group, self.head_dim).permute(1, 2, 3, 0, 4)
         qg = qg.reshape(b, self.groups, per_group * s, self.head_dim)
-        m = mask[:, None, None].expand(b, 1, per_group, s, mask.shape[-1]).reshape(b, 1, per_group * s, -1)
-        ctx = F.scaled_dot_product_attention(qg, keys, values, attn_mask=m, scale=self.scale)
+        ctx = F.scaled_dot_product_attention(qg, keys, values, attn_mask=mask, scale=self.scale)
         ctx = ctx.reshape(b, self.groups, per_group, s, self.head_dim).permute(3, 0, 1, 2, 4)
         return ctx.reshape(s, b, self.heads * self.head_dim)
 
-    def _layer(self, i: int, layer, h, cos, sin, cache, mask, length: int, positions):
+    def _layer(self, i: int, layer, h, cos, sin, cache, mask, length: int, slots):
         residual = h
         x = layer.input_layernorm(h)
-        q, k, v = self._qkv(layer.self_attention, x)  # [s, b, heads|groups, d]
-        q, k = self._rotate(q, cos, sin), self._rotate(k, cos, sin)
+        q, k, v = self._rotated_qkv(layer.self_attention, x, cos, sin)  # [s, b, heads|groups, d]
         k, v = k.permute(1, 2, 0, 3), v.permute(1, 2, 0, 3)  # [b, groups, s, d]
-        if positions is None:
+        if slots is None:
             cache.write_block(i, k, v)
         else:
-            cache.write_at(i, k[:, :, 0], v[:, :, 0], positions)
+            cache.write_at(i, k[:, :, 0], v[:, :, 0], slots)
         keys, values = cache.view(i, length)
         out, bias = self._projection(layer.self_attention.linear_proj, self._attend(q, keys, values, mask))
         h = residual + (out if bias is None else out + bias)
@@ -185,8 +199,10 @@ class StageRunner:
         else:
             h = inputs
         cos, sin = (t[pos.t()][:, :, None] for t in rope)  # [s, b, 1, rot]
+        mask = self._attention_mask(mask)
+        slots = None if write_positions is None else cache.slots(write_positions)
         for i, layer in enumerate(self.layers):
-            h = self._layer(i, layer, h, cos, sin, cache, mask, length, write_positions)
+            h = self._layer(i, layer, h, cos, sin, cache, mask, length, slots)
         return h
 
     def logits(self, h_last: torch.Tensor) -> torch.Tensor:

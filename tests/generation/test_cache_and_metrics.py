@@ -29,7 +29,7 @@ def test_cache_rows_survive_compaction_growth_and_merging():
     a.extend(b)
     assert a.batch == 3 and a.capacity == 9 and torch.equal(a.keys[0][2], b.keys[0][0])
     assert torch.equal(a.keys[1][0, :, :4], row2)
-    a.write_at(0, torch.ones(3, 1, 2), torch.full((3, 1, 2), 2.0), torch.tensor([4, 5, 8]))
+    a.write_at(0, torch.ones(3, 1, 2), torch.full((3, 1, 2), 2.0), a.slots(torch.tensor([4, 5, 8])))
     assert a.keys[0][0, 0, 4].tolist() == [1, 1] and a.values[0][2, 0, 8].tolist() == [2, 2]
     k, v = a.view(0, 6)
     assert k.shape == (3, 1, 6, 2) and v.shape == (3, 1, 6, 2)
@@ -48,7 +48,7 @@ def test_cache_storage_stays_put_until_it_grows():
     assert a.version == version and a._k[0] is storage and a.batch == 4
     assert a.keys[0][2, 0, 3].tolist() == [0, 0]  # positions past the appended rows' capacity are zeroed
     bucket = a.bucket(4)
-    bucket.write_at(0, torch.ones(4, 1, 2), torch.zeros(4, 1, 2), torch.tensor([1, 1, 1, 1]))
+    bucket.write_at(0, torch.ones(4, 1, 2), torch.zeros(4, 1, 2), bucket.slots(torch.tensor([1, 1, 1, 1])))
     assert a.keys[0][:, 0, 1].sum() == 8 and bucket.view(0, 4)[0].shape == (4, 1, 4, 2)
     a.reserve(5, rows=4)
     assert a.version == version + 1 and a.capacity == 6 and a.allocated_rows == 4
@@ -74,6 +74,17 @@ def test_compaction_moves_only_finished_rows_places_and_filled_positions():
         assert torch.equal(k[1, :, :3], before[layer][5, :, :3])  # the filled positions moved
         assert torch.equal(k[1, :, 3:], before[layer][1, :, 3:])  # past them: the old row's (masked) data
         assert torch.equal(a.values[layer][1, :, :3], -before[layer][5, :, :3])
+
+
+def test_write_at_puts_each_rows_groups_at_its_position():
+    cache = KVCache(1, 2, 3, 2, 5, torch.float32, torch.device("cpu"), reserve_rows=4)
+    k = torch.arange(12, dtype=torch.float32).reshape(2, 3, 2)
+    cache.write_at(0, k, -k, cache.slots(torch.tensor([1, 4])))
+    keys, values = cache.view(0, 5)
+    want = torch.zeros(2, 3, 5, 2)
+    want[0, :, 1], want[1, :, 4] = k[0], k[1]
+    assert torch.equal(keys, want) and torch.equal(values, -want)
+    assert cache._k[0][2:].abs().sum() == 0  # rows past the live ones untouched
 
 
 def test_bucket_rows_are_powers_of_two_within_the_allocation():
