@@ -15,8 +15,9 @@ weights themselves (the products megatron's forward computes, in the same order,
 megatron's per-call machinery (autograd functions, process-group lookups, async-communication wrappers) cost
 more than the products of a small model's decode step. With Transformer Engine specs the input
 norm is fused into `linear_qkv` (`input_layernorm` is an IdentityOp) and the pre-MLP norm into `linear_fc1`;
-the same calls work. Attention is `scaled_dot_product_attention` with an explicit mask, grouped-query heads
-folded into the query length so the cache is never expanded to all heads. RoPE is computed from the model's
+the same calls work. Attention is `scaled_dot_product_attention` with an explicit mask (on the CPU, the
+same softmax written as two matmuls and an additive mask: faster there for a decode step's few queries),
+grouped-query heads folded into the query length so the cache is never expanded to all heads. RoPE is computed from the model's
 own `rotary_pos_emb.inv_freq` (Llama-3 scaling included), per sequence position, non-interleaved.
 
 Refused with a clear error (not silently wrong): sequence parallelism, context parallelism, interleaved
@@ -160,10 +161,15 @@ class StageRunner:
         return torch.cat([out, rest], dim=-1) if rest.shape[-1] else out
 
     def _attention_mask(self, mask: torch.Tensor) -> torch.Tensor:
-        """mask [b, s, L] (True = attend) -> SDPA's [b, 1, per_group * s, L] for `_attend` (once per step)."""
+        """mask [b, s, L] (True = attend) -> [b, 1, per_group * s, L] for `_attend` (once per step): boolean for
+        SDPA on accelerators; on the CPU an additive 0 / -inf bias for `_attend`'s own softmax, which beats
+        SDPA's CPU kernel on the few query rows of a decode step over the cache's strided keys."""
         b, s, length = mask.shape
         per_group = self.heads // self.groups
-        return mask[:, None, None].expand(b, 1, per_group, s, length).reshape(b, 1, per_group * s, length)
+        mask = mask[:, None, None].expand(b, 1, per_group, s, length).reshape(b, 1, per_group * s, length)
+        if mask.device.type != "cpu":
+            return mask
+        return torch.zeros(mask.shape, dtype=self.dtype, device=mask.device).masked_fill_(~mask, float("-inf"))
 
     def _attend(self, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """q [s, b, heads, d], keys / values [b, groups, L, d], mask from `_attention_mask` -> [s, b, heads*d]."""
@@ -172,7 +178,11 @@ class StageRunner:
         # heads are group-major (g * per_group + i); fold the group's heads into the query length
         qg = q.reshape(s, b, self.groups, per_group, self.head_dim).permute(1, 2, 3, 0, 4)
         qg = qg.reshape(b, self.groups, per_group * s, self.head_dim)
-        ctx = F.scaled_dot_product_attention(qg, keys, values, attn_mask=mask, scale=self.scale)
+        if mask.dtype == torch.bool:
+            ctx = F.scaled_dot_product_attention(qg, keys, values, attn_mask=mask, scale=self.scale)
+        else:  # CPU: softmax(q k^T * scale + bias) v (every row attends to at least its own position)
+            scores = torch.matmul(qg, keys.transpose(-1, -2)).mul_(self.scale).add_(mask)
+            ctx = torch.matmul(torch.softmax(scores, dim=-1, dtype=torch.float32).to(values.dtype), values)
         ctx = ctx.reshape(b, self.groups, per_group, s, self.head_dim).permute(3, 0, 1, 2, 4)
         return ctx.reshape(s, b, self.heads * self.head_dim)
 
