@@ -4,7 +4,9 @@ Per response, in the calling process: `finished=False` -> status "truncated" (no
 region -> "no_answer"; otherwise the extracted answer (short) goes to a worker process (`match.grade_task`),
 which compares it with the gold under a soft time limit of `timeout_s`. The parent kills a worker whose
 response passes `timeout_s + grace_s` (code stuck in C) and starts a new one. With `check_repetition` the
-whole text goes to the worker too, and the repetition check shares the response's time budget.
+whole text goes to the worker too, and the repetition check shares the response's time budget. Responses
+of one batch with the same extracted answer and gold (the n samples of a prompt often agree) are graded
+once: a worker round trip each is most of a short answer's grading time.
 
 Outcome of each response (`nemo_lead.algorithms.Outcome`):
 - CORRECT when the answer equals the gold (see `match.py` for what counts as equal);
@@ -102,7 +104,7 @@ class MathVerifier:
             )
         extracted: list[str | None] = []
         status: list[str] = []
-        jobs, job_of = [], {}
+        jobs, job_of, job_index = [], {}, {}  # identical (answer, gold[, text]) are graded once
         for i, (text, gold) in enumerate(zip(responses, golds)):
             if not isinstance(text, str) or not isinstance(gold, str):
                 raise TypeError(f"response {i} and its gold must be str, got {type(text).__name__}, "
@@ -112,8 +114,11 @@ class MathVerifier:
             extracted.append(answer)
             status.append("ok" if answer is not None else "no_answer" if done else "truncated")
             if answer is not None or check_repetition:
-                job_of[i] = len(jobs)
-                jobs.append((answer, gold, text if check_repetition else None, self.timeout_s))
+                job = (answer, gold, text if check_repetition else None, self.timeout_s)
+                if job not in job_index:
+                    job_index[job] = len(jobs)
+                    jobs.append(job)
+                job_of[i] = job_index[job]
         results = self._pool.run(jobs, self.timeout_s + self.grace_s)
 
         grades = []

@@ -59,6 +59,21 @@ def test_shuffled_batch_keeps_order(verifier):
     assert [g.extracted for g in grades] == [str(v) for v in values]
 
 
+def test_identical_answers_are_graded_once(verifier, monkeypatch):
+    sent = []
+    run = verifier._pool.run
+    monkeypatch.setattr(verifier._pool, "run", lambda jobs, deadline: sent.append(len(jobs)) or run(jobs, deadline))
+    responses = [r"<think>.</think> \boxed{4}", r"<think>..</think> \boxed{4}", r"<think>.</think> \boxed{5}",
+                 r"<think>.</think> \boxed{4}", "no answer"]
+    golds = ["4", "4", "4", "5", "4"]
+    grades = verifier.grade(responses, golds)
+    assert sent == [3]  # (4, "4") twice, (5, "4"), (4, "5"); no job for the unanswered one
+    assert [g.correct for g in grades] == [True, True, False, False, False]
+    assert [g.outcome for g in grades][:2] == [Outcome.CORRECT] * 2 and grades[4].status == "no_answer"
+    verifier.grade(responses, golds, check_repetition=True)
+    assert sent[-1] == 5  # the texts differ: with the repetition check every response is its own job
+
+
 def test_before_think_region_reads_inside_the_thoughts():
     with MathVerifier(workers=1, timeout_s=TIMEOUT, answer_region="before_think") as v:
         grades = v.grade([r"<think>\boxed{7}</think> final \boxed{8}", r"\boxed{7}"], ["7", "7"])
