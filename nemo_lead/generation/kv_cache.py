@@ -82,7 +82,7 @@ class KVCache:
         return _slots(positions, self._k[0].shape[1], self.capacity)
 
     def write_at(self, layer: int, k: torch.Tensor, v: torch.Tensor, slots: torch.Tensor) -> None:
-        """Decode: k, v [batch, groups, d] go to row b's position that `slots` (from `slots`) names."""
+        """Decode: k, v [batch, groups, d] go to the positions `slots` names (`slots(positions)`)."""
         _write_at(self._k[layer], self._v[layer], k, v, slots)
 
     def view(self, layer: int, length: int) -> tuple[torch.Tensor, torch.Tensor]:

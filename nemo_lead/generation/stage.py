@@ -12,13 +12,14 @@ The linears are megatron's own (column / row parallel), so tensor parallelism co
 computes its own heads and the row-parallel projections all-reduce. On one TP rank with megatron's plain
 linears and the local spec's SwiGLU MLP (`direct`), the decode and prefill steps multiply by those modules'
 weights themselves (the products megatron's forward computes, in the same order, so the same numbers):
-megatron's per-call machinery (autograd functions, process-group lookups, async-communication wrappers) cost
-more than the products of a small model's decode step. With Transformer Engine specs the input
-norm is fused into `linear_qkv` (`input_layernorm` is an IdentityOp) and the pre-MLP norm into `linear_fc1`;
-the same calls work. Attention is `scaled_dot_product_attention` with an explicit mask (on the CPU, the
-same softmax written as two matmuls and an additive mask: faster there for a decode step's few queries),
-grouped-query heads folded into the query length so the cache is never expanded to all heads. RoPE is computed from the model's
-own `rotary_pos_emb.inv_freq` (Llama-3 scaling included), per sequence position, non-interleaved.
+megatron's per-call machinery (autograd functions, process-group lookups, async-communication wrappers)
+costs more than the products of a small model's decode step. With Transformer Engine specs the input norm is
+fused into `linear_qkv` (`input_layernorm` is an IdentityOp) and the pre-MLP norm into `linear_fc1`; the
+same calls work. Attention is `scaled_dot_product_attention` with an explicit mask (on the CPU, the same
+softmax written as two matmuls and an additive mask: faster there for a decode step's few queries), grouped-
+query heads folded into the query length so the cache is never expanded to all heads. RoPE is computed from
+the model's own `rotary_pos_emb.inv_freq` (Llama-3 scaling included), per sequence position,
+non-interleaved.
 
 Refused with a clear error (not silently wrong): sequence parallelism, context parallelism, interleaved
 RoPE, multi-latent attention, gated attention output, layers without RoPE, virtual pipeline chunks.
