@@ -98,6 +98,7 @@ def token_logprobs(
 
     if temperature <= 0:
         raise ValueError(f"temperature must be > 0, got {temperature}")
-    z = mask_vocab_padding(logits.float() / temperature, vocab_size)  # mask after scaling: min / T is -inf
+    z = logits.float() if temperature == 1.0 else logits.float() / temperature  # (x / 1 is x: no copy)
+    z = mask_vocab_padding(z, vocab_size)  # mask after scaling: min / T is -inf
     logp, ent = _VocabParallelLogProbs.apply(z, targets, entropy)
     return logp, (ent if entropy else None)
