@@ -19,7 +19,7 @@ same calls work. Attention is `scaled_dot_product_attention` with an explicit ma
 softmax written as two matmuls and an additive mask: faster there for a decode step's few queries), grouped-
 query heads folded into the query length so the cache is never expanded to all heads. RoPE is computed from
 the model's own `rotary_pos_emb.inv_freq` (Llama-3 scaling included), per sequence position,
-non-interleaved.
+non-interleaved, with the actor's arithmetic (`nemo_lead.models.rope`).
 
 Refused with a clear error (not silently wrong): sequence parallelism, context parallelism, interleaved
 RoPE, multi-latent attention, gated attention output, layers without RoPE, virtual pipeline chunks.
@@ -31,6 +31,8 @@ import math
 
 import torch
 import torch.nn.functional as F
+
+from nemo_lead.models.rope import rope
 
 
 class UnsupportedModel(ValueError):
@@ -119,19 +121,19 @@ class StageRunner:
         k rotated as one tensor (adjacent in each group's slice of the fused output), half the ops."""
         if not self.direct:
             q, k, v = attention.get_query_key_value_tensors(x)
-            return self._rotate(q, cos, sin), self._rotate(k, cos, sin), v
+            return rope(q, cos, sin), rope(k, cos, sin), v
         mixed = self._mixed_qkv(attention, x)
         s, b, per_group = mixed.shape[0], mixed.shape[1], self.heads // self.groups
         v = mixed[..., per_group + 1, :]
         if attention.q_layernorm is None and attention.k_layernorm is None:
-            qk = self._rotate(mixed[..., : per_group + 1, :], cos[..., None, :], sin[..., None, :])
+            qk = rope(mixed[..., : per_group + 1, :], cos[..., None, :], sin[..., None, :])
             return qk[..., :per_group, :].reshape(s, b, self.heads, self.head_dim), qk[..., per_group, :], v
         q, k = mixed[..., :per_group, :].reshape(s, b, self.heads, self.head_dim), mixed[..., per_group, :]
         if attention.q_layernorm is not None:
             q = attention.q_layernorm(q)
         if attention.k_layernorm is not None:
             k = attention.k_layernorm(k)
-        return self._rotate(q, cos, sin), self._rotate(k, cos, sin), v
+        return rope(q, cos, sin), rope(k, cos, sin), v
 
     def _projection(self, module, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
         return self._linear(module, x) if self.direct else module(x)
@@ -150,16 +152,6 @@ class StageRunner:
         freqs = torch.outer(pos, self.inv_freq)
         emb = torch.cat([freqs, freqs], dim=-1)
         return emb.cos().to(self.dtype), emb.sin().to(self.dtype)
-
-    @staticmethod
-    def _rotate(t: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-        """RoPE on t [s, b, ..., d] with cos / sin [s, b, 1, ..., rot] (rot <= d; the rest passes through)."""
-        rot = cos.shape[-1]
-        x, rest = t[..., :rot], t[..., rot:]
-        half = rot // 2
-        rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
-        out = x * cos + rotated * sin
-        return torch.cat([out, rest], dim=-1) if rest.shape[-1] else out
 
     def _attention_mask(self, mask: torch.Tensor) -> torch.Tensor:
         """mask [b, s, L] (True = attend) -> [b, 1, per_group * s, L] for `_attend` (once per step): boolean for

@@ -20,7 +20,7 @@ gathered outputs, expert layers, CPU activation offloading, an fc1 that is not a
 
 RoPE (`RoPESelfAttention`): megatron's unfused RoPE computes t cos + rotate_half(t) sin with `rotate_half` a
 `cat` of negated halves, then `cat`s the pass-through part back, and autograd differentiates each of those.
-`_RoPEFunction` writes t cos into one output and adds each half's rotated term with a multiply-add
+`_RoPEFunction` (`rope`) writes t cos into one output and adds each half's rotated term with a multiply-add
 (t1 cos1 - t2 sin1, t2 cos2 + t1 sin2: megatron's formula, one rounding fewer per element); its backward is
 the transposed rotation, written the same way. It applies where megatron would take that unfused path in
 training and scoring (a position tensor, no inference context, no packed sequences, no fusion, not
@@ -45,6 +45,8 @@ import torch
 import torch.nn.functional as F
 from megatron.core.transformer.attention import SelfAttention
 from megatron.core.transformer.mlp import MLP
+
+from .rope import rope
 
 
 def gate_and_up(x2: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -171,34 +173,12 @@ class _RoPEFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, t, cos, sin):
         ctx.save_for_backward(cos, sin)
-        return _rotate(t, cos, sin, sign=1.0)
+        return rope(t, cos, sin)
 
     @staticmethod
     def backward(ctx, grad):
         cos, sin = ctx.saved_tensors
-        return _rotate(grad, cos, sin, sign=-1.0), None, None
-
-
-def _rotate(t: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, sign: float) -> torch.Tensor:
-    """sign +1: [t1 c1 - t2 s1, t2 c2 + t1 s2] (the rotation); -1: [t1 c1 + t2 s2, t2 c2 - t1 s1] (its transpose,
-    for the backward): t cos into a fresh output, then one in-place multiply-add per half; no cat, no
-    temporaries."""
-    rot = cos.shape[-1]
-    half = rot // 2
-    t1, t2 = t[..., :half], t[..., half:rot]
-    s1, s2 = sin[..., :half], sin[..., half:]
-    out = torch.empty(t.shape, dtype=t.dtype, device=t.device)
-    o1, o2 = out[..., :half], out[..., half:rot]
-    torch.mul(t[..., :rot], cos, out=out[..., :rot])
-    if sign > 0:
-        o1.addcmul_(t2, s1, value=-1.0)
-        o2.addcmul_(t1, s2)
-    else:
-        o1.addcmul_(t2, s2)
-        o2.addcmul_(t1, s1, value=-1.0)
-    if rot < t.shape[-1]:
-        out[..., rot:] = t[..., rot:]
-    return out
+        return rope(grad, cos, sin, sign=-1.0), None, None
 
 
 class RoPESelfAttention(SelfAttention):
