@@ -32,14 +32,15 @@ def machine_line(threads: int | None = None, load_start: tuple[float, ...] | Non
 
 
 def _commit() -> list[str]:
-    """["commit <short hash>"] (marked "+ local changes" when the tracked code differs), or [] outside git."""
+    """["commit <short hash>"] (marked "+ local changes" when tracked files other than Markdown differ), or []
+    outside git."""
     import subprocess
 
     root = RESULTS.parent.parent
     try:
         head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True,
                               timeout=10, check=True).stdout.strip()
-        outputs = [":!bench/*.md", ":!bench/ablation"]  # what the bench scripts themselves write
+        outputs = [":!*.md", ":!bench/ablation"]  # prose, and what the bench scripts themselves write
         dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ".", *outputs],
                                cwd=root, capture_output=True, text=True, timeout=10, check=True).stdout.strip()
     except (OSError, subprocess.SubprocessError):
