@@ -20,7 +20,7 @@ gathered outputs, expert layers, CPU activation offloading, an fc1 that is not a
 
 RoPE (`RoPESelfAttention`): megatron's unfused RoPE computes t cos + rotate_half(t) sin with `rotate_half` a
 `cat` of negated halves, then `cat`s the pass-through part back, and autograd differentiates each of those.
-`_RoPEFunction` (`rope`) writes t cos into one output and adds each half's rotated term with a multiply-add
+`_RoPEFunction` (`nemo_lead.models.rope`, shared with the rollout engine) writes t cos into one output and adds each half's rotated term with a multiply-add
 (t1 cos1 - t2 sin1, t2 cos2 + t1 sin2: megatron's formula, one rounding fewer per element); its backward is
 the transposed rotation, written the same way. It applies where megatron would take that unfused path in
 training and scoring (a position tensor, no inference context, no packed sequences, no fusion, not
