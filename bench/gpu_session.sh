@@ -11,9 +11,11 @@
 # The default limits (ACTOR_LIMIT 240, TEST_LIMIT 150, ROLLOUT_LIMIT 120, RL_LIMIT 180 s) add up to 690 s,
 # more than one 600 s device call: run it as two calls with STEPS, or lower the limits.
 #
-# Needs a CUDA machine with torch and transformers. Packages it lacks (megatron-core, omegaconf) can sit as
-# wheels in .whl/ (pip download --python-version/--platform for that machine); they are installed into
-# /tmp/site first. Runs from the repository root, without installing nemo_lead (PYTHONPATH).
+# Needs a CUDA machine with torch and transformers. Packages it lacks (megatron-core, omegaconf, ...) sit as
+# wheels in .whl/, downloaded beforehand by `bash bench/gpu_wheels.sh` (cp312, the versions of
+# constraints-gpu.txt: the megatron-core that CI's Python 3.12 leg tests and the container installs); they
+# are installed into /tmp/site first. The summary says when the megatron-core found is not that pin.
+# Runs from the repository root, without installing nemo_lead (PYTHONPATH).
 set -uo pipefail
 OUT=${OUT:-/tmp/nemo_lead_gpu}
 PY=${PYTHON:-python3}
@@ -27,6 +29,11 @@ summary="$OUT/summary.txt"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$summary"
 $PY -c "import sys, torch, megatron.core, transformers; print('python', sys.version.split()[0], 'torch', torch.__version__,
 'megatron-core', megatron.core.__version__, 'transformers', transformers.__version__)" 2>&1 | tee -a "$summary"
+pinned=$(grep -oE '^megatron-core==\S+' constraints-gpu.txt | cut -d= -f3)
+found=$($PY -c "import megatron.core; print(megatron.core.__version__)" 2>/dev/null)
+if [ "$found" != "$pinned" ]; then
+  echo "WARNING: megatron-core $found here, not constraints-gpu.txt's $pinned (run bench/gpu_wheels.sh first)" | tee -a "$summary"
+fi
 
 step() {  # step NAME SECONDS CMD...: run under a time limit, log to $OUT/NAME.log, exit status to the summary
   local name=$1 limit=$2 start=$SECONDS

@@ -93,7 +93,7 @@ def main() -> None:
     from nemo_lead.data import PromptConfig, prompt_token_ids
     from nemo_lead.data.problems import load_problems
     from nemo_lead.models import load_tokenizer
-    from nemo_lead.training.quiet import hide_import_noise
+    from nemo_lead.quiet import hide_import_noise
     from nemo_lead.training.rl import rl_job
 
     hide_import_noise()

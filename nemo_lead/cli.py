@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .config import ConfigError, conf_dir, load_config, to_yaml
+from .quiet import hide_import_noise
 
 
 @dataclass(frozen=True)
@@ -221,6 +222,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.print_config:
         print(to_yaml(cfg), end="")
         return 0
+    hide_import_noise()
     result = _load_attr(cmd.runner)(cfg)
     return int(result or 0)
 

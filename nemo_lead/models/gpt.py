@@ -74,13 +74,14 @@ def _with_local_layers(layer_spec):
     is not changed."""
     from dataclasses import replace
 
+    from ..megatron_compat import with_mlp_class
     from .attention import SDPAttention
     from .local_layers import RMSNorm, RoPESelfAttention, SwiGLUMLP
 
     attention = layer_spec.submodules.self_attention
     attention = replace(attention, module=RoPESelfAttention,
                         submodules=replace(attention.submodules, core_attention=SDPAttention))
-    mlp = replace(layer_spec.submodules.mlp, module=SwiGLUMLP)
+    mlp = with_mlp_class(layer_spec.submodules.mlp, SwiGLUMLP)
     return replace(layer_spec, submodules=replace(layer_spec.submodules, self_attention=attention, mlp=mlp,
                                                   input_layernorm=RMSNorm, pre_mlp_layernorm=RMSNorm))
 

@@ -4,9 +4,11 @@ megatron-core assumes CUDA in a handful of places that are not about computing o
 scratch buffer is allocated, which RNG dropout forks, a `synchronize()` between p2p calls). This module
 covers exactly those, measured on megatron-core 0.16.1 / torch 2.13 CPU (DESIGN.md "Facts measured"):
 
-1. `torch.cuda.current_device()` -> 0 and `synchronize()` / `empty_cache()` -> no-ops. Megatron calls them
-   to pick a device (`GlobalMemoryBuffer.get_tensor`, p2p shape exchange, rotary `inv_freq.to(...)`,
-   dist_checkpointing) or to wait for kernels; on CPU there is nothing to pick or wait for.
+1. `torch.cuda.current_device()` -> 0, `synchronize()` / `empty_cache()` -> no-ops, and
+   `current_stream()` -> a stand-in stream whose waits do nothing. Megatron calls them to pick a device
+   (`GlobalMemoryBuffer.get_tensor`, p2p shape exchange, rotary `inv_freq.to(...)`, dist_checkpointing) or
+   to wait for kernels (megatron-core 0.19's DDP asks for the current stream in every gradient sync, to
+   wait on CUDA-graph events; 0.16 did not); on CPU there is nothing to pick or wait for.
 2. A `TorchFunctionMode` that maps every CUDA device given to a torch function (`device="cuda"`,
    `device=0` from (1), `.cuda()`, `.to("cuda")`, `pin_memory=True`) to the CPU. This covers literal
    `device="cuda"` tensors in the pipeline schedules, p2p shape buffers and the distributed optimizer's
@@ -154,6 +156,23 @@ def _run_backward_in_mode(run_backward):
     return run
 
 
+class _CpuStream:
+    """What megatron asks of `torch.cuda.current_stream()`: waits on other streams or events, which on the
+    CPU (one stream of work, in program order) are already done."""
+
+    def wait_event(self, event) -> None:
+        pass
+
+    def wait_stream(self, stream) -> None:
+        pass
+
+    def synchronize(self) -> None:
+        pass
+
+
+_CPU_STREAM = _CpuStream()
+
+
 def _cpu_get_rng_state(device=None, clone=False, graph_safe=False):
     return torch.get_rng_state()
 
@@ -188,6 +207,7 @@ def enable() -> None:
     _patch(torch.cuda, "current_device", lambda: 0)
     _patch(torch.cuda, "synchronize", lambda *a, **k: None)
     _patch(torch.cuda, "empty_cache", lambda: None)
+    _patch(torch.cuda, "current_stream", lambda device=None: _CPU_STREAM)
     _patch(mrandom, "_get_cuda_rng_state", _cpu_get_rng_state)
     _patch(mrandom, "_set_cuda_rng_state", _cpu_set_rng_state)
     _patch(mrandom, "CudaRNGStatesTracker", CpuRNGStatesTracker)

@@ -53,6 +53,9 @@ def _rank_main(fn, rank, world_size, port, args, kwargs, env, results) -> None:
         MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
     )
     try:
+        from nemo_lead.quiet import hide_import_noise
+
+        hide_import_noise()
         import torch
 
         torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))

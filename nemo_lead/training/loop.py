@@ -25,7 +25,7 @@ from nemo_lead.launch.signals import StopRequest, install_stop_handlers
 from nemo_lead.parallel.local import JobError
 
 from .progress import LoopProgress
-from .quiet import backend_note, hide_import_noise
+from nemo_lead.quiet import backend_note, hide_import_noise
 from .run_folder import RunFolder
 
 

@@ -75,3 +75,32 @@ def test_readme_names_the_pinned_images():
     cluster = section[1].split("\n## ", 1)[0]
     for image in pinned:
         assert image in cluster, f"README 'Running on a cluster' does not name {image}"
+
+
+def _pins(path: Path) -> dict[str, str]:
+    """{normalised package name: version} of a constraints file's `name==version` lines."""
+    pins = {}
+    for line in path.read_text().splitlines():
+        m = re.match(r"^([A-Za-z0-9_.-]+)==(\S+)", line.strip())
+        if m:
+            pins[m.group(1).lower().replace("_", "-")] = m.group(2)
+    return pins
+
+
+def test_the_image_installs_the_tested_megatron_core():
+    """The image installs with constraints-gpu.txt (the megatron-core CI's Python 3.12 leg tests), and each
+    constraints file's megatron-core lies inside pyproject.toml's range."""
+    from packaging.requirements import Requirement
+
+    runs = " ".join(rest for word, rest in instructions() if word == "RUN")
+    assert "-c constraints-gpu.txt" in runs and "pip install" in runs
+    tomllib = pytest.importorskip("tomllib")
+    deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    mcore = next(Requirement(d) for d in deps if d.startswith("megatron-core"))
+    gpu, cpu = _pins(ROOT / "constraints-gpu.txt"), _pins(ROOT / "constraints-cpu.txt")
+    assert gpu["megatron-core"].startswith("0.19.") and cpu["megatron-core"] == "0.16.1"
+    for pins in (gpu, cpu):
+        assert mcore.specifier.contains(pins["megatron-core"]), (mcore, pins["megatron-core"])
+    # the packages both files pin are pinned alike (the CI leg merges them)
+    assert {k: v for k, v in gpu.items() if k in cpu and k != "megatron-core"} == \
+           {k: cpu[k] for k in gpu if k in cpu and k != "megatron-core"}

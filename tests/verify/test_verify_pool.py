@@ -49,8 +49,10 @@ def test_stuck_worker_is_killed_at_the_deadline_and_replaced(on_path):
         elapsed = time.monotonic() - t
         assert [r.kind for r in out] == ["killed", "done", "done", "killed", "done"]
         assert [r.value for r in out[1:3]] == ["a", "b"] and out[4].value == "c"
-        assert all(0.5 <= r.seconds < 1.5 for r in out if r.kind == "killed")
-        assert elapsed < 5.0
+        # killed at the deadline, not after the 30 s the tasks would take (loose bounds: a loaded CI machine
+        # may wake the pool late)
+        assert all(0.5 <= r.seconds < 5.0 for r in out if r.kind == "killed")
+        assert elapsed < 15.0
         killed = before - set(pool.pids)
         assert killed and not any(_alive(p) for p in killed)
         assert [r.value for r in pool.run([("echo", 1), ("echo", 2)], 5.0)] == [1, 2]  # the pool goes on

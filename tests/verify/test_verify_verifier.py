@@ -145,14 +145,16 @@ def test_stuck_and_crashing_graders_are_killed_and_replaced(monkeypatch):
     with MathVerifier(workers=1, timeout_s=0.3, grace_s=0.2) as v:
         v._pool.close()
         v._pool = WorkerPool("verify_pool_targets:grade_or_misbehave", 1, init="nemo_lead.verify.match:warm_up")
-        t = time.monotonic()
+        first = list(v._pool.pids)
         grades = v.grade([r"\boxed{STUCK}", r"\boxed{5}", r"\boxed{CRASH}", r"\boxed{4}"], ["5"] * 4)
-        elapsed = time.monotonic() - t
+        last = list(v._pool.pids)
     assert [(g.status, g.outcome) for g in grades] == [
         ("timeout", Outcome.WRONG), ("ok", Outcome.CORRECT), ("error", Outcome.WRONG), ("ok", Outcome.WRONG),
     ]
-    assert 0.5 <= grades[0].seconds < 1.2
-    assert elapsed < 10
+    # never given up on before timeout + grace (0.5 s); the upper bound only rules out waiting for the
+    # stuck call itself (it never returns): a loaded CI machine may wake the pool late, so it is loose
+    assert 0.5 <= grades[0].seconds < 5.0
+    assert last and set(last).isdisjoint(first)  # the stuck and the crashed worker were replaced
 
 
 def test_bad_arguments_and_closed_verifier():

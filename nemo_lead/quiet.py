@@ -2,7 +2,9 @@
 
 Without Transformer Engine and Apex (every CPU machine, GPU images without them), megatron-core warns from
 several modules on import that it falls back to torch implementations. A user cannot act on those lines,
-so `hide_import_noise()` filters them and `backend_note()` says in one line what runs instead.
+so `hide_import_noise()` filters them and `backend_note()` says in one line what runs instead. The
+`nemo-lead` command calls it before it loads a command's code, and every local rank calls it at start-up,
+so no command prints them. Like `nemo_lead.config`, any layer may use this module.
 """
 
 from __future__ import annotations
@@ -21,6 +23,10 @@ _NOISE = (
     r".*full scope is deprecated.*",
     r".*`load_state_dict` is deprecated.*",
     r".*Please use DTensor instead.*",
+    # megatron-core 0.19: its own local spec's MLP entry does not pass ffn_hidden_size (the config's is used)
+    r".*MLP requires ffn_hidden_size.*",
+    # megatron-core 0.19: a deprecation note inside megatron.core.inference's own imports
+    r".*imports from `dynamic_context.py` will be removed.*",
 )
 
 
@@ -32,6 +38,9 @@ def hide_import_noise() -> None:
     if not _has_cuda():
         # megatron's tensor-parallel layers advise a CUDA setting; meaningless without a GPU
         warnings.filterwarnings("ignore", message=r".*CUDA_DEVICE_MAX_CONNECTIONS.*")
+        # torch's CUDA build on a machine without a GPU logs "No CUDA runtime is found" when megatron-core
+        # (0.19: tensor_parallel.random) imports torch.utils.cpp_extension: nothing to act on without a GPU
+        logging.getLogger("torch.utils.cpp_extension").setLevel(logging.ERROR)
     logging.getLogger("megatron.core").setLevel(logging.ERROR)
 
 

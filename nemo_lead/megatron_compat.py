@@ -1,0 +1,39 @@
+"""Where megatron-core's public API differs between the releases nemo-lead supports (0.16.1 to 0.19.x).
+
+nemo-lead is tested on megatron-core 0.16.1 (Python 3.11, the CPU default) and 0.19.2 (Python 3.12, what
+GPU containers resolve to). Every branch on the installed version lives here, each with a comment naming
+the release that changed the API, so that the rest of the code calls one function whatever is installed.
+Any layer that may import megatron-core (models, parallel, generation, training) may import this module;
+it imports megatron-core lazily, inside each function.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any
+
+
+@functools.cache
+def version() -> tuple[int, int, int]:
+    """The installed megatron-core's (major, minor, patch); pre-release tags are dropped."""
+    from megatron.core import package_info
+
+    parts = []
+    for piece in package_info.__version__.split(".")[:3]:
+        digits = "".join(ch for ch in piece if ch.isdigit()) or "0"
+        parts.append(int(digits))
+    return tuple(parts + [0] * (3 - len(parts)))  # type: ignore[return-value]
+
+
+def with_mlp_class(mlp_spec: Any, cls: type) -> Any:
+    """The layer spec's MLP entry building `cls` (a subclass of megatron's `MLP`) instead of megatron's MLP.
+
+    megatron-core <= 0.16 spells the entry `ModuleSpec(module=MLP, submodules=MLPSubmodules(...))`; 0.19
+    spells it `functools.partial(MLP.as_mlp_submodule, submodules=...)` (the layer calls it with
+    `pg_collection` and `is_mtp_layer`, which `MLP.as_mlp_submodule` turns into MLP's arguments), and only
+    rewraps a `ModuleSpec` whose module is megatron's own MLP class, so a subclass must be given as such a
+    partial. Returns a new entry; the spec passed in is not changed."""
+    if isinstance(mlp_spec, functools.partial):  # megatron-core 0.19 (not in 0.16)
+        return functools.partial(cls.as_mlp_submodule, *mlp_spec.args, **mlp_spec.keywords)
+    return dataclasses.replace(mlp_spec, module=cls)  # megatron-core 0.16: ModuleSpec
