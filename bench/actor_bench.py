@@ -97,12 +97,12 @@ def cpu_bench(args) -> None:
     from nemo_lead.models import write_tiny_model
     from nemo_lead.parallel import cpu, destroy_parallel, init_parallel, seed_model_parallel_rng
     from nemo_lead.training.actor import (
-        ActorConfig,
         build_actor,
         compute_logprobs,
         policy_train_step,
         sft_train_step,
     )
+    from nemo_lead.training.actor_config import ActorConfig
 
     torch.set_num_threads(args.threads)
     load_start = os.getloadavg()
@@ -226,7 +226,8 @@ def gpu_bench(args) -> dict:
 
     from nemo_lead.models import read_hf_config
     from nemo_lead.parallel import destroy_parallel, init_parallel
-    from nemo_lead.training.actor import ActorConfig, build_actor, sft_train_step
+    from nemo_lead.training.actor import build_actor, sft_train_step
+    from nemo_lead.training.actor_config import ActorConfig
 
     require_gpu(args)
     if args.dry_run:  # a small random HF folder, fp32 on the CPU

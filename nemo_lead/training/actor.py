@@ -35,28 +35,16 @@ its own longest sequence), so the model config sets megatron's `variable_seq_len
 the p2p code then sends each activation's shape before the activation. Losses and metrics live on the
 last stage; the step all-reduces them over DP there and broadcasts them to the other stages.
 
-What is tested where (CPU, gloo; tests/training/test_actor.py unless named):
-- fp32, against transformers' Qwen2 (tied embeddings, q/k/v biases) with torch's AdamW and the same loss:
-  loss, gradient norm (1e-5) and the weights after one clipped AdamW step (2e-6), and per-token log-probs
-  and entropies (1e-5), at TP1; TP2, PP2, DP2 (plain and distributed optimizer; global batch split here,
-  and each DP rank passing its own sequences); TP2 x PP2 (4 ranks). All but TP1 run many micro-batches.
-- token budgets (one micro-batch vs several vs one per sequence) for token-mean, the paper's
-  seq-mean-token-mean and Dr. GRPO's constant normaliser: the same loss and gradient norm (1e-6);
-- activation recomputation (full / uniform and selective) equal to none (1e-6); SFT loss = transformers'
-  masked NLL, and a few steps reduce it; one sequence on two DP ranks (the other runs an empty stand-in);
-- bf16 parameters (the GPU default; fp32 master weights): a CPU smoke test within 2% of fp32;
-- resume and resharding: tests/training/test_resume.py (see `nemo_lead.training.checkpoint`).
-Not tested here: Transformer Engine / FP8 and anything CUDA-only (`bench/actor_bench.py --gpu` runs bf16 on
-a GPU).
+Configuration: `nemo_lead.training.actor_config`; DP / PP collectives: `nemo_lead.training.collectives`;
+checkpoints: `nemo_lead.training.checkpoint`. What is tested where: tests/training/test_actor.py's docstring.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import partial
-from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -64,6 +52,16 @@ import torch.distributed as dist
 from nemo_lead.algorithms import LeadConfig, loss_denominator, policy_loss
 from nemo_lead.models import eval_mode
 
+from .actor_config import ActorConfig, model_source, resolve_precision
+from .collectives import (
+    broadcast_from_last_stage,
+    collective_device,
+    data_parallel,
+    dp_max,
+    dp_sum,
+    is_last_stage,
+    reduce_metrics,
+)
 from .logprobs import token_logprobs
 from .microbatch import (
     MicroBatch,
@@ -74,162 +72,6 @@ from .microbatch import (
     padded_tokens,
     plan_microbatches,
 )
-
-PRECISION_CHOICES = ("auto", "fp32", "bf16", "fp16", "fp8")
-RECOMPUTE_GRANULARITIES = ("full", "selective")
-RECOMPUTE_METHODS = ("uniform", "block")
-LR_DECAY_STYLES = ("constant", "linear", "cosine")
-
-
-# ----------------------------------------------------------------------------- configuration
-
-@dataclass
-class ActorOptimConfig:
-    """Adam (decoupled weight decay, i.e. AdamW) with global-norm gradient clipping, megatron's optimizer,
-    and megatron's learning-rate schedule (OptimizerParamScheduler, which also applies the "no weight decay
-    on biases and norm weights" rule: without it every parameter group would decay)."""
-
-    lr: float = 1e-6  # peak learning rate (the paper's RL value; constant by default)
-    min_lr: Optional[float] = None  # end of a linear / cosine decay (None = lr)
-    lr_warmup_steps: int = 0  # linear warm-up: step i (from 0) of the first ones uses lr * (i + 1) / lr_warmup_steps
-    lr_decay_style: str = "constant"  # constant | linear | cosine
-    lr_decay_steps: Optional[int] = None  # linear / cosine: the step (counting from 1) that reaches min_lr
-    adam_beta1: float = 0.9
-    adam_beta2: float = 0.999
-    adam_eps: float = 1e-8
-    weight_decay: float = 0.01  # on matrices only (megatron leaves biases and norm weights alone)
-    clip_grad: float = 1.0  # max global gradient norm; 0 = no clipping
-    use_distributed_optimizer: bool = False  # shard optimizer state over DP (ZeRO-1)
-
-    def validate(self, prefix: str = "actor.optim") -> None:
-        if self.lr <= 0:
-            raise ValueError(f"{prefix}.lr={self.lr} must be > 0")
-        for key in ("adam_beta1", "adam_beta2"):
-            if not 0 <= getattr(self, key) < 1:
-                raise ValueError(f"{prefix}.{key}={getattr(self, key)} must be in [0, 1)")
-        if self.adam_eps <= 0:
-            raise ValueError(f"{prefix}.adam_eps={self.adam_eps} must be > 0")
-        for key in ("weight_decay", "clip_grad", "lr_warmup_steps"):
-            if getattr(self, key) < 0:
-                raise ValueError(f"{prefix}.{key}={getattr(self, key)} must be >= 0")
-        if self.min_lr is not None and not 0 <= self.min_lr <= self.lr:
-            raise ValueError(f"{prefix}.min_lr={self.min_lr} must be in [0, lr={self.lr}]")
-        if self.lr_decay_style not in LR_DECAY_STYLES:
-            raise ValueError(f"{prefix}.lr_decay_style={self.lr_decay_style!r} is not one of {list(LR_DECAY_STYLES)}")
-        # lr_decay_steps None with a decay: the training loops fill in the run's length (`for_run`)
-        if self.lr_decay_style != "constant" and self.lr_decay_steps is not None \
-                and self.lr_decay_steps <= self.lr_warmup_steps:
-            raise ValueError(f"{prefix}.lr_decay_style={self.lr_decay_style} needs {prefix}.lr_decay_steps > "
-                             f"{prefix}.lr_warmup_steps={self.lr_warmup_steps}, got {self.lr_decay_steps}")
-
-    def for_run(self, steps: int) -> ActorOptimConfig:
-        """These settings with a decay that has no `lr_decay_steps` stretched over the run's `steps`."""
-        import dataclasses
-
-        if self.lr_decay_style == "constant" or self.lr_decay_steps is not None:
-            return self
-        return dataclasses.replace(self, lr_decay_steps=max(steps, self.lr_warmup_steps + 1))
-
-    def scheduler(self, optimizer):
-        """megatron's OptimizerParamScheduler for these settings (config values win over checkpointed ones;
-        only the step count is restored on resume)."""
-        from megatron.core.optimizer_param_scheduler import OptimizerParamScheduler
-
-        constant = self.lr_decay_style == "constant"
-        if not constant and self.lr_decay_steps is None:
-            raise ValueError("actor.optim.lr_decay_steps is needed for a linear / cosine decay (or use for_run(steps))")
-        return OptimizerParamScheduler(
-            optimizer, init_lr=0.0, max_lr=self.lr, min_lr=self.lr if self.min_lr is None else self.min_lr,
-            lr_warmup_steps=self.lr_warmup_steps,
-            lr_decay_steps=self.lr_warmup_steps + 1 if constant else self.lr_decay_steps,
-            lr_decay_style=self.lr_decay_style, start_wd=self.weight_decay, end_wd=self.weight_decay,
-            wd_incr_steps=1, wd_incr_style="constant", use_checkpoint_opt_param_scheduler=False,
-            override_opt_param_scheduler=True,
-        )
-
-    def __post_init__(self) -> None:
-        self.validate()
-
-
-@dataclass
-class ActorConfig:
-    """The `actor` section of the SFT / RL job configs."""
-
-    model: str = "tiny-qwen2"  # a HF folder (weights loaded), a checkpoint folder, or a conf/model preset (random init)
-    tp: int = 1
-    pp: int = 1
-    precision: str = "auto"  # auto (bf16 on GPU, fp32 on CPU) | fp32 | bf16 | fp16 | fp8 (needs TE)
-    layer_spec: str = "auto"  # auto (TE when importable) | te | local
-    optim: ActorOptimConfig = field(default_factory=ActorOptimConfig)
-    micro_batch_tokens: int = 16384  # padded tokens per micro-batch at most (rows x longest row)
-    micro_batch_overhead_tokens: int = 256  # what one more micro-batch costs, in tokens: where to cut (microbatch.py)
-    recompute_granularity: Optional[str] = None  # None | full | selective (megatron activation recomputation)
-    recompute_method: Optional[str] = None  # full only: uniform | block
-    recompute_num_layers: Optional[int] = None  # full only: layers per recomputed chunk (uniform) / recomputed layers (block)
-    seed: int = 1234  # initialisation of preset models; the model-parallel RNG is seeded by init_parallel
-
-    def __post_init__(self) -> None:
-        if isinstance(self.optim, dict):
-            self.optim = ActorOptimConfig(**self.optim)
-        for key in ("tp", "pp", "micro_batch_tokens"):
-            if getattr(self, key) < 1:
-                raise ValueError(f"actor.{key}={getattr(self, key)} must be >= 1")
-        if self.micro_batch_overhead_tokens < 0:
-            raise ValueError(f"actor.micro_batch_overhead_tokens={self.micro_batch_overhead_tokens} must be >= 0")
-        if not self.model:
-            raise ValueError("actor.model must name a HF folder, a checkpoint folder or a model preset")
-        if self.precision not in PRECISION_CHOICES:
-            raise ValueError(f"actor.precision={self.precision!r} is not one of {list(PRECISION_CHOICES)}")
-        if self.layer_spec not in ("auto", "te", "local"):
-            raise ValueError(f"actor.layer_spec={self.layer_spec!r} is not one of ['auto', 'te', 'local']")
-        g, method, n = self.recompute_granularity, self.recompute_method, self.recompute_num_layers
-        if g is not None and g not in RECOMPUTE_GRANULARITIES:
-            raise ValueError(f"actor.recompute_granularity={g!r} is not one of {[None, *RECOMPUTE_GRANULARITIES]}")
-        if g == "full":
-            if method not in RECOMPUTE_METHODS:
-                raise ValueError(f"actor.recompute_granularity=full needs actor.recompute_method in "
-                                 f"{list(RECOMPUTE_METHODS)}, got {method!r}")
-            if n is None or n < 1:
-                raise ValueError(f"actor.recompute_granularity=full needs actor.recompute_num_layers >= 1, got {n}")
-        elif method is not None or n is not None:
-            raise ValueError("actor.recompute_method / actor.recompute_num_layers apply only with "
-                             "actor.recompute_granularity=full")
-
-    def megatron_overrides(self) -> dict[str, Any]:
-        """TransformerConfig settings the actor needs (see the module docstring for the first two)."""
-        out: dict[str, Any] = {"calculate_per_token_loss": True}
-        if self.pp > 1:
-            # megatron refuses variable_seq_lengths with its default MoE token dispatcher ("allgather") even
-            # for dense models; the dispatcher is unused here, so name one that accepts it
-            out.update(variable_seq_lengths=True, moe_token_dispatcher_type="alltoall")
-        if self.recompute_granularity is not None:
-            out["recompute_granularity"] = self.recompute_granularity
-        if self.recompute_granularity == "full":
-            out.update(recompute_method=self.recompute_method, recompute_num_layers=self.recompute_num_layers)
-        return out
-
-
-def resolve_precision(precision: str) -> str:
-    """"auto" -> bf16 with CUDA, fp32 without."""
-    if precision == "auto":
-        return "bf16" if torch.cuda.is_available() else "fp32"
-    return precision
-
-
-def model_source(model: str) -> tuple[str, str]:
-    """("checkpoint" | "hf" | "preset", model): what `actor.model` names. A folder with meta.json is one of
-    our checkpoints, a folder with config.json a HF model; otherwise it must be a conf/model preset."""
-    from nemo_lead.models import preset_names
-
-    path = Path(model)
-    if (path / "meta.json").is_file():
-        return "checkpoint", str(path)
-    if (path / "config.json").is_file():
-        return "hf", str(path)
-    if model in preset_names():
-        return "preset", model
-    raise ValueError(f"actor.model={model!r} is neither a checkpoint folder (meta.json), a HF folder "
-                     f"(config.json) nor a model preset ({', '.join(preset_names())})")
 
 
 # ----------------------------------------------------------------------------- the actor
@@ -321,7 +163,7 @@ def build_actor(cfg: ActorConfig, parallel: Any = None) -> Actor:
         ),
         [ddp],
     )
-    _fuse_torch_adam(optimizer)
+    fuse_torch_adam(optimizer)
     config = gpt.config
     config.finalize_model_grads_func = _finalize_grads_without_token_scaling
     config.grad_scale_func = optimizer.scale_loss
@@ -330,7 +172,7 @@ def build_actor(cfg: ActorConfig, parallel: Any = None) -> Actor:
                  precision=precision)
 
 
-def _fuse_torch_adam(optimizer) -> None:
+def fuse_torch_adam(optimizer) -> None:
     """Switch torch's AdamW inside megatron's optimizer to its fused kernel.
 
     Without Transformer Engine or Apex, megatron-core (0.16) falls back to `torch.optim.AdamW` with torch's
@@ -350,29 +192,8 @@ def _fuse_torch_adam(optimizer) -> None:
                 group["fused"], group["foreach"] = True, False
 
 
-# ----------------------------------------------------------------------------- plumbing
-def _dp():
-    from megatron.core import parallel_state as ps
 
-    return ps.get_data_parallel_world_size(), ps.get_data_parallel_rank(), ps.get_data_parallel_group()
-
-
-def _is_last_stage() -> bool:
-    from megatron.core import parallel_state as ps
-
-    return ps.is_pipeline_last_stage()
-
-
-def _broadcast_from_last_stage(t: torch.Tensor) -> torch.Tensor:
-    from megatron.core import parallel_state as ps
-
-    if ps.get_pipeline_model_parallel_world_size() > 1:
-        group = ps.get_pipeline_model_parallel_group()
-        dist.broadcast(t, src=dist.get_global_rank(group, ps.get_pipeline_model_parallel_world_size() - 1),
-                       group=group)
-    return t
-
-
+# ----------------------------------------------------------------------------- schedule
 @dataclass
 class _Plan:
     """This rank's part of a step: which sequences (indices into the given batch) in which micro-batches."""
@@ -384,7 +205,7 @@ class _Plan:
 
 
 def _plan(actor: Actor, batch: SequenceBatch, split_over_dp: bool) -> _Plan:
-    dp, dp_rank, _ = _dp()
+    dp, dp_rank, _ = data_parallel()
     shares = balance_over_dp(batch.lengths, dp) if split_over_dp else None
     indices = shares[dp_rank] if split_over_dp else list(range(len(batch)))
     mine = batch.select(indices) if indices else dummy_like(batch)
@@ -419,45 +240,6 @@ def _run_schedule(actor: Actor, plan: _Plan, loss_fn: Callable, *, forward_only:
         num_microbatches=len(plan.groups), seq_length=max(lengths),
         micro_batch_size=max(len(g) for g in plan.groups), forward_only=forward_only,
     )
-
-
-def _reduce_metrics(outputs: list[dict[str, torch.Tensor]], sums: list[str], maxes: list[str]) -> dict[str, float]:
-    """Sum (`sums`) / max (`maxes`) the micro-batches' metrics on the last stage, over DP, then share them
-    with the other pipeline stages. Keys must be the same on every rank."""
-    _, _, dp_group = _dp()
-    device = _collective_device()
-    total = torch.zeros(len(sums), dtype=torch.float64, device=device)
-    peak = torch.full((len(maxes),), float("-inf"), dtype=torch.float64, device=device)
-    for out in outputs:
-        if sums:
-            total += torch.stack([out[k].detach().double() for k in sums]).to(device)
-        if maxes:
-            peak = torch.maximum(peak, torch.stack([out[k].detach().double() for k in maxes]).to(device))
-    if _is_last_stage():
-        dist.all_reduce(total, group=dp_group)
-        if maxes:
-            dist.all_reduce(peak, op=dist.ReduceOp.MAX, group=dp_group)
-    packed = _broadcast_from_last_stage(torch.cat([total, peak]))
-    return dict(zip([*sums, *maxes], packed.cpu().tolist()))
-
-
-def _collective_device() -> torch.device:
-    return torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else torch.device("cpu")
-
-
-def _dp_sum(values: list[float]) -> list[float]:
-    """Sum a few numbers over the DP group (float64)."""
-    _, _, group = _dp()
-    t = torch.tensor(values, dtype=torch.float64, device=_collective_device())
-    dist.all_reduce(t, group=group)
-    return t.cpu().tolist()
-
-
-def _dp_max(value: float) -> float:
-    _, _, group = _dp()
-    t = torch.tensor([value], dtype=torch.float64, device=_collective_device())
-    dist.all_reduce(t, op=dist.ReduceOp.MAX, group=group)
-    return float(t)
 
 
 # ----------------------------------------------------------------------------- log-probs
@@ -495,15 +277,15 @@ def compute_logprobs(
     order = [i for g in plan.groups for i in g] if plan.indices else []
     resp = plan.batch.response_lens
     flat_len = sum(resp[i] for i in order)
-    device = _collective_device()
+    device = collective_device()
     flats = []
     for k in keys:
-        if _is_last_stage():
+        if is_last_stage():
             parts = [t.float() for out in outputs for t in out[k]][: len(order)]
             flat = torch.cat(parts).to(device) if parts else torch.zeros(0, device=device)
         else:
             flat = torch.empty(flat_len, device=device)
-        flats.append(_broadcast_from_last_stage(flat).cpu())
+        flats.append(broadcast_from_last_stage(flat).cpu())
     results = {k: [None] * len(batch) for k in keys}
     for k, flat in zip(keys, flats):
         for i, piece in zip(order, flat.split([resp[i] for i in order])):
@@ -515,12 +297,12 @@ def compute_logprobs(
 
 def _gather_shares(results: dict[str, list], batch: SequenceBatch, shares: list[list[int]]) -> None:
     """Fill in the other DP replicas' sequences (all-gather, padded to the largest share)."""
-    dp, dp_rank, group = _dp()
+    dp, dp_rank, group = data_parallel()
     if dp == 1:
         return
     resp = batch.response_lens
     sizes = [sum(resp[i] for i in s) for s in shares]
-    device = _collective_device()
+    device = collective_device()
     for values in results.values():
         mine = torch.zeros(max(sizes), device=device)
         if sizes[dp_rank]:
@@ -548,10 +330,10 @@ def _train(actor: Actor, plan: _Plan, loss_fn: Callable, sums: list[str], maxes:
     ok, grad_norm, _ = actor.optimizer.step()
     if not ok:
         actor.scheduler.step(-1)
-    metrics = _reduce_metrics(outputs, sums, maxes)
+    metrics = reduce_metrics(outputs, sums, maxes)
     lengths = plan.batch.lengths
     real = sum(lengths) if plan.indices else 0
-    real, padded, seqs, mbs = _dp_sum([real, padded_tokens(lengths, plan.groups), len(plan.indices), len(plan.groups)])
+    real, padded, seqs, mbs = dp_sum([real, padded_tokens(lengths, plan.groups), len(plan.indices), len(plan.groups)])
     metrics.update(
         grad_norm=float(grad_norm) if grad_norm is not None else float("nan"),
         update_skipped=float(not ok), lr=lr, sequences=seqs, padding_fraction=1.0 - real / padded, microbatches=mbs,
@@ -601,9 +383,9 @@ def policy_train_step(
     cfg = lead_cfg
     if cfg.loss_agg == "constant_norm" and not cfg.max_response_len:
         # Dr. GRPO's L_max defaults to the longest response of the (global) batch, not a padded width
-        cfg = cfg.replace(max_response_len=int(_dp_max(max(plan.batch.response_lens))))
+        cfg = cfg.replace(max_response_len=int(dp_max(max(plan.batch.response_lens))))
     local = sum(float(loss_denominator(collate(plan.batch, g).loss_mask, cfg)) for g in plan.groups)
-    denominator = torch.tensor(_dp_sum([local])[0], dtype=torch.float64)
+    denominator = torch.tensor(dp_sum([local])[0], dtype=torch.float64)
     with_entropy = cfg.entropy_coeff > 0 or on_policy  # on-policy: the old policy's entropy, as a metric
     with_ref = batch.ref_logprobs is not None
     with_mismatch = on_policy and batch.rollout_logprobs is not None
@@ -638,7 +420,7 @@ def _sft_plan(actor: Actor, batch: SequenceBatch, split_over_dp: bool) -> tuple[
     plan = _plan(actor, batch, split_over_dp)
     mine = plan.batch
     local = sum(float(m.sum()) for m in mine.loss_mask) if mine.loss_mask is not None else sum(mine.response_lens)
-    return plan, _dp_sum([float(local)])[0]
+    return plan, dp_sum([float(local)])[0]
 
 
 def _masked_nll(actor: Actor, mb: MicroBatch, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -673,34 +455,5 @@ def sft_eval_loss(actor: Actor, batch: SequenceBatch, *, split_over_dp: bool = T
 
     with eval_mode(actor.model):
         outputs = _run_schedule(actor, plan, loss_fn, forward_only=True)
-    metrics = _reduce_metrics(outputs, ["nll", "tokens"], [])
+    metrics = reduce_metrics(outputs, ["nll", "tokens"], [])
     return {"loss": metrics["nll"] / total if total > 0 else 0.0, "tokens": metrics["tokens"]}
-
-
-# ----------------------------------------------------------------------------- checkpoints
-def save_actor_state(
-    actor: Actor,
-    path: str | Path,
-    *,
-    step: int,
-    loop_state: dict[str, Any] | None = None,
-    tokenizer_dir: str | Path | None = None,
-    extra_meta: dict[str, Any] | None = None,
-) -> Path:
-    """Collective: the actor's full training state (model, optimizer, LR schedule, RNG) and the caller's
-    `loop_state` as one atomic checkpoint folder (`nemo_lead.training.checkpoint.save_train_state`)."""
-    from .checkpoint import save_train_state
-
-    return save_train_state(path, actor.model, actor.optimizer, step=step, loop_state=loop_state,
-                            scheduler=actor.scheduler, tokenizer_dir=tokenizer_dir, extra_meta=extra_meta)
-
-
-def load_actor_state(actor: Actor, path: str | Path, *, load_optimizer: bool = True,
-                     load_rng: bool = True) -> dict[str, Any]:
-    """Collective: restore what `save_actor_state` wrote, into an actor of any layout. Returns the
-    checkpoint's meta.json: `loop` (the loop state), `step`, `rng_restored` (False when the layout differs
-    from the saving one: RNG streams are per rank)."""
-    from .checkpoint import load_train_state
-
-    return load_train_state(path, actor.model, actor.optimizer if load_optimizer else None,
-                            scheduler=actor.scheduler if load_optimizer else None, load_rng=load_rng)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import random
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -21,6 +21,9 @@ from nemo_lead.models.checkpoint import (
     save_checkpoint,
     save_strategy,
 )
+
+if TYPE_CHECKING:
+    from .actor import Actor
 
 
 # ----------------------------------------------------------------------------- training state
@@ -192,3 +195,28 @@ def load_train_state(path: str | Path, model, optimizer=None, *, scheduler=None,
         _set_rng_states(torch.load(_rng_file(path / "rng"), weights_only=False))
     meta.setdefault("loop", {})
     return meta
+
+
+# ----------------------------------------------------------------------------- the actor
+def save_actor_state(
+    actor: Actor,
+    path: str | Path,
+    *,
+    step: int,
+    loop_state: dict[str, Any] | None = None,
+    tokenizer_dir: str | Path | None = None,
+    extra_meta: dict[str, Any] | None = None,
+) -> Path:
+    """Collective: the actor's full training state (model, optimizer, LR schedule, RNG) and the caller's
+    `loop_state` as one atomic checkpoint folder (`nemo_lead.training.checkpoint.save_train_state`)."""
+    return save_train_state(path, actor.model, actor.optimizer, step=step, loop_state=loop_state,
+                            scheduler=actor.scheduler, tokenizer_dir=tokenizer_dir, extra_meta=extra_meta)
+
+
+def load_actor_state(actor: Actor, path: str | Path, *, load_optimizer: bool = True,
+                     load_rng: bool = True) -> dict[str, Any]:
+    """Collective: restore what `save_actor_state` wrote, into an actor of any layout. Returns the
+    checkpoint's meta.json: `loop` (the loop state), `step`, `rng_restored` (False when the layout differs
+    from the saving one: RNG streams are per rank)."""
+    return load_train_state(path, actor.model, actor.optimizer if load_optimizer else None,
+                            scheduler=actor.scheduler if load_optimizer else None, load_rng=load_rng)

@@ -23,9 +23,9 @@ from typing import Any
 
 from nemo_lead.launch.signals import StopRequest, install_stop_handlers
 from nemo_lead.parallel.local import JobError
+from nemo_lead.quiet import backend_note, hide_import_noise
 
 from .progress import LoopProgress
-from nemo_lead.quiet import backend_note, hide_import_noise
 from .run_folder import RunFolder
 
 
@@ -58,7 +58,7 @@ class Run:
 
 def tokenizer_dir_of(model: str, tokenizer: str | None) -> str:
     """The tokenizer folder of a run: `tokenizer` when given, else the model's (HF folder, checkpoint/tokenizer)."""
-    from nemo_lead.training.actor import model_source
+    from .actor_config import model_source
 
     if tokenizer:
         return str(Path(tokenizer).resolve())
@@ -75,7 +75,8 @@ def tokenizer_dir_of(model: str, tokenizer: str | None) -> str:
 def model_hf_config(model: str) -> dict[str, Any]:
     from nemo_lead.models import read_hf_config
     from nemo_lead.models.checkpoint import read_checkpoint_meta
-    from nemo_lead.training.actor import model_source
+
+    from .actor_config import model_source
 
     kind, source = model_source(model)
     return read_checkpoint_meta(source)["hf_config"] if kind == "checkpoint" else read_hf_config(source)
@@ -118,7 +119,8 @@ def start_run(cfg: Any, name: str, total_steps: int, log_names: tuple[str, ...] 
     from nemo_lead.models.checkpoint import latest_checkpoint
     from nemo_lead.parallel import init_parallel
 
-    from .actor import build_actor, load_actor_state
+    from .actor import build_actor
+    from .checkpoint import load_actor_state
 
     tok_dir = tokenizer_dir_of(cfg.actor.model, cfg.tokenizer)
     tokenizer = tokenizer if tokenizer is not None else load_tokenizer(tok_dir)
@@ -155,7 +157,7 @@ def save(run: Run, loop_state: dict[str, Any]) -> Path:
     """Collective: checkpoint the run at its current step (atomic), then keep the newest `keep_last`."""
     from nemo_lead.models.checkpoint import checkpoint_dir
 
-    from .actor import save_actor_state
+    from .checkpoint import save_actor_state
 
     path = checkpoint_dir(run.cfg.out, run.step)
     # the prompt format goes along: `nemo-lead eval` of the checkpoint uses it (nemo_lead.eval.runner)

@@ -15,7 +15,7 @@ from nemo_lead.algorithms import LeadConfig
 from nemo_lead.data import PromptConfig
 from nemo_lead.generation import EngineConfig
 
-from .actor import ActorConfig, ActorOptimConfig
+from .actor_config import ActorConfig, ActorOptimConfig
 from .run_config import RunSettings
 
 ANSWER_REGIONS = ("after_think", "before_think", "all")

@@ -12,7 +12,7 @@ from typing import Optional
 
 from nemo_lead.data import PromptConfig
 
-from .actor import ActorConfig, ActorOptimConfig
+from .actor_config import ActorConfig, ActorOptimConfig
 from .run_config import RunSettings
 
 OVERLONG_CHOICES = ("drop", "truncate")

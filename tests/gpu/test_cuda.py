@@ -109,12 +109,12 @@ def _hf_sft_reference(hf_dir, batch):
 def test_actor_logprobs_and_steps_on_cuda(parallel, hf_dir):
     from nemo_lead.algorithms import LeadConfig
     from nemo_lead.training.actor import (
-        ActorConfig,
         build_actor,
         compute_logprobs,
         policy_train_step,
         sft_train_step,
     )
+    from nemo_lead.training.actor_config import ActorConfig
 
     batch = _sequence_batch()
     ref_loss, ref_norm, ref_logps = _hf_sft_reference(hf_dir, batch)

@@ -7,6 +7,20 @@ megatron's rule of no weight decay on biases and norms). Every layout must repro
 TP1 on 1 rank; TP2, PP2, DP2 (plain and distributed optimizer, global and per-rank batches) on 2 ranks;
 TP2 x PP2 on 4 ranks. Layouts other than TP1 use a small token budget, so they also run many micro-batches
 of different shapes (variable sequence lengths between PP stages).
+
+What is tested where (CPU, gloo; this file unless named):
+- fp32, against transformers' Qwen2 (tied embeddings, q/k/v biases) with torch's AdamW and the same loss:
+  loss, gradient norm (1e-5) and the weights after one clipped AdamW step (2e-6), and per-token log-probs
+  and entropies (1e-5), at TP1; TP2, PP2, DP2 (plain and distributed optimizer; global batch split here,
+  and each DP rank passing its own sequences); TP2 x PP2 (4 ranks). All but TP1 run many micro-batches.
+- token budgets (one micro-batch vs several vs one per sequence) for token-mean, the paper's
+  seq-mean-token-mean and Dr. GRPO's constant normaliser: the same loss and gradient norm (1e-6);
+- activation recomputation (full / uniform and selective) equal to none (1e-6); SFT loss = transformers'
+  masked NLL, and a few steps reduce it; one sequence on two DP ranks (the other runs an empty stand-in);
+- bf16 parameters (the GPU default; fp32 master weights): a CPU smoke test within 2% of fp32;
+- resume and resharding: tests/training/test_resume.py (see `nemo_lead.training.checkpoint`).
+Not tested here: Transformer Engine / FP8 and anything CUDA-only (`bench/actor_bench.py --gpu` runs bf16 on
+a GPU).
 """
 
 import dataclasses
@@ -17,7 +31,7 @@ from distributed import run_distributed
 
 from nemo_lead.algorithms import LeadConfig, policy_loss
 from nemo_lead.models import write_tiny_model
-from nemo_lead.training.actor import ActorConfig, ActorOptimConfig, model_source
+from nemo_lead.training.actor_config import ActorConfig, ActorOptimConfig, model_source
 from nemo_lead.training.microbatch import SequenceBatch
 
 TEMPERATURE = 0.7
@@ -110,7 +124,7 @@ def _layout_step(hf_dir, batch, tp, pp, budget, lead=LEAD, **optim):
 
     from nemo_lead.models import export_hf_weights
     from nemo_lead.parallel import destroy_parallel, init_parallel
-    from nemo_lead.training.actor import ActorConfig, build_actor, compute_logprobs, policy_train_step
+    from nemo_lead.training.actor import build_actor, compute_logprobs, policy_train_step
 
     info = init_parallel(tp, pp)
     actor = build_actor(ActorConfig(model=hf_dir, tp=tp, pp=pp, micro_batch_tokens=budget,
@@ -125,7 +139,7 @@ def _layout_step(hf_dir, batch, tp, pp, budget, lead=LEAD, **optim):
 
 def _one_rank_job(hf_dir, batch, sft_batch):
     from nemo_lead.parallel import destroy_parallel, init_parallel
-    from nemo_lead.training.actor import ActorConfig, build_actor, sft_train_step
+    from nemo_lead.training.actor import build_actor, sft_train_step
 
     out = {"tp1": _layout_step(hf_dir, batch, 1, 1, budget=10**6)}
     # token budgets: the normalisation must not depend on how the batch is cut (paper's seq-mean-token-mean
@@ -167,7 +181,7 @@ def _two_rank_job(hf_dir, batch, sft_batch):
     import torch.distributed as dist
 
     from nemo_lead.parallel import destroy_parallel, init_parallel
-    from nemo_lead.training.actor import ActorConfig, build_actor, policy_train_step, sft_train_step
+    from nemo_lead.training.actor import build_actor, policy_train_step, sft_train_step
 
     out = {(tp, pp): _layout_step(hf_dir, batch, tp, pp, SMALL_BUDGET) for tp, pp in ((2, 1), (1, 2), (1, 1))}
     out["dp2_distopt"] = _layout_step(hf_dir, batch, 1, 1, SMALL_BUDGET, use_distributed_optimizer=True)
@@ -367,11 +381,11 @@ def test_actor_config_is_a_job_config_section(tmp_path):
 def test_torch_adam_inside_megatron_optimizers_is_switched_to_the_fused_kernel():
     from types import SimpleNamespace
 
-    from nemo_lead.training.actor import _fuse_torch_adam
+    from nemo_lead.training.actor import fuse_torch_adam
 
     w = torch.nn.Parameter(torch.ones(3))
     adam, sgd = torch.optim.AdamW([w], lr=0.1), torch.optim.SGD([w], lr=0.1)
-    _fuse_torch_adam(SimpleNamespace(chained_optimizers=[SimpleNamespace(optimizer=adam), SimpleNamespace(optimizer=sgd)]))
+    fuse_torch_adam(SimpleNamespace(chained_optimizers=[SimpleNamespace(optimizer=adam), SimpleNamespace(optimizer=sgd)]))
     assert [(g["fused"], g["foreach"]) for g in adam.param_groups] == [(True, False)]
     assert "fused" not in sgd.param_groups[0] or not sgd.param_groups[0]["fused"]
     reference = torch.nn.Parameter(torch.ones(3))

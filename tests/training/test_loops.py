@@ -343,7 +343,8 @@ def _advantage_sign_job(model: str) -> tuple[list[float], list[float]]:
     from nemo_lead.generation import Rollout
     from nemo_lead.models import load_tokenizer
     from nemo_lead.parallel import destroy_parallel, init_parallel
-    from nemo_lead.training.actor import ActorConfig, build_actor, compute_logprobs
+    from nemo_lead.training.actor import build_actor, compute_logprobs
+    from nemo_lead.training.actor_config import ActorConfig
     from nemo_lead.training.rl import assign_advantages, old_logprobs, update_policy
     from nemo_lead.training.rollouts import Group, flat_tensors, training_batch
 

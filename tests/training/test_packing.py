@@ -104,13 +104,8 @@ def test_unpacked_batch_and_errors():
 def _job(hf_dir, traces):
     from nemo_lead.models import export_hf_weights
     from nemo_lead.parallel import destroy_parallel, init_parallel
-    from nemo_lead.training.actor import (
-        ActorConfig,
-        build_actor,
-        compute_logprobs,
-        sft_eval_loss,
-        sft_train_step,
-    )
+    from nemo_lead.training.actor import build_actor, compute_logprobs, sft_eval_loss, sft_train_step
+    from nemo_lead.training.actor_config import ActorConfig
 
     info = init_parallel(1, 1)
     packed, single = pack_traces(traces, MAX_LEN), pack_traces(traces, MAX_LEN, pack=False)

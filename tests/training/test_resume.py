@@ -51,7 +51,8 @@ def _rl_step(actor, batch):
 
 def _actor(model, tp=1, pp=1, seed=3, distributed=True):
     from nemo_lead.parallel import init_parallel
-    from nemo_lead.training.actor import ActorConfig, build_actor
+    from nemo_lead.training.actor import build_actor
+    from nemo_lead.training.actor_config import ActorConfig
 
     info = init_parallel(tp, pp, seed=seed)
     optim = {**OPTIM, "use_distributed_optimizer": distributed}
@@ -70,7 +71,7 @@ def _weights(actor):
 def _straight_job(hf_dropout, hf_plain, run_dir):
     from nemo_lead.models.checkpoint import checkpoint_dir
     from nemo_lead.parallel import destroy_parallel
-    from nemo_lead.training.actor import save_actor_state
+    from nemo_lead.training.checkpoint import save_actor_state
 
     random.seed(0)
     np.random.seed(0)
@@ -95,7 +96,7 @@ def _straight_job(hf_dropout, hf_plain, run_dir):
 def _resumed_job(run_dir):
     from nemo_lead.models.checkpoint import latest_checkpoint
     from nemo_lead.parallel import destroy_parallel
-    from nemo_lead.training.actor import load_actor_state
+    from nemo_lead.training.checkpoint import load_actor_state
 
     random.seed(123)  # anything: the checkpoint's RNG states must win
     np.random.seed(123)
