@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .config import ConfigError, conf_dir, load_config, to_yaml
+from .procs import forked_children_die_with_us
 from .quiet import hide_import_noise
 
 
@@ -29,6 +30,7 @@ class Command:
     runner: str | None  # "module:function" taking the config object; None = not built yet
     flags: dict[str, str] = field(default_factory=dict)  # --flag -> dotted config key
     list_flags: tuple[str, ...] = ()  # flags that take one or more values (a list key)
+    comma_flags: tuple[str, ...] = ()  # flags that take one comma-separated value (a list key): --allow-change A,B
     positional: str | None = None  # dotted key set by one bare argument (`nemo-lead run RECIPE`)
     switches: dict[str, str] = field(default_factory=dict)  # --flag without a value -> dotted key set to true
     epilog: str = ""
@@ -52,10 +54,12 @@ COMMANDS: dict[str, Command] = {
         runner="nemo_lead.training.sft:run_sft",
         flags={"--model": "actor.model", "--data": "data.path", "--val-data": "data.val_path", "--out": "out",
                "--steps": "steps", "--tp": "actor.tp", "--pp": "actor.pp", "--save-every": "save_every",
-               "--seed": "seed"},
-        epilog="Rerunning into the same --out resumes from its latest checkpoint (--steps may grow; other changed\n"
-        "settings are refused). Under torchrun / srun it uses the ranks it is given; as one process with\n"
-        "tp x pp > 1 it runs itself on tp x pp local ranks.",
+               "--seed": "seed", "--allow-change": "allow_change"},
+        comma_flags=("--allow-change",),
+        epilog="Rerunning into the same --out resumes from its latest checkpoint (--steps may grow; the learning\n"
+        "rate, clipping and checkpoint / validation cadence may change with --allow-change KEY,...; other\n"
+        "changed settings are refused). Under torchrun / srun it uses the ranks it is given; as one process\n"
+        "with tp x pp > 1 it runs itself on tp x pp local ranks.",
     ),
     "rl": Command(
         help="GRPO-LEAD reinforcement learning on the Megatron actor (rollouts, verifier, LEAD, exact resume).",
@@ -64,9 +68,12 @@ COMMANDS: dict[str, Command] = {
         flags={"--model": "actor.model", "--data": "data.path", "--val-data": "validation.data", "--out": "out",
                "--steps": "steps", "--preset": "lead.preset", "--prompts-per-step": "prompts_per_step",
                "--n": "rollout.n", "--max-tokens": "rollout.max_tokens", "--save-every": "save_every",
-               "--seed": "seed", "--tp": "actor.tp", "--pp": "actor.pp", "--engine": "engine.kind"},
+               "--seed": "seed", "--tp": "actor.tp", "--pp": "actor.pp", "--engine": "engine.kind",
+               "--allow-change": "allow_change"},
+        comma_flags=("--allow-change",),
         epilog="Defaults are the paper's (32 prompts x 8 samples, lr 1e-6, no KL). Rerunning into the same --out\n"
-        "resumes from its latest checkpoint (--steps may grow; other changed settings are refused).",
+        "resumes from its latest checkpoint (--steps may grow; the learning rate, clipping and checkpoint /\n"
+        "validation cadence may change with --allow-change KEY,...; other changed settings are refused).",
     ),
     "run": Command(
         help="Run a multi-stage recipe (distill -> SFT -> RL stages -> eval), skipping finished stages.",
@@ -105,15 +112,16 @@ COMMANDS: dict[str, Command] = {
         "--compare takes one or more eval folders (put key=value overrides before it).",
     ),
     "generate": Command(
-        help="Sample responses from a HF model folder for prompts (prompts=[...] or --prompts-file F), as JSONL.",
+        help="Sample responses from a HF model folder or a checkpoint for prompts (prompts=[...] or --prompts-file F), "
+        "as JSONL.",
         schema="nemo_lead.generation.command:GenerateConfig",
         runner="nemo_lead.generation.command:run_generate",
         flags={"--model": "model", "--prompts-file": "prompts_file", "--out": "out", "--n": "sampling.n",
                "--temperature": "sampling.temperature", "--top-p": "sampling.top_p", "--max-tokens": "sampling.max_tokens",
                "--seed": "sampling.seed", "--engine": "engine.kind", "--tp": "tp", "--pp": "pp"},
-        epilog="Prompt texts also as an override: prompts='[\"2+3=?\", \"7*6=?\"]'. A nemo-lead checkpoint: convert it\n"
-        "first (nemo-lead convert --from-ckpt CKPT --to-hf DIR). With tp x pp > 1 a single process runs itself\n"
-        "on tp x pp local ranks.",
+        epilog="Prompt texts also as an override: prompts='[\"2+3=?\", \"7*6=?\"]'. --model takes a HF folder or a\n"
+        "nemo-lead checkpoint (RUN/checkpoints/step_N, with its own tokenizer). With tp x pp > 1 a single process\n"
+        "runs itself on tp x pp local ranks.",
     ),
     "submit": Command(
         help="Render sbatch scripts for a recipe (one job per stage) or a command and submit them to SLURM "
@@ -144,9 +152,35 @@ COMMANDS: dict[str, Command] = {
 }
 
 
+# commands that load torch / megatron-core (seconds) before they can say anything useful
+LONG_COMMANDS = ("demo", "sft", "rl", "run", "eval", "generate", "convert")
+
+
+def _say_starting(command: str, overrides: list[str]) -> None:
+    """The first line, before the heavy imports: what starts, and where it writes."""
+    out = next((o.split("=", 1)[1] for o in reversed(overrides) if o.startswith("out=")), None)
+    where = f" into {out}" if out and out != "-" else ""
+    print(f"[nemo-lead] {command}{where}: loading torch and megatron-core ...", file=sys.stderr, flush=True)
+
+
 def _load_attr(spec: str):
     module, attr = spec.split(":")
     return getattr(importlib.import_module(module), attr)
+
+
+def _defaults_line(name: str) -> str:
+    defaults = conf_dir() / f"{name}.yaml"
+    return f"Defaults: {defaults}. " if defaults.is_file() else "Defaults: the fields of its config class. "
+
+
+def version() -> str:
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as package_version
+
+    try:
+        return package_version("nemo-lead")
+    except PackageNotFoundError:  # run from a checkout without installing
+        return "unknown (not installed)"
 
 
 def _build_parser() -> argparse.ArgumentParser:
@@ -155,6 +189,7 @@ def _build_parser() -> argparse.ArgumentParser:
         description="GRPO-LEAD on megatron-core: SFT, two RL stages, AIME evaluation.",
         epilog="Each command takes --config FILE and key=value overrides; see `nemo-lead CMD --help`.",
     )
+    parser.add_argument("--version", action="version", version=f"nemo-lead {version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, cmd in COMMANDS.items():
         p = sub.add_parser(
@@ -162,8 +197,8 @@ def _build_parser() -> argparse.ArgumentParser:
             help=cmd.help,
             description=cmd.help,
             formatter_class=argparse.RawDescriptionHelpFormatter,
-            epilog=(cmd.epilog + "\n\n" if cmd.epilog else "")
-            + f"Defaults: {conf_dir() / (name + '.yaml')}. Overrides: key=value (dotted keys, YAML values,\n"
+            epilog=(cmd.epilog + "\n\n" if cmd.epilog else "") + _defaults_line(name)
+            + "Overrides: key=value (dotted keys, YAML values,\n"
             "anywhere on the line); `--print-config` lists every key. An unknown key fails with the nearest valid one.",
         )
         p.add_argument("--config", action="append", default=[], metavar="FILE",
@@ -172,6 +207,9 @@ def _build_parser() -> argparse.ArgumentParser:
         for flag, key in cmd.flags.items():
             if flag in cmd.list_flags:
                 p.add_argument(flag, dest="flag:" + key, metavar="VALUE", nargs="+", help=f"same as {key}=[VALUE,...]")
+            elif flag in cmd.comma_flags:
+                p.add_argument(flag, dest="flag:" + key, metavar="A,B", type=lambda v: [x for x in v.split(",") if x],
+                               help=f"same as {key}=[A,B]")
             else:
                 p.add_argument(flag, dest="flag:" + key, metavar="VALUE", help=f"same as {key}=VALUE")
         for flag, key in cmd.switches.items():
@@ -180,12 +218,14 @@ def _build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def resolve_config(name: str, files: list[str], overrides: list[str]):
-    """Defaults of command `name` + files + overrides -> the command's config object."""
+def resolve_config(name: str, files: list[str], overrides: list[str], *, validate: bool = True):
+    """Defaults of command `name` + files + overrides -> the command's config object (`validate=False`:
+    the merged settings without the checks of required keys, see `load_config`)."""
     cmd = COMMANDS[name]
     schema = _load_attr(cmd.schema)
     defaults = conf_dir() / f"{name}.yaml"
-    return load_config(schema, ([defaults] if defaults.is_file() else []) + [Path(f) for f in files], overrides)
+    return load_config(schema, ([defaults] if defaults.is_file() else []) + [Path(f) for f in files], overrides,
+                       validate=validate)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -214,15 +254,24 @@ def main(argv: list[str] | None = None) -> int:
         return 3
     flag_overrides = [f"{k[5:]}={json.dumps(v) if isinstance(v, list) else v}"
                       for k, v in vars(args).items() if k.startswith("flag:") and v is not None]
+    if not args.print_config and args.command in LONG_COMMANDS:
+        _say_starting(args.command, flag_overrides + args.overrides)
     try:
         cfg = resolve_config(args.command, args.config, flag_overrides + args.overrides)
     except ConfigError as e:
+        if args.print_config and str(e).startswith("invalid configuration"):
+            # show the settings anyway (e.g. `nemo-lead submit --print-config` before choosing a target)
+            print(to_yaml(resolve_config(args.command, args.config, flag_overrides + args.overrides, validate=False)),
+                  end="")
+            print(f"nemo-lead {args.command}: not runnable as given: {e}", file=sys.stderr)
+            return 0
         print(f"nemo-lead {args.command}: config error: {e}", file=sys.stderr)
         return 2
     if args.print_config:
         print(to_yaml(cfg), end="")
         return 0
     hide_import_noise()
+    forked_children_die_with_us()
     result = _load_attr(cmd.runner)(cfg)
     return int(result or 0)
 

@@ -12,6 +12,12 @@ decision 2). What it adds over plain `OmegaConf.merge`:
 
 Order of precedence (later wins): dataclass defaults < preset values < YAML files in the order given
 < command-line overrides.
+
+What a key means for reruns is declared once, on its field (`setting(..., resume=, results=)`), and read by
+`key_rules`: whether a run folder may continue with a changed value (`free`: always, e.g. `steps`;
+`flag`: when the user says so with `--allow-change KEY`, e.g. the learning rate; `fixed`: never) and whether
+the value changes what a run computes (`results=False`: progress output, TensorBoard, grader processes,
+checkpoint cadence), which the pipeline's stage fingerprints and the reproduce commands leave out.
 """
 
 from __future__ import annotations
@@ -34,6 +40,81 @@ BASE_KEY = "_base_"
 
 class ConfigError(ValueError):
     """A configuration problem, with a message that says where (file:line, key) and what to do."""
+
+
+# ----------------------------------------------------------------------------- what a key is for
+RESUME_RULES = ("fixed", "free", "flag")
+# keys users type from other frameworks, and the key each means here (the first that the schema has)
+COMMON_KEYS = {
+    "lr": ("actor.optim.lr",), "learning_rate": ("actor.optim.lr",), "lr_warmup": ("actor.optim.lr_warmup_steps",),
+    "warmup_steps": ("actor.optim.lr_warmup_steps",), "weight_decay": ("actor.optim.weight_decay",),
+    "grad_clip": ("actor.optim.clip_grad",), "max_grad_norm": ("actor.optim.clip_grad",),
+    "batch_size": ("prompts_per_step", "global_batch"), "train_batch_size": ("prompts_per_step", "global_batch"),
+    "max_tokens": ("rollout.max_tokens", "sampling.max_tokens"),
+    "max_new_tokens": ("rollout.max_tokens", "sampling.max_tokens"),
+    "max_response_length": ("rollout.max_tokens", "sampling.max_tokens"),
+    "temperature": ("rollout.temperature", "sampling.temperature"), "top_p": ("rollout.top_p", "sampling.top_p"),
+    "n": ("rollout.n", "sampling.n"), "num_generations": ("rollout.n", "sampling.n"),
+    "group_size": ("rollout.n", "sampling.n"), "n_samples": ("rollout.n", "sampling.n"),
+    "max_seq_len": ("data.max_seq_len",), "max_length": ("data.max_seq_len",),
+    "model": ("actor.model",), "model_path": ("actor.model", "model"), "tp": ("actor.tp",), "pp": ("actor.pp",),
+    "tensor_parallel_size": ("actor.tp", "tp"), "pipeline_parallel_size": ("actor.pp", "pp"),
+    "precision": ("actor.precision",), "dtype": ("actor.precision", "precision"), "data": ("data.path",),
+    "kl_coef": ("lead.kl_coeff",), "kl_coeff": ("lead.kl_coeff",), "beta": ("lead.kl_coeff",),
+    "epsilon": ("lead.clip_eps",), "clip_range": ("lead.clip_eps",), "preset": ("lead.preset",),
+    "output_dir": ("out",), "save_steps": ("save_every",), "max_steps": ("steps",), "total_steps": ("steps",),
+}
+
+
+def setting(default: Any = dataclasses.MISSING, *, default_factory: Any = dataclasses.MISSING,
+            resume: str = "fixed", results: bool = True) -> Any:
+    """A config field with its rules for reruns (see the module docstring): `resume` is fixed | free | flag,
+    `results=False` marks a key that does not change what a run computes."""
+    if resume not in RESUME_RULES:
+        raise ValueError(f"resume must be one of {RESUME_RULES}, got {resume!r}")
+    return dataclasses.field(default=default, default_factory=default_factory,
+                             metadata={"resume": resume, "results": results})
+
+
+def _field_type(cls: type, f: dataclasses.Field) -> Any:
+    import typing
+
+    try:
+        hints = typing.get_type_hints(cls)
+    except Exception:  # noqa: BLE001 - unresolvable annotations: fall back to the default's type
+        hints = {}
+    typ = hints.get(f.name, f.type)
+    if not isinstance(typ, type) and f.default_factory is not dataclasses.MISSING:
+        typ = type(f.default_factory())
+    return typ
+
+
+def key_rules(schema: type, prefix: str = "", inherited: dict | None = None) -> dict[str, dict[str, Any]]:
+    """{dotted key: {"resume": fixed|free|flag, "results": bool}} for every field of `schema` and its nested
+    sections (a section's rule applies to its keys unless they declare their own)."""
+    inherited = inherited or {"resume": "fixed", "results": True}
+    out: dict[str, dict[str, Any]] = {}
+    for f in dataclasses.fields(schema):
+        rule = {**inherited, **{k: v for k, v in f.metadata.items() if k in ("resume", "results")}}
+        key = f"{prefix}{f.name}"
+        out[key] = rule
+        typ = _field_type(schema, f)
+        if isinstance(typ, type) and dataclasses.is_dataclass(typ):
+            out.update(key_rules(typ, key + ".", rule))
+    return out
+
+
+def keys_where(schema: type, *, resume: str | None = None, results: bool | None = None) -> tuple[str, ...]:
+    """The dotted keys of `schema` whose rule matches (see `key_rules`)."""
+    return tuple(k for k, r in key_rules(schema).items()
+                 if (resume is None or r["resume"] == resume) and (results is None or r["results"] == results))
+
+
+def drop_keys(data: dict, keys: Iterable[str]) -> dict:
+    """A copy of the nested mapping `data` without the dotted `keys`."""
+    out = {k: (drop_keys(v, [x[len(k) + 1:] for x in keys if x.startswith(k + ".")]) if isinstance(v, dict) else v)
+           for k, v in data.items() if k not in keys}
+    return out
 
 
 # ----------------------------------------------------------------------------- locations
@@ -131,24 +212,49 @@ def _valid_keys(cfg: DictConfig, prefix: str = "") -> list[str]:
     return keys
 
 
-def _check_keys(data: dict, schema: DictConfig, layer: _Layer, prefix: str = "") -> None:
+def _suggest(key: str, valid: list[str]) -> str:
+    """The hint after "unknown key 'KEY'": the key it stands for (`COMMON_KEYS`), else up to three nearest
+    keys, ranked by how alike their last parts and then their whole dotted names are."""
+    leaf = key.rsplit(".", 1)[-1]
+    for meant in COMMON_KEYS.get(leaf, ()):
+        if meant in valid:
+            return f" (did you mean '{meant}'?)"
+    parent = key.rpartition(".")[0]
+    scored = []
+    for v in valid:
+        last = v.rsplit(".", 1)[-1]
+        score = max(difflib.SequenceMatcher(None, leaf, last).ratio(), difflib.SequenceMatcher(None, key, v).ratio())
+        if leaf in last or last in leaf:
+            score = max(score, 0.7)
+        if v.rpartition(".")[0] == parent:
+            score += 0.1  # the same section: most typos are in the last part
+        scored.append((score, v))
+    ranked = [(score, v) for score, v in sorted(scored, key=lambda t: -t[0]) if score >= 0.6][:3]
+    best = [v for _, v in ranked]
+    if len(best) == 1 or (best and ranked[0][0] - ranked[1][0] >= 0.1):
+        return f" (did you mean '{best[0]}'?)"
+    if best:
+        return f" (did you mean one of {', '.join(repr(b) for b in best)}?)"
+    return "; --print-config lists every key"
+
+
+def _check_keys(data: dict, schema: DictConfig, layer: _Layer, prefix: str = "",
+                root_keys: list[str] | None = None) -> None:
     """Unknown keys and dicts given where a value is expected (and back) fail here, naming the key."""
     open_dict = OmegaConf.get_type(schema) in (dict, None)
+    if root_keys is None:
+        root_keys = _valid_keys(schema, prefix)
     for k, v in data.items():
         full = f"{prefix}{k}"
         if k not in schema:
             if open_dict:
                 continue
-            valid = _valid_keys(schema, prefix)
-            hint = difflib.get_close_matches(full, valid, n=1, cutoff=0.6)
-            msg = f"{layer.where(full)}: unknown key '{full}'"
-            msg += f" (did you mean '{hint[0]}'?)" if hint else f"; valid keys here: {', '.join(sorted(valid))}"
-            raise ConfigError(msg)
+            raise ConfigError(f"{layer.where(full)}: unknown key '{full}'{_suggest(full, root_keys)}")
         child = schema._get_node(k)
         if isinstance(child, DictConfig) and OmegaConf.get_type(child) not in (dict, None):
             if not isinstance(v, dict):
                 raise ConfigError(f"{layer.where(full)}: key '{full}' is a section; give it a mapping, not {v!r}")
-            _check_keys(v, child, layer, full + ".")
+            _check_keys(v, child, layer, full + ".", root_keys)
 
 
 # ----------------------------------------------------------------------------- presets
@@ -181,10 +287,14 @@ def load_config(
     schema: type[T],
     files: Iterable[str | os.PathLike] = (),
     overrides: Sequence[str] = (),
+    *,
+    validate: bool = True,
 ) -> T:
     """Build a `schema` instance from YAML `files` (in order) and `key=value` `overrides`.
 
     Raises ConfigError naming file, line and key for unknown keys, wrong types, bad values and bad YAML.
+    `validate=False`: the merged settings (an OmegaConf DictConfig) without the dataclasses' own checks,
+    e.g. to show the defaults of a command whose required keys are not given yet.
     """
     layers: list[_Layer] = []
     for f in files:
@@ -217,6 +327,8 @@ def load_config(
             key = e.full_key or "?"
             first = str(e).splitlines()[0]
             raise ConfigError(f"{layer.where(key)}: key '{key}': {first}") from None
+    if not validate:
+        return cfg  # type: ignore[return-value]
     try:
         obj = OmegaConf.to_object(cfg)
     except (OmegaConfBaseException, ValueError, TypeError) as e:
@@ -228,7 +340,7 @@ def load_config(
 
 def to_yaml(obj: Any) -> str:
     """The resolved configuration as YAML (what a run folder stores as config.yaml)."""
-    return OmegaConf.to_yaml(OmegaConf.structured(obj))
+    return OmegaConf.to_yaml(obj if isinstance(obj, DictConfig) else OmegaConf.structured(obj))
 
 
 def save_config(obj: Any, path: str | os.PathLike) -> None:

@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import os
 from typing import Any
+
+_result_queue_servers: list[Any] = []  # kept alive for the process's lifetime
 
 
 @functools.cache
@@ -37,3 +40,27 @@ def with_mlp_class(mlp_spec: Any, cls: type) -> Any:
     if isinstance(mlp_spec, functools.partial):  # megatron-core 0.19 (not in 0.16)
         return functools.partial(cls.as_mlp_submodule, *mlp_spec.args, **mlp_spec.keywords)
     return dataclasses.replace(mlp_spec, module=cls)  # megatron-core 0.16: ModuleSpec
+
+
+def checkpoint_results_queue_dies_with_us() -> None:
+    """Give dist_checkpointing's file writer a results queue whose server process dies with this one.
+
+    megatron-core's `filesystem_async` (0.16 and 0.19 alike; a private module global, `_results_queue`, the
+    only way in) starts its queue lazily at the first save through a "spawn" `multiprocessing.Manager`: a
+    server process (a full interpreter re-importing the command, ~330 MB) plus multiprocessing's resource
+    tracker, which outlive a rank killed with `kill -9`. The queue set here is the same kind of managed
+    queue, served by a process forked from this one that asks for the parent-death signal
+    (`nemo_lead.procs.die_with_parent`). Idempotent; call before the first save."""
+    import multiprocessing as mp
+    from multiprocessing.managers import SyncManager
+
+    from megatron.core.dist_checkpointing.strategies import filesystem_async
+
+    from nemo_lead.procs import die_with_parent
+
+    if getattr(filesystem_async, "_results_queue", None) is not None:
+        return
+    manager = SyncManager(ctx=mp.get_context("fork"))
+    manager.start(initializer=die_with_parent, initargs=(os.getpid(),))
+    _result_queue_servers.append(manager)
+    filesystem_async._results_queue = manager.Queue()

@@ -10,7 +10,7 @@ from .advantages import compute_advantages, difficulty_weight
 from .config import PRESETS, LeadConfig
 from .filters import group_keep_mask, overlong_keep_mask
 from .loss import loss_denominator, policy_loss
-from .outcome import Outcome
+from .outcome import Outcome, outcome_label
 from .rewards import shape_rewards
 
 __all__ = [
@@ -21,6 +21,7 @@ __all__ = [
     "difficulty_weight",
     "group_keep_mask",
     "loss_denominator",
+    "outcome_label",
     "overlong_keep_mask",
     "policy_loss",
     "shape_rewards",

@@ -18,6 +18,14 @@ class Outcome(IntEnum):
     REPETITION = -2  # repeated n-gram chunks (stage-2 penalty), see nemo_lead.verify.find_repetition
 
 
+def outcome_label(outcome: int, finished: bool) -> str:
+    """The outcome's name for logs and reports: TRUNCATED for a response cut at the length limit, NO_ANSWER
+    for one that ended by itself without a final answer (both are `Outcome.TRUNCATED` to the rewards)."""
+    if outcome == Outcome.TRUNCATED and finished:
+        return "NO_ANSWER"
+    return Outcome(outcome).name
+
+
 _VALID = torch.tensor([int(o) for o in Outcome])
 
 

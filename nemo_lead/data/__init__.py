@@ -4,7 +4,6 @@ from .demo_task import (
     DEMO_EXTRA_TOKENS,
     DEMO_MODEL,
     DEMO_PROMPT,
-    DEMO_SIZING,
     trace_stats,
     write_demo_data,
 )
@@ -18,7 +17,15 @@ from .filters import (
     filter_evaluable_answers,
 )
 from .problems import BUILTIN_DATASETS, Problem, builtin_path, load_problems
-from .prompts import LEAD_INSTRUCTION, PromptConfig, chat_messages, format_prompt, prompt_token_ids
+from .prompts import (
+    LEAD_INSTRUCTION,
+    PromptConfig,
+    chat_messages,
+    format_prompt,
+    prompt_settings,
+    prompt_token_ids,
+    resolve_prompt,
+)
 from .readers import DataError
 from .traces import Trace, check_vocab_covers, fit_traces, load_traces
 
@@ -26,7 +33,6 @@ __all__ = [
     "DEMO_EXTRA_TOKENS",
     "DEMO_MODEL",
     "DEMO_PROMPT",
-    "DEMO_SIZING",
     "BUILTIN_DATASETS",
     "LEAD_INSTRUCTION",
     "STAGE1_MIN_DIFFICULTY",
@@ -36,6 +42,8 @@ __all__ = [
     "DataError",
     "Problem",
     "PromptConfig",
+    "prompt_settings",
+    "resolve_prompt",
     "answer_allows_eval",
     "builtin_path",
     "check_vocab_covers",

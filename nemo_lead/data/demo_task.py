@@ -93,26 +93,6 @@ DEMO_MODEL: dict[str, Any] = {
     "tie_word_embeddings": False,
 }
 
-# Recommended run sizes for recipes/demo.yaml, on one CPU thread.
-# SFT: AdamW (betas 0.9, 0.98), 30 warm-up steps, then cosine from lr to min_lr, batches of 32 traces
-#   grouped by length; ~0.15 s per step for this model with transformers on one thread, so about 3 minutes.
-# RL: 16 prompts x 8 samples per step (DESIGN.md: 1.0-1.4 s per step at this model size); one on-policy
-#   update per step at lr 3e-5 shortened sampled answers without losing accuracy, while lr 1e-4 lost
-#   accuracy with the length reward and without it (DESIGN.md's prototype found 1e-4 fine and 2e-3
-#   collapsing: treat 1e-4 as the upper end). GRPO / LEAD differences show in sampled (T = 1) evaluation,
-#   not greedy; the held-out set's 160 problems want several samples each to separate them. max_tokens
-#   leaves room above the longest gold trace (86 tokens) for verbose samples; truncation is then an
-#   outcome RL sees.
-DEMO_SIZING: dict[str, Any] = {
-    "sft": {"steps": 1200, "batch_size": 32, "lr": 1e-3, "min_lr": 1e-4, "warmup_steps": 30,
-            "weight_decay": 0.0, "max_seq_len": 128},
-    "rl_stage1": {"steps": 60, "prompts_per_step": 16, "samples_per_prompt": 8, "max_tokens": 128,
-                  "lr": 3e-5, "temperature": 1.0},
-    "rl_stage2": {"steps": 40, "prompts_per_step": 16, "samples_per_prompt": 8, "max_tokens": 128,
-                  "lr": 3e-5, "temperature": 1.0},
-    "eval": {"samples_per_problem": 8, "temperature": 1.0, "max_tokens": 128},
-}
-
 _MULTI_CHAR_TOKENS = re.compile("|".join(re.escape(t) for t in (
     "<|endoftext|>", "<|user|>", "<|assistant|>", "<think>", "</think>", *DEMO_EXTRA_TOKENS)))
 _CHAIN = re.compile(r"(-?\d+)((?:[+-]\d+)*)")

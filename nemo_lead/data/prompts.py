@@ -13,6 +13,12 @@ Token ids: a chat template writes its own BOS, so the rendered text is tokenised
 tokens (no double BOS); the plain template is tokenised with the tokenizer's default special tokens.
 The tokenizer is duck-typed (anything with `apply_chat_template`, `chat_template` and `__call__`, such as
 transformers' `PreTrainedTokenizerFast`), so this module does not import transformers.
+
+Which prompt a command uses (`resolve_prompt`, the one rule of `sft`, `rl`, `eval` and the pipeline's
+stages): a nemo-lead checkpoint records the prompt settings it was trained with; when `--model` is such a
+checkpoint and every `prompt.*` key is at its default, the checkpoint's prompt is used, so a model keeps
+seeing the format it learned (the demo's "=?" suffix, a recipe's own). Setting any `prompt.*` key, or
+`prompt.from_checkpoint=false`, uses the settings given instead.
 """
 
 from __future__ import annotations
@@ -41,6 +47,9 @@ class PromptConfig:
     # Used without a chat template: {user} is the user turn; {system} is the system prompt followed by a
     # blank line, or nothing.
     plain_template: str = PLAIN_TEMPLATE
+    # a nemo-lead checkpoint's own training prompt wins while the keys above are at their defaults
+    # (`resolve_prompt`); false: always these settings
+    from_checkpoint: bool = True
 
     def __post_init__(self) -> None:
         if self.chat_template not in CHAT_TEMPLATE_MODES:
@@ -53,6 +62,25 @@ class PromptConfig:
             raise ValueError(
                 f"plain_template may use only {{system}} and {{user}} (double other braces): {e!r}"
             ) from None
+
+
+def prompt_settings(cfg: PromptConfig) -> dict[str, Any]:
+    """What decides the rendered prompt (recorded in checkpoints and eval folders): every key but
+    `from_checkpoint`, which only chooses between settings."""
+    out = dataclasses.asdict(cfg)
+    out.pop("from_checkpoint")
+    return out
+
+
+def resolve_prompt(cfg: PromptConfig, trained_with: dict[str, Any] | None) -> PromptConfig:
+    """The prompt a command uses (see the module docstring): `trained_with` is a checkpoint's recorded
+    settings (`ModelSource.prompt`), None for HF folders and presets."""
+    if trained_with is None or not cfg.from_checkpoint:
+        return cfg
+    if prompt_settings(cfg) != prompt_settings(PromptConfig()):
+        return cfg
+    known = {f.name for f in dataclasses.fields(PromptConfig)}
+    return PromptConfig(**{k: v for k, v in trained_with.items() if k in known and k != "from_checkpoint"})
 
 
 def user_turn(problem: Problem | str, cfg: PromptConfig) -> str:

@@ -67,7 +67,9 @@ def _read_json_list(path: Path) -> list[Located]:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as e:
-        raise DataError(f"{path}:{e.lineno}: invalid JSON ({e.msg} at column {e.colno})") from None
+        hint = ("; one JSON object per line is JSON Lines: name the file .jsonl"
+                if e.msg == "Extra data" and e.colno == 1 else "")
+        raise DataError(f"{path}:{e.lineno}: invalid JSON ({e.msg} at column {e.colno}){hint}") from None
     if not isinstance(data, list):
         raise DataError(f"{path}: expected a JSON list of objects, got {type(data).__name__}")
     out = []

@@ -30,7 +30,7 @@ def _preflight(cfg: EvalConfig) -> None:
     check_layout(max(launch.world_size, cfg.tp * cfg.pp), cfg.tp, cfg.pp, **model_shape(prep.source.hf_config))
     check_prompt_lengths(cfg, prep)
     if launch.rank == 0:
-        SampleStore.open(prep.out, prep.settings, write=False)
+        SampleStore.open(prep.out, prep.settings, write=False, problems=prep.datasets)
 
 
 def run_compare(runs: list[str], out: str | None) -> int:

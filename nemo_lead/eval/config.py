@@ -11,10 +11,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
+from nemo_lead.config import setting
 from nemo_lead.data import PromptConfig
 from nemo_lead.generation import EngineConfig, SamplingParams
+from nemo_lead.models.source import PRECISION_CHOICES
 
-PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 ANSWER_REGIONS = ("after_think", "before_think", "all")  # nemo_lead.verify.extract.REGIONS
 PAPER_BUDGETS = [8192, 14336]  # the paper's response budgets: 7B and 14B
 
@@ -27,28 +28,26 @@ def _paper_sampling() -> SamplingParams:
 class EvalConfig:
     model: Optional[str] = None  # HF model folder (config.json) or nemo-lead checkpoint folder (meta.json)
     data: str = "aime24,aime25"  # comma-separated: built-in names (aime24, aime25, math500) and/or files
-    out: Optional[str] = None  # output folder; None: eval_runs/<model name>-t<T>-n<n>-<max_tokens>tok
-    compare: list[str] = field(default_factory=list)  # eval folders (or summary.json files) to tabulate
+    out: Optional[str] = setting(None, results=False)  # output folder; None: eval_runs/<model>-t<T>-n<n>-<max_tokens>tok
+    compare: list[str] = setting(default_factory=list, results=False)  # eval folders (or summary.json files) to tabulate
     limit: Optional[int] = None  # first N problems of each dataset (smoke runs)
     split: Optional[str] = None  # split of a HF datasets folder given in `data`
     fields: dict[str, str] = field(default_factory=dict)  # column names of user files: problem/answer/id
     tokenizer: Optional[str] = None  # tokenizer folder; None: the HF folder / the checkpoint's tokenizer/
     tp: int = 1
     pp: int = 1
-    precision: str = "auto"  # auto (the HF config's torch_dtype / the checkpoint's) | fp32 | bf16 | fp16
+    precision: str = "auto"  # auto (fp32 on CPU; on a GPU bf16, fp16 for fp16 weights) | fp32 | bf16 | fp16 | fp8
     stop_at_eos: bool = True  # the tokenizer's EOS token ends a response
     problems_per_call: int = 8  # problems per engine call: the unit of seeding and of resume (see runner.py)
     sampling: SamplingParams = field(default_factory=_paper_sampling)
-    prompt: PromptConfig = field(default_factory=PromptConfig)
-    # a nemo-lead checkpoint evaluated with prompt.* at their defaults uses the prompt it was trained with
-    prompt_from_checkpoint: bool = True
+    prompt: PromptConfig = field(default_factory=PromptConfig)  # a checkpoint's training prompt wins at defaults
     engine: EngineConfig = field(default_factory=EngineConfig)
     answer_region: str = "after_think"  # where the final answer is read: after_think | before_think | all
-    verify_workers: int = 2
+    verify_workers: int = setting(2, results=False)
     verify_timeout_s: float = 5.0
-    budgets: list[int] = field(default_factory=list)  # accuracy-vs-budget points; []: 16 steps to max_tokens
-    report_budgets: list[int] = field(default_factory=lambda: list(PAPER_BUDGETS))  # columns of the table
-    plot: bool = True  # write accuracy_vs_budget.png
+    budgets: list[int] = setting(default_factory=list, results=False)  # accuracy-vs-budget points; []: 16 steps to max_tokens
+    report_budgets: list[int] = setting(default_factory=lambda: list(PAPER_BUDGETS), results=False)  # table columns
+    plot: bool = setting(True, results=False)  # write accuracy_vs_budget.png
 
     def __post_init__(self) -> None:
         if not self.model and not self.compare:
@@ -61,8 +60,8 @@ class EvalConfig:
                 raise ValueError(f"{key} must be >= 1, got {getattr(self, key)}")
         if self.limit is not None and self.limit < 1:
             raise ValueError(f"limit must be >= 1, got {self.limit}")
-        if self.precision not in PRECISIONS:
-            raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
+        if self.precision not in PRECISION_CHOICES:
+            raise ValueError(f"precision must be one of {', '.join(PRECISION_CHOICES)}, got {self.precision!r}")
         if self.answer_region not in ANSWER_REGIONS:
             raise ValueError(f"answer_region must be one of {', '.join(ANSWER_REGIONS)}, got {self.answer_region!r}")
         if not self.verify_timeout_s > 0:

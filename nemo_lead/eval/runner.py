@@ -26,15 +26,22 @@ from __future__ import annotations
 
 import dataclasses
 import sys
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from nemo_lead.data import Problem, PromptConfig, format_prompt, prompt_token_ids
+from nemo_lead.algorithms import outcome_label
+from nemo_lead.data import (
+    Problem,
+    PromptConfig,
+    format_prompt,
+    prompt_settings,
+    prompt_token_ids,
+    resolve_prompt,
+)
 from nemo_lead.generation import SamplingParams
-from nemo_lead.models.policy import PolicySource, policy_source
+from nemo_lead.models.source import ModelSource, model_source, resolve_precision
 from nemo_lead.verify.extract import THINK_OPEN, ends_inside_think
 
 from .config import EvalConfig, budget_points, dataset_specs, default_out
@@ -52,52 +59,44 @@ class Prepared:
     """Everything the job needs before the model: computed the same way in the launcher and on each rank."""
 
     out: Path
-    source: PolicySource
+    source: ModelSource
+    precision: str  # resolved (`resolve_precision`)
     tokenizer: Any
     datasets: dict[str, list[Problem]]
     chunks: list[Chunk]
     params: SamplingParams  # with the stop tokens; its seed is the base seed
     settings: dict[str, Any]  # what run.json records (store.py)
     think_open: bool  # the prompt ends inside an open <think> block
-    prompt: PromptConfig  # cfg.prompt, or the checkpoint's training prompt (`training_prompt`)
+    prompt: PromptConfig  # cfg.prompt, or the checkpoint's training prompt (`resolve_prompt`)
 
 
 def prepare(cfg: EvalConfig) -> Prepared:
     """Read the model's description, tokenizer and datasets; raise on anything bad (no torch needed)."""
     from nemo_lead.models import load_tokenizer
 
-    source = policy_source(cfg.model, cfg.precision, cfg.tokenizer)
-    tokenizer = load_tokenizer(source.tokenizer_dir)
+    source = model_source(cfg.model, cfg.tokenizer)
+    if source.kind == "preset":
+        raise ValueError(f"--model {cfg.model}: a model preset has random weights; evaluate a HF folder or a checkpoint")
+    precision = resolve_precision(cfg.precision, source)
+    tokenizer = load_tokenizer(source.require_tokenizer())
     datasets = load_datasets(dataset_specs(cfg.data), limit=cfg.limit, split=cfg.split, fields=dict(cfg.fields))
     params = cfg.sampling
     eos = tokenizer.eos_token_id
     if cfg.stop_at_eos and eos is not None and eos not in params.stop_token_ids:
         params = dataclasses.replace(params, stop_token_ids=[*params.stop_token_ids, eos])
-    prompt_cfg = training_prompt(source) if cfg.prompt_from_checkpoint and cfg.prompt == PromptConfig() else None
-    prompt_cfg = prompt_cfg or cfg.prompt
+    prompt_cfg = resolve_prompt(cfg.prompt, source.prompt)
     settings = {
-        "model": source.identity(),
+        "model": {**source.fingerprint(), "precision": precision},
         "sampling": dataclasses.asdict(params),
-        "prompt": dataclasses.asdict(prompt_cfg),
+        "prompt": prompt_settings(prompt_cfg),
         "problems_per_call": cfg.problems_per_call,
     }
     prompt = format_prompt(tokenizer, "x", prompt_cfg)
     return Prepared(
-        out=Path(cfg.out or default_out(cfg)), source=source, tokenizer=tokenizer, datasets=datasets,
+        out=Path(cfg.out or default_out(cfg)), source=source, precision=precision, tokenizer=tokenizer, datasets=datasets,
         chunks=plan_chunks(datasets, cfg.problems_per_call, params.seed), params=params, settings=settings,
         think_open=ends_inside_think(prompt), prompt=prompt_cfg,
     )
-
-
-def training_prompt(source: PolicySource) -> PromptConfig | None:
-    """The prompt settings a nemo-lead checkpoint was trained with (meta.json "prompt"), or None: a model
-    is best evaluated with the prompt format it learned (the demo's "=?" suffix, a recipe's own)."""
-    if source.kind != "checkpoint":
-        return None
-    from nemo_lead.models.checkpoint import read_checkpoint_meta
-
-    saved = read_checkpoint_meta(source.path).get("prompt")
-    return PromptConfig(**saved) if saved else None
 
 
 def check_prompt_lengths(cfg: EvalConfig, prep: Prepared) -> None:
@@ -142,7 +141,8 @@ class Grader:
         grades = self._grade(texts, [p.answer for p in problems], [f == "stop" for *_, f in rollouts])
         return [
             {"dataset": chunk.dataset, "problem_id": p.id, "sample": s, "response": text, "extracted": g.extracted,
-             "correct": g.correct, "status": g.status, "outcome": g.outcome.name, "tokens": len(ids),
+             "correct": g.correct, "status": g.status, "outcome": outcome_label(g.outcome, finish == "stop"),
+             "tokens": len(ids),
              "finish_reason": finish, "gold": p.answer, "grading": self.region, "run": self.tag}
             for p, (_, s, ids, finish), text, g in zip(problems, rollouts, texts, grades)
         ]
@@ -155,7 +155,8 @@ class Grader:
             grades = self._grade([r["response"] for r in stale], [r["gold"] for r in stale],
                                  [r["finish_reason"] == "stop" for r in stale])
             store.rewrite({**r, "extracted": g.extracted, "correct": g.correct, "status": g.status,
-                           "outcome": g.outcome.name, "grading": self.region} for r, g in zip(stale, grades))
+                           "outcome": outcome_label(g.outcome, r["finish_reason"] == "stop"), "grading": self.region}
+                          for r, g in zip(stale, grades))
         return len(stale)
 
 
@@ -205,25 +206,6 @@ def _gather_to_writer(item: Any, info) -> list[Any]:
     return [x for x in got if x is not None] if got is not None else []
 
 
-def engine_config_for(engine, source: PolicySource):
-    """An engine section ready for `source`: `trtllm` without an hf_dir gets the model folder (HF), or a
-    folder with the checkpoint's config.json and tokenizer (its weights come by refit). Used by eval and rl."""
-    if engine.kind != "trtllm" or engine.trtllm.hf_dir:
-        return engine
-    hf_dir = source.path
-    if source.kind == "checkpoint":
-        import json
-        import shutil
-
-        from nemo_lead.models import tokenizer_files
-
-        hf_dir = tempfile.mkdtemp(prefix="nemo-lead-trtllm-")
-        Path(hf_dir, "config.json").write_text(json.dumps(source.hf_config))
-        for f in tokenizer_files(source.tokenizer_dir):
-            shutil.copy2(f, hf_dir)
-    return dataclasses.replace(engine, trtllm=dataclasses.replace(engine.trtllm, hf_dir=hf_dir))
-
-
 # ----------------------------------------------------------------------------- the job
 def eval_rank(cfg: EvalConfig) -> None:
     """The evaluation on one rank (every rank of the job calls it; see the module docstring)."""
@@ -239,7 +221,7 @@ def eval_rank(cfg: EvalConfig) -> None:
         if info.rank == 0:
             from nemo_lead.config import save_config
 
-            store = SampleStore.open(prep.out, prep.settings, write=True)
+            store = SampleStore.open(prep.out, prep.settings, write=True, problems=prep.datasets)
             save_config(cfg, prep.out / "config.yaml")
             grader = Grader(cfg, prep, store.tag)
             grader.regrade_stale(store)
@@ -248,7 +230,7 @@ def eval_rank(cfg: EvalConfig) -> None:
                              if store is not None else None)
         if info.rank == 0:
             total = sum(missing_samples(store, prep.chunks[i], n) for i in pending)
-            _say(f"{prep.source.kind} model {prep.source.path} ({prep.source.precision}; tp {info.tp}, pp {info.pp}, "
+            _say(f"{prep.source.kind} model {prep.source.path} ({prep.precision}; tp {info.tp}, pp {info.pp}, "
                  f"dp {info.dp}) | {', '.join(f'{k} ({len(v)})' for k, v in prep.datasets.items())} | n {n}, "
                  f"T {prep.params.temperature:g}, top-p {prep.params.top_p:g}, max_tokens {prep.params.max_tokens} | "
                  f"{len(store.records)} samples already in {prep.out}; {total} to generate in {len(pending)} chunks")
@@ -264,10 +246,10 @@ def eval_rank(cfg: EvalConfig) -> None:
 
 
 def _generate_pending(cfg, prep: Prepared, info, pending: list[int], store, grader) -> None:
-    from nemo_lead.generation import build_engine
+    from nemo_lead.generation import build_engine, engine_config_for
     from nemo_lead.models.policy import load_policy
 
-    engine = build_engine(engine_config_for(cfg.engine, prep.source), load_policy(prep.source, info, prep.source.precision))
+    engine = build_engine(engine_config_for(cfg.engine, prep.source), load_policy(prep.source, info, prep.precision))
     progress = Progress(sum(missing_samples(store, prep.chunks[i], prep.params.n) for i in pending),
                         len(pending)) if store is not None else None
     for start in range(0, len(pending), info.dp):
@@ -291,7 +273,7 @@ def _write_reports(cfg: EvalConfig, prep: Prepared, store: SampleStore) -> dict[
     budgets = budget_points(cfg)
     summary = {
         "model": prep.source.path, "model_kind": prep.source.kind, "model_step": prep.source.step,
-        "precision": prep.source.precision, "run": store.tag, "answer_region": cfg.answer_region,
+        "precision": prep.precision, "run": store.tag, "answer_region": cfg.answer_region,
         "sampling": dataclasses.asdict(prep.params), "problems_per_call": cfg.problems_per_call,
         "budgets": budgets, "report_budgets": list(cfg.report_budgets),
         "datasets": {name: dataset_summary(name, problems, store.records, prep.params.n, budgets)

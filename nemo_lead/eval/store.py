@@ -4,11 +4,17 @@ Resume rules (why this module exists):
 - A sample is keyed by (dataset, problem_id, sample). A rerun into the same folder generates only the
   chunks (see plan.py) that miss a key, and appends the missing samples; finished samples are never
   regenerated (only rewritten when regraded, below).
-- The settings that shape a sample (the model's identity and tokenizer folder, precision, sampling
-  parameters incl. n and seed, stop tokens, prompt format, problems_per_call) are stored in run.json, and a short hash of them
-  (`run`) is written on every line. Opening the folder with other settings fails with SettingsMismatch,
-  listing what differs, rather than mixing samples of two models or temperatures in one score. Dataset
-  choice and `limit` are free: a rerun may add datasets or problems.
+- The settings that shape a sample (the model's content fingerprint and tokenizer folder, precision,
+  sampling parameters incl. n and seed, stop tokens, prompt format, problems_per_call) are stored in
+  run.json, and a short hash of them (`run`) is written on every line. Opening the folder with other
+  settings fails with SettingsMismatch, saying in words what differs, rather than mixing samples of two
+  models or temperatures in one score. Settings bind once the folder holds a sample: a run that failed
+  before its first chunk was written (a wrong model folder, an engine that is not installed) leaves
+  run.json behind, and the next run replaces it.
+- Problems: run.json also keeps a hash of every problem that has samples (its text and gold answer), per
+  dataset. Dataset choice and `limit` are free (a rerun may add datasets or problems), but a problem whose
+  text or answer changed under the same dataset name and id (a data file replaced at the same path) is
+  refused, naming the dataset and the problems.
 - Grading is not part of the settings: each line records its `grading` (the answer region). Lines graded
   another way are regraded from their stored response on the next run (no generation), and the file is
   rewritten atomically.
@@ -51,11 +57,26 @@ def _flatten(d: Any, prefix: str = "") -> dict[str, Any]:
 
 
 def describe_differences(old: dict[str, Any], new: dict[str, Any], limit: int = 6) -> str:
+    """What differs between two settings, in words: the model's files by name (changed / only there / only
+    now), every other key with both values."""
     a, b = _flatten(old), _flatten(new)
-    diffs = [f"{k}: {a.get(k, '(unset)')!r} there, {b.get(k, '(unset)')!r} now"
-             for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
+    files = "model.files."
+    diffs = []
+    changed = sorted(k[len(files):] for k in set(a) & set(b) if k.startswith(files) and a[k] != b[k])
+    gone = sorted(k[len(files):] for k in set(a) - set(b) if k.startswith(files))
+    added = sorted(k[len(files):] for k in set(b) - set(a) if k.startswith(files))
+    for what, names in (("the model's file content changed", changed), ("model files no longer there", gone),
+                        ("new model files", added)):
+        if names:
+            diffs.append(f"{what}: {', '.join(names[:4])}{' ...' if len(names) > 4 else ''}")
+    diffs += [f"{k}: {a.get(k, '(unset)')!r} there, {b.get(k, '(unset)')!r} now"
+              for k in sorted(set(a) | set(b)) if not k.startswith(files) and a.get(k) != b.get(k)]
     more = f"; and {len(diffs) - limit} more" if len(diffs) > limit else ""
     return "; ".join(diffs[:limit]) + more
+
+
+def problem_hash(problem: str, answer: str) -> str:
+    return hashlib.sha256(json.dumps([problem, answer]).encode()).hexdigest()[:16]
 
 
 def record_key(rec: dict[str, Any]) -> Key:
@@ -70,6 +91,7 @@ class SampleStore:
         self.settings = settings
         self.tag = settings_tag(settings)
         self.records: dict[Key, dict[str, Any]] = {}
+        self.problems: dict[str, dict[str, str]] = {}  # dataset -> problem id -> problem_hash (run.json)
         self.torn_bytes = 0  # length of a torn last line (ignored)
 
     @property
@@ -77,37 +99,69 @@ class SampleStore:
         return self.folder / SAMPLES_FILE
 
     @classmethod
-    def open(cls, folder: str | os.PathLike, settings: dict[str, Any], *, write: bool) -> SampleStore:
+    def open(cls, folder: str | os.PathLike, settings: dict[str, Any], *, write: bool,
+             problems: dict[str, list] | None = None) -> SampleStore:
         """Read and check the folder. `write`: also create it, record the settings, and cut a torn last line
-        (the writer rank does this; everyone else, and the checks before starting ranks, only read)."""
+        (the writer rank does this; everyone else, and the checks before starting ranks, only read).
+        `problems`: {dataset: [Problem]} of this run, checked against the hashes in run.json."""
         store = cls(Path(folder), settings)
-        store._check_run_file()
-        store._read()
+        if store._holds_samples():
+            store._check_run_file()
+            store._read()
+        store.check_problems(problems or {})
         if write:
             store.folder.mkdir(parents=True, exist_ok=True)
-            run_file = store.folder / RUN_FILE
-            if not run_file.exists():
-                tmp = run_file.with_suffix(".json.tmp")
-                tmp.write_text(json.dumps({"run": store.tag, "settings": settings}, indent=2, sort_keys=True))
-                tmp.replace(run_file)
+            store._write_run_file()
             if store.torn_bytes:
                 with open(store.samples_path, "r+b") as f:
                     f.truncate(store.samples_path.stat().st_size - store.torn_bytes)
                 store.torn_bytes = 0
         return store
 
+    def _holds_samples(self) -> bool:
+        """At least one complete line in samples.jsonl: only then do the folder's settings bind."""
+        path = self.samples_path
+        return path.is_file() and b"\n" in path.read_bytes()
+
+    def _write_run_file(self) -> None:
+        run_file = self.folder / RUN_FILE
+        tmp = run_file.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps({"run": self.tag, "settings": self.settings, "problems": self.problems},
+                                  indent=2, sort_keys=True))
+        tmp.replace(run_file)
+
     def _check_run_file(self) -> None:
         run_file = self.folder / RUN_FILE
         if not run_file.is_file():
             return
         try:
-            stored = json.loads(run_file.read_text())["settings"]
+            saved = json.loads(run_file.read_text())
+            stored = saved["settings"]
         except (json.JSONDecodeError, KeyError, TypeError):
             raise ValueError(f"{run_file}: not a run file of nemo-lead eval (remove it to start over)") from None
+        self.problems = saved.get("problems", {})
         if settings_tag(stored) != self.tag:
             raise SettingsMismatch(
                 f"{self.folder} holds samples made with other settings ({describe_differences(stored, self.settings)}). "
                 "Use another --out folder, or delete that folder to start over.")
+
+    def check_problems(self, problems: dict[str, list]) -> None:
+        """Refuse problems whose text or answer changed since their samples were made; record this run's
+        hashes (a problem without samples may change freely)."""
+        sampled = {(str(d), str(pid)) for d, pid, _ in self.records}
+        for name, items in problems.items():
+            known = self.problems.setdefault(name, {})
+            changed = []
+            for p in items:
+                pid, h = str(p.id), problem_hash(p.problem, p.answer)
+                if known.get(pid, h) != h and (name, pid) in sampled:
+                    changed.append(pid)
+                known[pid] = h
+            if changed:
+                raise SettingsMismatch(
+                    f"{self.folder} holds samples of dataset {name!r} whose problem text or answer has changed since "
+                    f"(problems {', '.join(changed[:5])}{' ...' if len(changed) > 5 else ''}): the data file was "
+                    "replaced. Use another --out folder, or delete that folder to start over.")
 
     def _read(self) -> None:
         path = self.samples_path

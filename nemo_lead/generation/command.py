@@ -8,7 +8,7 @@ Prompts: `prompts` (texts) and / or `prompts_file` (JSONL, one object per line w
 prompt) when it has one and `chat_template` is true, else it is tokenised as it is. The tokenizer's EOS
 token is a stop token unless `stop_at_eos` is false. One output line per sample: prompt_index,
 sample_index, prompt, text, token_ids, num_tokens, finish_reason (and logprobs / policy_logprobs with
-`logprobs=true`). `--model` is read by `nemo_lead.models.policy` (a checkpoint brings its own tokenizer/).
+`logprobs=true`). `--model` is read by `nemo_lead.models.source` (a checkpoint brings its own tokenizer/).
 Started as one process with tp x pp > 1 it runs itself on tp x pp local ranks (as `convert` does).
 """
 
@@ -35,7 +35,7 @@ class GenerateConfig:
     logprobs: bool = False  # also write both log-prob lists per sample
     tp: int = 1
     pp: int = 1
-    precision: str = "auto"  # auto (the model's own) | fp32 | bf16 | fp16
+    precision: str = "auto"  # auto (fp32 on CPU; on a GPU bf16, fp16 for fp16 weights) | fp32 | bf16 | fp16
     sampling: SamplingParams = field(default_factory=lambda: SamplingParams(max_tokens=256, seed=1234))
     engine: EngineConfig = field(default_factory=EngineConfig)
 
@@ -46,8 +46,10 @@ class GenerateConfig:
             raise ValueError("give prompts (prompts='[\"text\", ...]') or prompts_file (--prompts-file F)")
         if self.tp < 1 or self.pp < 1:
             raise ValueError("tp and pp must be >= 1")
-        if self.precision not in ("auto", "fp32", "bf16", "fp16"):
-            raise ValueError(f"precision must be auto, fp32, bf16 or fp16, got {self.precision!r}")
+        from nemo_lead.models.source import PRECISION_CHOICES
+
+        if self.precision not in PRECISION_CHOICES:
+            raise ValueError(f"precision must be one of {', '.join(PRECISION_CHOICES)}, got {self.precision!r}")
 
 
 def read_prompts(cfg: GenerateConfig) -> list[str]:
@@ -61,7 +63,7 @@ def read_prompts(cfg: GenerateConfig) -> list[str]:
             try:
                 row = json.loads(line)
             except json.JSONDecodeError as e:
-                raise ValueError(f"{path}:{n}: invalid JSON: {e.msg}") from None
+                raise ValueError(f"{path}:{n}: invalid JSON ({e.msg} at column {e.colno})") from None
             text = row.get("prompt", row.get("problem")) if isinstance(row, dict) else None
             if not isinstance(text, str):
                 raise ValueError(f"{path}:{n}: needs a string field 'prompt' or 'problem'")
@@ -88,13 +90,14 @@ def generate_rank(cfg: GenerateConfig) -> None:
     import torch.distributed as dist
 
     from nemo_lead.models import load_tokenizer
-    from nemo_lead.models.policy import load_policy, policy_source
+    from nemo_lead.models.policy import load_policy
+    from nemo_lead.models.source import model_source, resolve_precision
     from nemo_lead.parallel import destroy_parallel, init_parallel
 
     from .engine import build_engine
 
-    source = policy_source(cfg.model, cfg.precision)
-    tokenizer = load_tokenizer(source.tokenizer_dir)
+    source = model_source(cfg.model)
+    tokenizer = load_tokenizer(source.require_tokenizer())
     texts = read_prompts(cfg)
     ids = [encode(tokenizer, t, cfg.chat_template) for t in texts]
     params = cfg.sampling
@@ -104,7 +107,7 @@ def generate_rank(cfg: GenerateConfig) -> None:
     try:
         if info.dp != 1:
             raise ValueError(f"generate runs on exactly tp x pp = {cfg.tp * cfg.pp} ranks, got {info.world_size}")
-        model = load_policy(source, info)
+        model = load_policy(source, info, resolve_precision(cfg.precision, source))
         if info.rank == 0:
             print(f"[generate] {len(ids)} prompts x {params.n} samples, max_tokens {params.max_tokens}, "
                   f"engine {cfg.engine.kind} (tp {info.tp}, pp {info.pp})", file=sys.stderr, flush=True)
@@ -140,9 +143,9 @@ def run_generate(cfg: GenerateConfig) -> int:
     from nemo_lead.parallel.local import run_command
 
     def preflight() -> None:  # fail on a bad model folder or prompts file before starting ranks
-        from nemo_lead.models.policy import policy_source
+        from nemo_lead.models.source import model_source
 
-        policy_source(cfg.model, cfg.precision)
+        model_source(cfg.model).require_tokenizer()
         read_prompts(cfg)
 
     return run_command("generate", generate_rank, (cfg,), ranks=cfg.tp * cfg.pp, preflight=preflight)

@@ -8,6 +8,7 @@ is not installed (see `nemo_lead.generation.trtllm_engine.INSTALL_HINT`).
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -54,6 +55,28 @@ class EngineConfig:
             raise ValueError("max_batch_size and max_prefill_tokens must be >= 1")
         if self.sync_every is not None and self.sync_every < 1:
             raise ValueError(f"sync_every must be >= 1, got {self.sync_every}")
+
+
+def engine_config_for(cfg: EngineConfig, source: Any) -> EngineConfig:
+    """`cfg` ready for the model `source` (a `nemo_lead.models.source.ModelSource`): the `trtllm` engine without
+    an hf_dir gets the model's HF folder, or for a checkpoint a temporary folder with its config.json and
+    tokenizer files (the weights come by refit). Other engines need nothing. Used by eval and rl."""
+    if cfg.kind != "trtllm" or cfg.trtllm.hf_dir:
+        return cfg
+    hf_dir = source.path
+    if source.kind == "checkpoint":
+        import json
+        import shutil
+        import tempfile
+        from pathlib import Path
+
+        from nemo_lead.models import tokenizer_files
+
+        hf_dir = tempfile.mkdtemp(prefix="nemo-lead-trtllm-")
+        Path(hf_dir, "config.json").write_text(json.dumps(source.hf_config))
+        for f in tokenizer_files(source.require_tokenizer()):
+            shutil.copy2(f, hf_dir)
+    return dataclasses.replace(cfg, trtllm=dataclasses.replace(cfg.trtllm, hf_dir=hf_dir))
 
 
 def build_engine(cfg: EngineConfig, actor: Any) -> RolloutEngine:

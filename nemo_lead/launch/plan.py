@@ -1,8 +1,9 @@
 """From a `SubmitConfig` to the jobs to submit: which command each runs, on how many nodes and GPUs.
 
 A recipe becomes one job per stage, `nemo-lead run RECIPE --out OUT only=STAGE`, each sized by the
-stage's `slurm:` mapping (distillation and evaluation rarely want the training's node count), in the
-recipe's order; `nemo-lead submit` chains them with `afterok`. Only what sizing needs is read from the
+stage's `slurm:` mapping (distillation and evaluation rarely want the training's node count) unless the
+command line says otherwise (`nemo_lead.launch.submit_config`: the order of the layers), in the recipe's
+order; `nemo-lead submit` chains them with `afterok`. Only what sizing needs is read from the
 recipe here (stage names and `slurm:`, through `_base_` includes); `nemo-lead run` checks the rest when
 the job starts.
 """
@@ -21,7 +22,7 @@ import yaml
 from nemo_lead.config import BASE_KEY, ConfigError, repo_root
 
 from .sbatch import JobPlan
-from .submit_config import SIZE_KEYS, SubmitConfig, check_size
+from .submit_config import DEFAULT_SIZE, SIZE_KEYS, SubmitConfig, check_size
 
 
 def find_recipe_file(spec: str) -> Path | None:
@@ -42,8 +43,8 @@ HOST_SIZE = {"nodes": 1, "gpus_per_node": 0, "tasks_per_node": 1}
 
 
 def recipe_stages(path: Path, _seen: tuple[Path, ...] = ()) -> dict[str, dict[str, Any]]:
-    """Stage name -> its size: the `slurm:` mapping (HOST_SIZE under it for HOST_KINDS), in the recipe's
-    order (a `_base_` stage refined by name)."""
+    """Stage name -> its size: the `slurm:` mapping, in the recipe's order (a `_base_` stage refined by
+    name); a stage of HOST_KINDS also has `host: True` (HOST_SIZE unless its `slurm:` says otherwise)."""
     path = path.resolve()
     if path in _seen:
         raise ConfigError(f"{path}: `_base_` includes form a cycle")
@@ -63,7 +64,7 @@ def recipe_stages(path: Path, _seen: tuple[Path, ...] = ()) -> dict[str, dict[st
             check_size(slurm, f"stages[{name}].slurm.")
         except ValueError as e:
             raise ConfigError(f"{path}: {e}") from None
-        host = HOST_SIZE if stage.get("kind") in HOST_KINDS and name not in stages else {}
+        host = {"host": True} if stage.get("kind") in HOST_KINDS and name not in stages else {}
         stages[name] = {**host, **stages.get(name, {}), **slurm}
     return stages
 
@@ -86,13 +87,28 @@ def executable(cfg: SubmitConfig) -> list[str]:
     return ["nemo-lead"] if cfg.container_image else [sys.executable, "-m", "nemo_lead.cli"]
 
 
-def _size(cfg: SubmitConfig, *layers: dict[str, Any]) -> dict[str, Any]:
-    size = {k: getattr(cfg, k) for k in SIZE_KEYS}
-    for layer in layers:
-        size.update({k: v for k, v in layer.items() if v is not None})
+def _size(cfg: SubmitConfig, recipe: dict[str, Any] | None = None, stage: dict[str, Any] | None = None):
+    """A job's size (JobPlan keyword arguments) and where each value came from: DEFAULT_SIZE < the recipe
+    stage's `slurm:` < the command line < `stage_slurm.NAME`."""
+    size, source = dict(DEFAULT_SIZE), dict.fromkeys(DEFAULT_SIZE, "default")
+    recipe = dict(recipe or {})
+    host = recipe.pop("host", False)  # needs no GPU: its size is HOST_SIZE, the recipe's and stage_slurm's only
+    command_line = {} if host else {k: getattr(cfg, k) for k in SIZE_KEYS}
+    layers = (({**HOST_SIZE, **recipe} if host else recipe, "recipe"), (command_line, "command line"),
+              (stage, "stage_slurm"))
+    for layer, name in layers:
+        for k, v in (layer or {}).items():
+            if v is not None:
+                size[k], source[k] = v, name
     if size["tasks_per_node"] is None:
-        size["tasks_per_node"] = size["gpus_per_node"] or 1
-    return size
+        size["tasks_per_node"], source["tasks_per_node"] = size["gpus_per_node"] or 1, "one per GPU"
+    overridden = [f"{k} {v} (the recipe says {recipe[k]})" for k, v in size.items()
+                  if recipe and recipe.get(k) is not None and source[k] != "recipe" and recipe[k] != v]
+    resources = (f"{size['nodes']} node(s) x {size['gpus_per_node']} GPU(s), {size['tasks_per_node']} task(s) per "
+                 f"node, time {size['time']}")
+    if overridden:
+        resources += "; from the command line: " + ", ".join(overridden)
+    return {**size, "resources": resources}
 
 
 def plan_jobs(cfg: SubmitConfig) -> tuple[list[JobPlan], str, list[str]]:

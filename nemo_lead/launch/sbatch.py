@@ -52,6 +52,7 @@ class JobPlan:
     tasks_per_node: int
     time: str
     note: str = ""  # one line for the script's header (e.g. which stage it waits for)
+    resources: str = ""  # the size in words and where it came from (printed by the dry run)
 
 
 def log_path(log_dir: str, name: str) -> str:

@@ -1,4 +1,6 @@
-"""Stop requests: SIGUSR1 (SLURM's warning before the time limit or a preemption), SIGTERM and SIGINT.
+"""Stop requests: SIGUSR1 (SLURM's warning before the time limit or a preemption), SIGTERM, SIGINT and
+SIGHUP (the terminal went away), and a lost output stream (`request("SIGPIPE")`: the reader of a pipe
+such as `| head` exited, so the next progress line would fail).
 
     stop = install_stop_handlers()          # once, in every rank, before the loop
     for step in ...:
@@ -36,7 +38,8 @@ import sys
 import threading
 from dataclasses import dataclass, field
 
-STOP_SIGNALS = ("SIGUSR1", "SIGTERM", "SIGINT")
+STOP_SIGNALS = ("SIGUSR1", "SIGTERM", "SIGINT", "SIGHUP")
+STOP_REASONS = (*STOP_SIGNALS, "SIGPIPE")  # SIGPIPE: asked for by the loop (Python ignores the signal itself)
 KEPT_FROM_CHILDREN = (signal.SIGUSR1,)  # blocked in the main thread, so children inherit it blocked
 
 
@@ -59,8 +62,16 @@ class StopRequest:
             raise KeyboardInterrupt  # a second Ctrl-C: stop now, without the checkpoint
         if self.signal_name is None:
             self.signal_name = name
-            print(f"[nemo-lead] {name} received: finishing the current step, then checkpointing and exiting",
-                  file=sys.stderr, flush=True)
+            try:
+                print(f"[nemo-lead] {name} received: finishing the current step, then checkpointing and exiting",
+                      file=sys.stderr, flush=True)
+            except (BrokenPipeError, OSError):  # the terminal or pipe is gone (SIGHUP): the stop still happens
+                pass
+
+    def request(self, name: str) -> None:
+        """Ask for a stop without a signal (`name` from STOP_REASONS, e.g. "SIGPIPE"); the first reason wins."""
+        if self.signal_name is None:
+            self.signal_name = name
 
     def install(self) -> StopRequest:
         """Main thread only: handlers for STOP_SIGNALS; SIGUSR1 kept away from child processes (module doc)."""
@@ -91,12 +102,12 @@ class StopRequest:
         import torch
         import torch.distributed as dist
 
-        code = STOP_SIGNALS.index(self.signal_name) + 1 if self.requested else 0
+        code = STOP_REASONS.index(self.signal_name) + 1 if self.requested else 0
         if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
             device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else "cpu"
-            flags = torch.tensor([int(code == i + 1) for i in range(len(STOP_SIGNALS))], device=device)
+            flags = torch.tensor([int(code == i + 1) for i in range(len(STOP_REASONS))], device=device)
             dist.all_reduce(flags, op=dist.ReduceOp.MAX)
-            got = [STOP_SIGNALS[i] for i, f in enumerate(flags.tolist()) if f]
+            got = [STOP_REASONS[i] for i, f in enumerate(flags.tolist()) if f]
             if got and self.signal_name not in got[:1]:
                 self.signal_name = got[0]
         return self.requested

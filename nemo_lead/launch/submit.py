@@ -31,7 +31,8 @@ def render_jobs(cfg: SubmitConfig) -> tuple[list[tuple[str, str, str]], str]:
     """[(job name, header note, script)] in submission order, and the run folder. Pure."""
     plans, run_dir, needed = plan_jobs(cfg)
     mounts = container_mounts(cfg, needed) if cfg.container_image else []
-    return [(p.name, p.note, render_sbatch(cfg, p, run_dir, mounts)) for p in plans], run_dir
+    return [(p.name, "; ".join(x for x in (p.note, p.resources) if x), render_sbatch(cfg, p, run_dir, mounts))
+            for p in plans], run_dir
 
 
 def submit_script(script: Path, after: str | None = None) -> str:

@@ -8,9 +8,10 @@ What the job runs (the "target"):
 | `command=CMD` (sft, rl, eval, generate, convert, run) and optionally `target=FILE` | `nemo-lead CMD [--config FILE] out=OUT`: one job |
 
 `job.KEY=VALUE` overrides travel to the job's command line as `KEY=VALUE` (`job.steps=200`,
-`job.paths.base_model=/lustre/models/x` for a recipe). Sizes: `nodes`, `gpus_per_node` (one task per GPU),
-`time`; a recipe stage's `slurm: {nodes, gpus_per_node, tasks_per_node, time}` sizes that stage, and
-`stage_slurm.NAME.KEY=VALUE` on the command line overrides it again.
+`job.paths.base_model=/lustre/models/x` for a recipe). Sizes, later wins: `DEFAULT_SIZE` < a recipe stage's
+`slurm: {nodes, gpus_per_node, tasks_per_node, time}` < the command line's `nodes`, `gpus_per_node` (one
+task per GPU), `tasks_per_node`, `time` (given for every job) < `stage_slurm.NAME.KEY=VALUE` (one stage).
+The dry run prints each job's size and where each value came from.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from typing import Any, Optional
 TIME_RE = re.compile(r"^(?:(\d+)-)?(\d+):(\d{2}):(\d{2})$")
 COMMANDS = ("sft", "rl", "eval", "generate", "convert", "run")
 SIZE_KEYS = ("nodes", "gpus_per_node", "tasks_per_node", "time")
+DEFAULT_SIZE = {"nodes": 1, "gpus_per_node": 8, "tasks_per_node": None, "time": "04:00:00"}  # tasks: one per GPU
 
 
 def time_seconds(value: str, key: str = "time") -> int:
@@ -41,11 +43,11 @@ class SubmitConfig:
     command: Optional[str] = None  # sft | rl | eval | generate | convert | run; None: the target is a recipe
     out: Optional[str] = None  # the run folder (logs and scripts in OUT/slurm/); a recipe's default: runs/<name>
     job: dict[str, Any] = field(default_factory=dict)  # overrides for the job's command (job.steps=200)
-    # size (a recipe stage's `slurm:` mapping wins over these, stage_slurm over both)
-    nodes: int = 1
-    gpus_per_node: int = 8  # GPUs requested per node (--gpus-per-node); 0 on CPU-only partitions
+    # size of every job (None: a recipe stage's `slurm:`, else DEFAULT_SIZE); stage_slurm wins over these
+    nodes: Optional[int] = None  # DEFAULT_SIZE: 1
+    gpus_per_node: Optional[int] = None  # GPUs requested per node (--gpus-per-node); 0 on CPU-only partitions; 8
     tasks_per_node: Optional[int] = None  # ranks per node; None: one per GPU
-    time: str = "04:00:00"  # wall-clock limit, [D-]HH:MM:SS
+    time: Optional[str] = None  # wall-clock limit, [D-]HH:MM:SS; 04:00:00
     stage_slurm: dict[str, Any] = field(default_factory=dict)  # NAME: {nodes, gpus_per_node, tasks_per_node, time}
     stages: list[str] = field(default_factory=list)  # recipe stages to submit (default: all, in order)
     chain: bool = True  # recipes: one job per stage (afterok chain); false: one job runs the whole recipe

@@ -140,6 +140,9 @@ def save_strategy():
     from megatron.core.dist_checkpointing.serialization import get_default_save_sharded_strategy
     from megatron.core.dist_checkpointing.strategies.fully_parallel import FullyParallelSaveStrategyWrapper
 
+    from nemo_lead.megatron_compat import checkpoint_results_queue_dies_with_us
+
+    checkpoint_results_queue_dies_with_us()  # its writer's helper process must not outlive a killed rank
     strategy = get_default_save_sharded_strategy("torch_dist")
     if ps.get_data_parallel_world_size() > 1:
         strategy = FullyParallelSaveStrategyWrapper(strategy, ps.get_data_parallel_group(with_context_parallel=True))

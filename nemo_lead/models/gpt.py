@@ -34,8 +34,8 @@ from typing import Any
 import torch
 
 from .hf_config import Arch, ModelConfigError, arch_from_hf, padded_vocab_size, read_hf_config
+from .source import PRECISIONS
 
-PRECISIONS = ("fp32", "bf16", "fp16", "fp8")
 _DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16, "fp8": torch.bfloat16}
 
 

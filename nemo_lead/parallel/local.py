@@ -22,6 +22,8 @@ import traceback
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from nemo_lead.procs import die_with_parent, forked_children_die_with_us
+
 from .state import detect_launch, free_port
 
 
@@ -34,19 +36,10 @@ class JobError(RuntimeError):
     the message without a traceback and exits with status 1."""
 
 
-def _die_with_parent() -> None:
-    """Linux: get SIGKILL when the parent dies, so a killed launcher leaves no rank behind."""
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
-
-
 def _rank_main(fn, rank, world_size, port, args, kwargs, env, results) -> None:
     os.setpgrp()  # our own process group: the parent can kill us with everything we started
-    _die_with_parent()
+    die_with_parent()  # a killed launcher leaves no rank behind
+    forked_children_die_with_us()  # nor anything the rank forks
     os.environ.update(env)
     os.environ.update(
         RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world_size), LOCAL_WORLD_SIZE=str(world_size),

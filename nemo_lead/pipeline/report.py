@@ -19,7 +19,7 @@ from typing import Any
 
 import yaml
 
-from nemo_lead.config import conf_dir, load_config, to_yaml
+from nemo_lead.config import conf_dir, keys_where, load_config, to_yaml
 
 SUMMARY_JSON = "summary.json"
 SUMMARY_MD = "summary.md"
@@ -27,7 +27,6 @@ FIGURE2 = "validation.png"
 FIGURE3 = "accuracy_vs_budget.png"
 EVAL_FLAGS = (("model", "--model"), ("data", "--data"), ("sampling.n", "--n"), ("sampling.temperature", "--temperature"),
               ("sampling.top_p", "--top-p"), ("sampling.max_tokens", "--max-tokens"), ("sampling.seed", "--seed"))
-NOT_REPRODUCING = ("out", "plot", "compare", "verify_workers", "budgets", "report_budgets", "model", "data")
 
 
 def _flat(d: Any, prefix: str = "") -> dict[str, Any]:
@@ -51,8 +50,9 @@ def eval_command(cfg, data: str) -> str:
     values = {**mine, "data": data}
     for key, flag in EVAL_FLAGS:
         parts += [flag, str(values[key])]
+    report_only = keys_where(EvalConfig, results=False)  # output folder, report columns, grader processes, ...
     for key, value in mine.items():
-        if key in dict(EVAL_FLAGS) or key.split(".")[0] in NOT_REPRODUCING:
+        if key in dict(EVAL_FLAGS) or key.split(".")[0] in report_only:
             continue
         if value != base.get(key):
             text = yaml.safe_dump(value, default_flow_style=True, width=1 << 30).strip()

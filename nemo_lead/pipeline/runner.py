@@ -21,6 +21,7 @@ summary.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -29,7 +30,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from nemo_lead.config import ConfigError, save_config
+from nemo_lead.config import ConfigError, drop_keys, keys_where, save_config
 
 from .config import RunConfig, Stage, eval_row_config, load_recipe, resolve_stage
 from .recipe import Recipe
@@ -66,13 +67,12 @@ def is_writer() -> bool:
     return int(os.environ.get("RANK", os.environ.get("SLURM_PROCID", "0"))) == 0
 
 
-# settings that do not change a stage's results: a finished stage is not run again for them
-COSMETIC_KEYS = ("progress", "tensorboard", "verify_workers", "plot")
-
-
 def fingerprint(stage: Stage) -> str:
-    """A short hash of the stage's resolved settings (its inputs' paths included), cosmetic keys left out."""
-    settings = {k: v for k, v in stage.as_dict().items() if k not in COSMETIC_KEYS}
+    """A short hash of the stage's resolved settings (its inputs' paths included), without the keys that do
+    not change its results (progress output, grader processes, checkpoint cadence, ...: the fields marked
+    `results=False`), so a finished stage is not run again for them."""
+    quiet = keys_where(type(stage.config), results=False) if dataclasses.is_dataclass(stage.config) else ()
+    settings = drop_keys(stage.as_dict(), quiet)
     return hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
@@ -91,6 +91,9 @@ def run_stage(stage: Stage, state: dict[str, Any], out: Path) -> None:
     if rec and rec.get("status") == "done":
         say(f"stage {stage.name} ({stage.kind}): its settings changed since it finished; running it again "
             f"in {stage.folder}")
+    elif rec and rec.get("status") == "failed":
+        say(f"stage {stage.name} ({stage.kind}): failed before (exit {rec.get('exit_status')}); running it again "
+            f"in {stage.folder}")
     elif rec:
         say(f"stage {stage.name} ({stage.kind}): interrupted before; resuming in {stage.folder}")
     else:
@@ -103,6 +106,9 @@ def run_stage(stage: Stage, state: dict[str, Any], out: Path) -> None:
     start = time.monotonic()
     try:
         outputs = STAGE_FUNCTIONS[stage.kind](stage)
+    except StageStopped as e:  # stopped cleanly (resumable), or failed with the command's exit status
+        state["stages"][stage.name].update(status="stopped" if e.status == 0 else "failed", exit_status=e.status)
+        raise
     finally:
         state["stages"][stage.name]["seconds"] = seconds + time.monotonic() - start
         write_state(out, state)
@@ -133,12 +139,37 @@ def summarise(recipe: Recipe, cfg: RunConfig, state: dict[str, Any], out: Path) 
     return write_summary(out, str(recipe.path), rows, rl_runs, times)
 
 
+def planned_status(stage: Stage | None, rec: dict[str, Any] | None) -> str:
+    """What `run` would do with a stage, in a word or two: done (skipped), rerun (done, but its settings
+    changed), resume (interrupted or stopped), failed (exit N; runs again), to do; `stage` None: its inputs
+    are not finished yet (waits)."""
+    if not rec:
+        return "to do" if stage is not None else "waits"
+    status = rec.get("status")
+    if status == "done":
+        if stage is None:
+            return "rerun"  # an input will run again
+        return "done" if rec.get("fingerprint") == fingerprint(stage) else "rerun"
+    if status == "failed":
+        return f"failed (exit {rec.get('exit_status')})"
+    return "resume"
+
+
 def print_plan(recipe: Recipe, cfg: RunConfig, state: dict[str, Any]) -> None:
+    """The stages, what a run would do with each (`planned_status`) and their folders."""
     print(f"recipe {recipe.path} -> {cfg.out}")
+    outputs = done_outputs(state)
     for spec in recipe.stages:
-        stage = resolve_stage(spec, recipe, cfg, None)
-        status = state["stages"].get(spec.name, {}).get("status", "to do")
-        print(f"  {spec.name:<14} {spec.kind:<8} {status:<8} {stage.folder}")
+        try:
+            stage = resolve_stage(spec, recipe, cfg, outputs)
+        except ConfigError:  # reads the output of a stage that is not done
+            stage = None
+        rec = state["stages"].get(spec.name)
+        status = planned_status(stage, rec)
+        if status in ("rerun", "to do", "waits") or status.startswith("failed"):
+            outputs.pop(spec.name, None)  # later stages that read it run again too
+        folder = stage.folder if stage is not None else resolve_stage(spec, recipe, cfg, None).folder
+        print(f"  {spec.name:<14} {spec.kind:<8} {status:<14} {folder}")
 
 
 # ----------------------------------------------------------------------------- entry point
@@ -159,7 +190,11 @@ def run_recipe(cfg: RunConfig) -> int:
         for spec in todo:
             run_stage(resolve_stage(spec, recipe, cfg, done_outputs(state)), state, out)
     except StageStopped as e:
-        say(f"{e}; run the same command again to resume it")
+        if e.status == 0:
+            say(f"{e}; run the same command again to resume it")
+        else:
+            say(f"{e}: see its message above. A stage refused for changed settings fails the same way when run "
+                "again: fix the setting, or give the stage a fresh folder (another --out)")
         _summarise_quietly(recipe, cfg, state, out)
         return e.status or 1
     except (ConfigError, ValueError, OSError) as e:

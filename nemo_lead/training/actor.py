@@ -52,7 +52,7 @@ import torch.distributed as dist
 from nemo_lead.algorithms import LeadConfig, loss_denominator, policy_loss
 from nemo_lead.models import eval_mode
 
-from .actor_config import ActorConfig, model_source, resolve_precision
+from .actor_config import ActorConfig
 from .collectives import (
     broadcast_from_last_stage,
     collective_device,
@@ -124,6 +124,7 @@ def build_actor(cfg: ActorConfig, parallel: Any = None) -> Actor:
 
     from nemo_lead.models import build_gpt, load_hf_weights
     from nemo_lead.models.checkpoint import load_checkpoint, read_checkpoint_meta
+    from nemo_lead.models.source import model_source, resolve_precision
     from nemo_lead.parallel import seed_model_parallel_rng
 
     if not ps.model_parallel_is_initialized():
@@ -132,20 +133,20 @@ def build_actor(cfg: ActorConfig, parallel: Any = None) -> Actor:
     if (tp, pp) != (cfg.tp, cfg.pp):
         raise ValueError(f"actor.tp={cfg.tp} actor.pp={cfg.pp}, but the parallel state was initialised with "
                          f"tp={tp} pp={pp}")
-    precision = resolve_precision(cfg.precision)
-    kind, source = model_source(cfg.model)
+    source = model_source(cfg.model, key="actor.model")
+    precision = resolve_precision(cfg.precision, source)
     build = partial(build_gpt, parallel=parallel, precision=precision, spec=cfg.layer_spec,
                     config_overrides=cfg.megatron_overrides())
-    if kind == "checkpoint":
-        meta = read_checkpoint_meta(source)
+    if source.kind == "checkpoint":
+        meta = read_checkpoint_meta(source.path)
         gpt = build(meta["hf_config"], init=False, vocab_divisible_by=meta["vocab_divisible_by"])
-        load_checkpoint(source, gpt)
-    elif kind == "hf":
-        gpt = build(source, init=False)
-        load_hf_weights(gpt, source)
+        load_checkpoint(source.path, gpt)
+    elif source.kind == "hf":
+        gpt = build(source.path, init=False)
+        load_hf_weights(gpt, source.path)
     else:
         seed_model_parallel_rng(cfg.seed)
-        gpt = build(source, init=True)
+        gpt = build(source.path, init=True)
 
     half = precision in ("bf16", "fp16", "fp8")
     ddp = DistributedDataParallel(

@@ -6,12 +6,11 @@ building anything."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Optional
 
-import torch
+from nemo_lead.config import setting
+from nemo_lead.models.source import PRECISION_CHOICES
 
-PRECISION_CHOICES = ("auto", "fp32", "bf16", "fp16", "fp8")
 RECOMPUTE_GRANULARITIES = ("full", "selective")
 RECOMPUTE_METHODS = ("uniform", "block")
 LR_DECAY_STYLES = ("constant", "linear", "cosine")
@@ -22,8 +21,8 @@ class ActorOptimConfig:
     and megatron's learning-rate schedule (OptimizerParamScheduler, which also applies the "no weight decay
     on biases and norm weights" rule: without it every parameter group would decay)."""
 
-    lr: float = 1e-6  # peak learning rate (the paper's RL value; constant by default)
-    min_lr: Optional[float] = None  # end of a linear / cosine decay (None = lr)
+    lr: float = setting(1e-6, resume="flag")  # peak learning rate (the paper's RL value; constant by default)
+    min_lr: Optional[float] = setting(None, resume="flag")  # end of a linear / cosine decay (None = lr)
     lr_warmup_steps: int = 0  # linear warm-up: step i (from 0) of the first ones uses lr * (i + 1) / lr_warmup_steps
     lr_decay_style: str = "constant"  # constant | linear | cosine
     lr_decay_steps: Optional[int] = None  # linear / cosine: the step (counting from 1) that reaches min_lr
@@ -31,7 +30,7 @@ class ActorOptimConfig:
     adam_beta2: float = 0.999
     adam_eps: float = 1e-8
     weight_decay: float = 0.01  # on matrices only (megatron leaves biases and norm weights alone)
-    clip_grad: float = 1.0  # max global gradient norm; 0 = no clipping
+    clip_grad: float = setting(1.0, resume="flag")  # max global gradient norm; 0 = no clipping
     use_distributed_optimizer: bool = False  # shard optimizer state over DP (ZeRO-1)
 
     def validate(self, prefix: str = "actor.optim") -> None:
@@ -88,10 +87,11 @@ class ActorOptimConfig:
 class ActorConfig:
     """The `actor` section of the SFT / RL job configs."""
 
-    model: str = "tiny-qwen2"  # a HF folder (weights loaded), a checkpoint folder, or a conf/model preset (random init)
+    # a HF folder (weights loaded), a checkpoint folder, or a conf/model preset (random init); required
+    model: Optional[str] = None
     tp: int = 1
     pp: int = 1
-    precision: str = "auto"  # auto (bf16 on GPU, fp32 on CPU) | fp32 | bf16 | fp16 | fp8 (needs TE)
+    precision: str = "auto"  # auto (fp32 on CPU; on a GPU bf16, fp16 for fp16 weights) | fp32 | bf16 | fp16 | fp8 (TE)
     layer_spec: str = "auto"  # auto (TE when importable) | te | local
     optim: ActorOptimConfig = field(default_factory=ActorOptimConfig)
     micro_batch_tokens: int = 16384  # padded tokens per micro-batch at most (rows x longest row)
@@ -109,8 +109,6 @@ class ActorConfig:
                 raise ValueError(f"actor.{key}={getattr(self, key)} must be >= 1")
         if self.micro_batch_overhead_tokens < 0:
             raise ValueError(f"actor.micro_batch_overhead_tokens={self.micro_batch_overhead_tokens} must be >= 0")
-        if not self.model:
-            raise ValueError("actor.model must name a HF folder, a checkpoint folder or a model preset")
         if self.precision not in PRECISION_CHOICES:
             raise ValueError(f"actor.precision={self.precision!r} is not one of {list(PRECISION_CHOICES)}")
         if self.layer_spec not in ("auto", "te", "local"):
@@ -140,26 +138,3 @@ class ActorConfig:
         if self.recompute_granularity == "full":
             out.update(recompute_method=self.recompute_method, recompute_num_layers=self.recompute_num_layers)
         return out
-
-
-def resolve_precision(precision: str) -> str:
-    """"auto" -> bf16 with CUDA, fp32 without."""
-    if precision == "auto":
-        return "bf16" if torch.cuda.is_available() else "fp32"
-    return precision
-
-
-def model_source(model: str) -> tuple[str, str]:
-    """("checkpoint" | "hf" | "preset", model): what `actor.model` names. A folder with meta.json is one of
-    our checkpoints, a folder with config.json a HF model; otherwise it must be a conf/model preset."""
-    from nemo_lead.models import preset_names
-
-    path = Path(model)
-    if (path / "meta.json").is_file():
-        return "checkpoint", str(path)
-    if (path / "config.json").is_file():
-        return "hf", str(path)
-    if model in preset_names():
-        return "preset", model
-    raise ValueError(f"actor.model={model!r} is neither a checkpoint folder (meta.json), a HF folder "
-                     f"(config.json) nor a model preset ({', '.join(preset_names())})")

@@ -217,6 +217,17 @@ def load_actor_state(actor: Actor, path: str | Path, *, load_optimizer: bool = T
                      load_rng: bool = True) -> dict[str, Any]:
     """Collective: restore what `save_actor_state` wrote, into an actor of any layout. Returns the
     checkpoint's meta.json: `loop` (the loop state), `step`, `rng_restored` (False when the layout differs
-    from the saving one: RNG streams are per rank)."""
-    return load_train_state(path, actor.model, actor.optimizer if load_optimizer else None,
+    from the saving one: RNG streams are per rank).
+
+    The learning rates are the configuration's, not the checkpoint's (a continued run may lower them with
+    `--allow-change`): megatron's scheduler takes its own settings over the saved ones, but each optimizer
+    parameter group also keeps a `max_lr` / `min_lr` of its own, restored with the optimizer state and
+    preferred by the scheduler; they are set back to the scheduler's here."""
+    meta = load_train_state(path, actor.model, actor.optimizer if load_optimizer else None,
                             scheduler=actor.scheduler if load_optimizer else None, load_rng=load_rng)
+    if load_optimizer:
+        for group in actor.optimizer.param_groups:
+            for key in ("max_lr", "min_lr"):
+                if key in group:
+                    group[key] = getattr(actor.scheduler, key)
+    return meta

@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -47,6 +48,7 @@ class Run:
     step: int  # optimizer steps done
     loop_state: dict[str, Any]  # what the checkpoint held (empty for a fresh run)
     last_saved: int = -1
+    last_saved_at: float = dataclasses.field(default_factory=time.monotonic)  # or the run's start
 
     @property
     def is_writer(self) -> bool:
@@ -54,32 +56,6 @@ class Run:
 
     def say(self, message: str) -> None:
         self.progress.say(message)
-
-
-def tokenizer_dir_of(model: str, tokenizer: str | None) -> str:
-    """The tokenizer folder of a run: `tokenizer` when given, else the model's (HF folder, checkpoint/tokenizer)."""
-    from .actor_config import model_source
-
-    if tokenizer:
-        return str(Path(tokenizer).resolve())
-    kind, source = model_source(model)
-    if kind == "preset":
-        raise ValueError(f"actor.model={model!r} is a model preset (random weights) without a tokenizer: "
-                         "give one with tokenizer=DIR")
-    folder = Path(source) / "tokenizer" if kind == "checkpoint" else Path(source)
-    if not folder.is_dir():
-        raise ValueError(f"{source}: no tokenizer/ folder in the checkpoint; give one with tokenizer=DIR")
-    return str(folder.resolve())
-
-
-def model_hf_config(model: str) -> dict[str, Any]:
-    from nemo_lead.models import read_hf_config
-    from nemo_lead.models.checkpoint import read_checkpoint_meta
-
-    from .actor_config import model_source
-
-    kind, source = model_source(model)
-    return read_checkpoint_meta(source)["hf_config"] if kind == "checkpoint" else read_hf_config(source)
 
 
 def preflight_if_relaunching(ranks: int, check):
@@ -109,10 +85,32 @@ def _on_writer_then_share(info, fn) -> Any:
     return value
 
 
-def start_run(cfg: Any, name: str, total_steps: int, log_names: tuple[str, ...] = (), tokenizer: Any = None) -> Run:
+def resolve_model(cfg: Any) -> tuple[Any, Any]:
+    """(`cfg` with the prompt the run uses, the `ModelSource` of its `actor.model`): a checkpoint's training
+    prompt replaces `prompt` while its keys are at their defaults (`nemo_lead.data.resolve_prompt`, the rule
+    of every command)."""
+    from nemo_lead.data import resolve_prompt
+    from nemo_lead.models.source import model_source
+
+    source = model_source(cfg.actor.model, cfg.tokenizer, key="actor.model")
+    prompt = resolve_prompt(cfg.prompt, source.prompt)
+    return (cfg if prompt is cfg.prompt else dataclasses.replace(cfg, prompt=prompt)), source
+
+
+def content_digest(rows: list) -> str:
+    """A short hash of JSON-able rows (the problems or traces a run reads), for RUN/inputs.json."""
+    import hashlib
+    import json
+
+    return hashlib.sha256(json.dumps(rows, sort_keys=True, default=str).encode()).hexdigest()[:24]
+
+
+def start_run(cfg: Any, name: str, total_steps: int, log_names: tuple[str, ...] = (), *, source: Any,
+              tokenizer: Any = None, inputs: dict[str, str] | None = None) -> Run:
     """Collective: set up the parallel state and the actor, open the run folder, resume from its latest
-    checkpoint when it has one. `log_names`: the loop's per-step JSONL logs to cut back on resume;
-    `tokenizer`: the run's tokenizer when the caller already loaded it."""
+    checkpoint when it has one. `log_names`: the loop's per-step JSONL logs to cut
+    back on resume; `tokenizer`: the run's tokenizer when the caller already loaded it; `inputs`: content
+    hashes of the data (RUN/inputs.json). `source`: from `resolve_model`."""
     hide_import_noise()
     from nemo_lead.data.traces import check_vocab_covers
     from nemo_lead.models import load_tokenizer
@@ -122,19 +120,28 @@ def start_run(cfg: Any, name: str, total_steps: int, log_names: tuple[str, ...] 
     from .actor import build_actor
     from .checkpoint import load_actor_state
 
-    tok_dir = tokenizer_dir_of(cfg.actor.model, cfg.tokenizer)
+    tok_dir = source.require_tokenizer()
     tokenizer = tokenizer if tokenizer is not None else load_tokenizer(tok_dir)
-    hf_config = model_hf_config(cfg.actor.model)
+    hf_config = source.hf_config
     try:
         check_vocab_covers(tokenizer, hf_config.get("vocab_size", len(tokenizer)))
     except ValueError as e:
         raise ValueError(f"actor.model={cfg.actor.model} with tokenizer {tok_dir}: {e}") from None
+    stop = install_stop_handlers()
     info = init_parallel(cfg.actor.tp, cfg.actor.pp, seed=cfg.seed, model_config=hf_config)
     folder = RunFolder(cfg.out, writer=info.rank == 0, tensorboard=cfg.tensorboard)
-    latest = _on_writer_then_share(info, lambda: (folder.prepare(cfg), latest_checkpoint(cfg.out))[1])
+
+    def open_folder():
+        latest = latest_checkpoint(cfg.out)
+        step = int(latest.name.split("_")[-1]) if latest is not None else 0
+        folder.prepare(cfg, inputs, step=step)
+        return latest
+
+    latest = _on_writer_then_share(info, open_folder)
     actor_cfg = dataclasses.replace(cfg.actor, optim=cfg.actor.optim.for_run(total_steps))
     actor = build_actor(actor_cfg, info)
-    progress = LoopProgress(name, total_steps, mode=cfg.progress, active=info.rank == 0)
+    progress = LoopProgress(name, total_steps, mode=cfg.progress, active=info.rank == 0,
+                            on_lost_output=lambda: stop.request("SIGPIPE"))
     step, loop_state = 0, {}
     if latest is not None:
         meta = load_actor_state(actor, latest)
@@ -146,15 +153,14 @@ def start_run(cfg: Any, name: str, total_steps: int, log_names: tuple[str, ...] 
         progress.say(f"starting {cfg.out} ({total_steps} steps; tp {info.tp}, pp {info.pp}, dp {info.dp}); "
                      + backend_note())
     folder.rewind(step if latest is not None else -1, log_names)
-    progress.start = step
-    if progress._bar is not None:
-        progress._bar.update(progress._task, completed=step)
+    progress.begin_at(step)
     return Run(cfg=cfg, name=name, info=info, actor=actor, folder=folder, tokenizer=tokenizer, tokenizer_dir=tok_dir,
-               stop=install_stop_handlers(), progress=progress, step=step, loop_state=loop_state)
+               stop=stop, progress=progress, step=step, loop_state=loop_state)
 
 
 def save(run: Run, loop_state: dict[str, Any]) -> Path:
     """Collective: checkpoint the run at its current step (atomic), then keep the newest `keep_last`."""
+    from nemo_lead.data import prompt_settings
     from nemo_lead.models.checkpoint import checkpoint_dir
 
     from .checkpoint import save_actor_state
@@ -162,9 +168,10 @@ def save(run: Run, loop_state: dict[str, Any]) -> Path:
     path = checkpoint_dir(run.cfg.out, run.step)
     # the prompt format goes along: `nemo-lead eval` of the checkpoint uses it (nemo_lead.eval.runner)
     save_actor_state(run.actor, path, step=run.step, loop_state=loop_state, tokenizer_dir=run.tokenizer_dir,
-                     extra_meta={"prompt": dataclasses.asdict(run.cfg.prompt)})
+                     extra_meta={"prompt": prompt_settings(run.cfg.prompt)})
     run.folder.prune_checkpoints(run.cfg.keep_last)
     run.last_saved = run.step
+    run.last_saved_at = time.monotonic()
     return path
 
 
@@ -173,16 +180,28 @@ def check_finite(run: Run, metrics: dict[str, Any], keys: tuple[str, ...]) -> No
     bad = [k for k in keys if isinstance(metrics.get(k), float) and not math.isfinite(metrics[k])]
     if bad and getattr(run.cfg, "stop_on_nonfinite", True):
         last = f"step {run.last_saved}" if run.last_saved >= 0 else "none yet"
+        lr = run.cfg.actor.optim.lr
         raise NonFiniteError(f"step {run.step}: {', '.join(f'{k} = {metrics[k]}' for k in bad)}; stopping. The last "
-                             f"good checkpoint ({last}) is kept in {run.cfg.out}/checkpoints; lower the learning "
-                             "rate or check the data before resuming")
+                             f"good checkpoint ({last}) is kept in {run.cfg.out}/checkpoints. Check the data, or "
+                             f"resume with a lower learning rate: the same command with --allow-change "
+                             f"actor.optim.lr actor.optim.lr={lr / 10:g}")
+
+
+def _save_due(run: Run) -> bool:
+    """`save_every` steps, or `save_every_minutes` since the last checkpoint (rank 0's clock decides, so
+    every rank saves after the same step)."""
+    every, minutes = run.cfg.save_every, run.cfg.save_every_minutes
+    if every and run.step % every == 0:
+        return True
+    if not minutes:
+        return False
+    return bool(_on_writer_then_share(run.info, lambda: time.monotonic() - run.last_saved_at >= 60 * minutes))
 
 
 def end_of_step(run: Run, loop_state: dict[str, Any]) -> bool:
-    """Collective, after each step: checkpoint when `save_every` says so, and on a stop signal (then True:
-    the loop must return; a SIGUSR1 under SLURM also requeues the job)."""
-    every = run.cfg.save_every
-    if every and run.step % every == 0:
+    """Collective, after each step: checkpoint when due (`_save_due`), and on a stop signal (then True: the
+    loop must return; a SIGUSR1 under SLURM also requeues the job)."""
+    if _save_due(run):
         save(run, loop_state)
     if run.stop.agreed():
         if run.last_saved != run.step:

@@ -7,6 +7,9 @@
 
 `mode`: "auto" (a bar when stderr is a terminal, log lines otherwise: CI logs and SLURM output files
 stay readable), "bar", "lines", or "none". Log lines carry the seconds per step and the time left.
+When the output goes away (`2>&1 | head` exited: a write raises BrokenPipeError) the run must not die
+mid-step without a checkpoint: the progress falls silent and calls `on_lost_output` (the loop asks for a
+stop, so it checkpoints after the step and exits).
 """
 
 from __future__ import annotations
@@ -16,8 +19,10 @@ import time
 
 
 class LoopProgress:
-    def __init__(self, name: str, total: int, start: int = 0, mode: str = "auto", active: bool = True):
+    def __init__(self, name: str, total: int, start: int = 0, mode: str = "auto", active: bool = True,
+                 on_lost_output=None):
         self.name, self.total, self.start = name, total, start
+        self.on_lost_output = on_lost_output
         self.active = active and mode != "none"
         self.mode = ("bar" if sys.stderr.isatty() else "lines") if mode == "auto" else mode
         self.t0 = time.monotonic()
@@ -32,6 +37,28 @@ class LoopProgress:
             self._bar.start()
             self._task = self._bar.add_task(name, total=total, completed=start, info="")
 
+    def begin_at(self, step: int) -> None:
+        """The loop starts after `step` steps (a resumed run): time per step counts from here."""
+        self.start, self.t0 = step, time.monotonic()
+        if self._bar is not None:
+            self._bar.update(self._task, completed=step)
+
+    def _lost(self) -> None:
+        self.active = False
+        if self._bar is not None:
+            self._bar = None  # its console is the lost stream: do not stop it (that writes)
+        if self.on_lost_output is not None:
+            self.on_lost_output()
+
+    def _print(self, line: str) -> None:
+        try:
+            if self._bar is not None:
+                self._bar.console.print(line, markup=False, highlight=False)
+            else:
+                print(line, file=sys.stderr, flush=True)
+        except BrokenPipeError:
+            self._lost()
+
     def step(self, step: int, fields: dict[str, str]) -> None:
         """Step `step` (1-based count of steps done) finished; `fields` are shown as name value pairs."""
         if not self.active:
@@ -40,18 +67,17 @@ class LoopProgress:
         per_step = (time.monotonic() - self.t0) / max(done, 1)
         info = " | ".join(f"{k} {v}" for k, v in fields.items()) + f" | {per_step:.1f} s/step"
         if self._bar is not None:
-            self._bar.update(self._task, completed=step, info=info)
+            try:
+                self._bar.update(self._task, completed=step, info=info)
+            except BrokenPipeError:
+                self._lost()
         else:
             left = per_step * (self.total - step) / 60
-            print(f"[{self.name}] step {step}/{self.total} | {info} | left ~{left:.1f} min", file=sys.stderr, flush=True)
+            self._print(f"[{self.name}] step {step}/{self.total} | {info} | left ~{left:.1f} min")
 
     def say(self, message: str) -> None:
-        if not self.active:
-            return
-        if self._bar is not None:
-            self._bar.console.print(f"[{self.name}] {message}", markup=False, highlight=False)
-        else:
-            print(f"[{self.name}] {message}", file=sys.stderr, flush=True)
+        if self.active:
+            self._print(f"[{self.name}] {message}")
 
     def close(self) -> None:
         if self._bar is not None:

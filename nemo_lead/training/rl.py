@@ -50,6 +50,16 @@ from nemo_lead.algorithms import (
 from nemo_lead.generation import SamplingParams, logprob_mismatch
 from nemo_lead.parallel.local import run_command
 
+from .loop import (
+    abort_run,
+    check_finite,
+    content_digest,
+    end_of_step,
+    finish_run,
+    preflight_if_relaunching,
+    resolve_model,
+    start_run,
+)
 from .rl_config import RLConfig
 from .rollouts import (
     Group,
@@ -293,32 +303,32 @@ def _validation_due(s: RLState, step: int, steps: int) -> bool:
 def rl_job(cfg: RLConfig) -> None:
     """The RL loop on one rank (every rank of the job calls it)."""
     from nemo_lead.data import format_prompt, load_problems
-    from nemo_lead.generation import build_engine
+    from nemo_lead.generation import build_engine, engine_config_for
     from nemo_lead.verify import MathVerifier
     from nemo_lead.verify.extract import ends_inside_think
 
     from .data_order import DataOrder
-    from .loop import abort_run, check_finite, end_of_step, finish_run, start_run
     from .rollouts import RolloutContext
 
+    cfg, source = resolve_model(cfg)
     d = cfg.data
     problems = load_problems(d.path, split=d.split, fields=dict(d.fields), limit=d.limit)
     val = load_problems(cfg.validation.data, limit=cfg.validation.limit) if cfg.validation.data else []
-    run = start_run(cfg, "rl", cfg.steps, LOGS)
+    inputs = {"data.path": content_digest([(p.id, p.problem, p.answer) for p in problems]),
+              "validation.data": content_digest([(p.id, p.problem, p.answer) for p in val])}
+    run = start_run(cfg, "rl", cfg.steps, LOGS, source=source, inputs=inputs)
     verifier = None
     stopped = False
     try:
         if run.is_writer:
             verifier = MathVerifier(cfg.verify_workers, cfg.verify_timeout_s, cfg.answer_region)
-        engine_cfg = cfg.engine
-        if cfg.engine.kind == "trtllm":  # the engine is built from a HF folder; weights come by refit
-            from nemo_lead.eval.runner import engine_config_for
-            from nemo_lead.models.policy import policy_source
-
-            engine_cfg = engine_config_for(cfg.engine, policy_source(cfg.actor.model, tokenizer=run.tokenizer_dir))
+        engine_cfg = engine_config_for(cfg.engine, source)  # trtllm: a HF folder to build from; weights by refit
         ctx = RolloutContext(info=run.info, engine=build_engine(engine_cfg, run.actor), tokenizer=run.tokenizer,
                              prompt_cfg=cfg.prompt, verifier=verifier, check_repetition=cfg.lead.check_repetition,
                              think_open=ends_inside_think(format_prompt(run.tokenizer, "x", cfg.prompt)))
+        if cfg.prompts_per_step > len(problems):
+            run.say(f"note: prompts_per_step={cfg.prompts_per_step} is more than the {len(problems)} problems of "
+                    f"data.path: every step samples some problems twice (their groups are trained twice)")
         order = DataOrder(len(problems), cfg.seed, shuffle=d.shuffle)
         if run.loop_state.get("data"):
             order.load_state_dict(run.loop_state["data"])
@@ -358,7 +368,5 @@ def _preflight(cfg: RLConfig) -> None:
 
 def run_rl(cfg: RLConfig) -> int:
     """`nemo-lead rl`: the exit status (0 done or stopped by a signal after a checkpoint)."""
-    from .loop import preflight_if_relaunching
-
     ranks = cfg.actor.tp * cfg.actor.pp
     return run_command("rl", rl_job, (cfg,), ranks=ranks, preflight=preflight_if_relaunching(ranks, lambda: _preflight(cfg)))

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from nemo_lead.algorithms import LeadConfig
+from nemo_lead.config import setting
 from nemo_lead.data import PromptConfig
 from nemo_lead.generation import EngineConfig
 
@@ -47,7 +48,7 @@ class RolloutConfig:
 @dataclass
 class ValidationConfig:
     data: Optional[str] = None  # held-out problems (None: no validation)
-    every: int = 10  # at step 0 and every N steps (and at the end)
+    every: int = setting(10, resume="flag")  # at step 0 and every N steps (and at the end)
     n: int = 4  # samples per problem
     temperature: float = 0.6  # the paper's evaluation temperature
     top_p: float = 0.95
@@ -57,8 +58,8 @@ class ValidationConfig:
 
 @dataclass
 class RLConfig(RunSettings):
-    steps: Optional[int] = 100
-    save_every: int = 10
+    steps: Optional[int] = setting(100, resume="free")
+    save_every: int = setting(10, resume="flag", results=False)
     actor: ActorConfig = field(default_factory=_rl_actor)
     engine: EngineConfig = field(default_factory=EngineConfig)
     lead: LeadConfig = field(default_factory=LeadConfig.paper)
@@ -75,10 +76,12 @@ class RLConfig(RunSettings):
     # are the update's own (detached), so no forward pass of their own; recompute: always a pass of their own
     old_logprobs: str = "auto"
     answer_region: str = "after_think"  # where the final answer is read
-    verify_workers: int = 2
+    verify_workers: int = setting(2, resume="free", results=False)  # grader processes (rank 0)
     verify_timeout_s: float = 5.0
-    log_rollouts: bool = True  # RUN/rollouts/step_NNNNNN.jsonl: prompt, response, reward, outcome per sample
-    stop_on_nonfinite: bool = True  # a NaN / inf loss or gradient norm stops the run (last good checkpoint kept)
+    # RUN/rollouts/step_NNNNNN.jsonl: prompt, response, reward, outcome per sample
+    log_rollouts: bool = setting(True, resume="flag", results=False)
+    # a NaN / inf loss or gradient norm stops the run (last good checkpoint kept)
+    stop_on_nonfinite: bool = setting(True, resume="flag", results=False)
 
     def __post_init__(self) -> None:
         self.check_run_settings()

@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from nemo_lead.algorithms import Outcome
+from nemo_lead.algorithms import Outcome, outcome_label
 from nemo_lead.verify.extract import THINK_OPEN
 
 
@@ -164,14 +164,15 @@ def training_batch(groups: list[Group]):
 
 
 def rollout_records(step: int, groups: list[Group], tokenizer) -> list[dict[str, Any]]:
-    """RUN/rollouts/step_N.jsonl: one line per sample (prompt, response, reward, advantage, outcome)."""
+    """RUN/rollouts/step_N.jsonl: one line per sample (prompt, response, reward, advantage, outcome: CORRECT,
+    WRONG, REPETITION, NO_ANSWER (ended without a final answer) or TRUNCATED (cut at max_tokens))."""
     rows = []
     for g in groups:
         prompt = tokenizer.decode(g.prompt_ids, skip_special_tokens=False)
         for i, r in enumerate(g.rollouts):
             rows.append({
                 "step": step, "problem_id": g.problem.id, "sample": i, "prompt": prompt, "response": g.texts[i],
-                "gold": g.problem.answer, "extracted": g.extracted[i], "outcome": Outcome(g.outcomes[i]).name,
+                "gold": g.problem.answer, "extracted": g.extracted[i], "outcome": outcome_label(g.outcomes[i], r.finish_reason == "stop"),
                 "reward": float(g.rewards[i]), "advantage": float(g.advantages[i]) if g.advantages is not None else None,
                 "kept": bool(g.keep[i]) if g.keep is not None else False, "tokens": r.num_tokens,
                 "finish_reason": r.finish_reason,

@@ -1,6 +1,8 @@
 """The run folder of `nemo-lead sft` / `nemo-lead rl`: what a run writes, and how a rerun continues it.
 
-    RUN/config.yaml            the resolved configuration (a rerun must match it, but for `steps`)
+    RUN/config.yaml            the resolved configuration (a rerun must match it; see "Changed settings")
+    RUN/inputs.json            content hashes of the data files the run reads (a rerun must read the same)
+    RUN/changes.jsonl          settings changed when the run was continued (`--allow-change`), with the step
     RUN/metrics.jsonl          one JSON object per step, key "step" first
     RUN/tb/                    TensorBoard event files (the same scalars, under the same names)
     RUN/checkpoints/step_N/    training checkpoints (`nemo_lead.training.checkpoint`); the last K are kept
@@ -13,6 +15,14 @@ per-step log back to step S: lines of later steps (written after that checkpoint
 are dropped, and so is a torn last line (a write cut by kill -9). The resumed run then writes those steps
 again, so the logs of an interrupted run end up equal to an uninterrupted run's. TensorBoard gets the same
 treatment through `purge_step`.
+
+Changed settings: a rerun with other settings is refused, naming the keys, once the folder holds a step
+(a checkpoint or a line of metrics.jsonl); before that, the folder's config.yaml is only what a start
+that failed left behind, and the new settings replace it. Some keys may change anyway, as each field
+declares (`nemo_lead.config.key_rules`): `free` ones always (`steps`, `progress`, `out`, ...), `flag` ones
+when named in `allow_change` (`--allow-change actor.optim.lr`: the learning rate, clipping, checkpoint and
+validation cadence); those changes are appended to changes.jsonl. Data files are compared by content:
+replaced under the same path, they are refused, naming the key and the file.
 
 Only global rank 0 writes files; every method that writes is a no-op elsewhere, so loop code need not
 branch on the rank.
@@ -30,11 +40,11 @@ from typing import Any
 from omegaconf import OmegaConf
 
 CONFIG_FILE = "config.yaml"
+INPUTS_FILE = "inputs.json"
+CHANGES_FILE = "changes.jsonl"
 METRICS_FILE = "metrics.jsonl"
 DONE_FILE = "done.json"
 ROLLOUTS_DIR = "rollouts"
-# settings a rerun may change: they decide how far, how visibly or where the run goes, not what it computes
-RESUMABLE_CHANGES = ("steps", "progress", "out")  # out: a run folder may be moved
 
 
 class RunFolderError(ValueError):
@@ -50,17 +60,24 @@ def _flat(obj: Any, prefix: str = "") -> dict[str, Any]:
     return {prefix[:-1]: obj}
 
 
-def config_differences(saved: dict, current: dict, defaults: dict | None = None) -> list[str]:
-    """Dotted keys whose values differ between two resolved configurations (RESUMABLE_CHANGES aside).
+def config_differences(saved: dict, current: dict, defaults: dict | None = None) -> list[tuple[str, Any, Any]]:
+    """(dotted key, saved value, current value) for every key whose value differs between two resolved
+    configurations.
 
     `defaults`: the configuration class's defaults. A key the saved configuration lacks (a setting added
     to nemo-lead after the run started) is then no difference while the current value is its default, so
     a newer nemo-lead continues an older run; set to anything else, it is one."""
     a, b, d = _flat(saved), _flat(current), _flat(defaults or {})
     keys = sorted(set(a) | set(b))
-    return [f"{k}: {a.get(k)!r} -> {b.get(k)!r}" for k in keys
-            if a.get(k) != b.get(k) and k not in RESUMABLE_CHANGES
-            and not (k not in a and k in d and b.get(k) == d[k])]
+    return [(k, a.get(k), b.get(k)) for k in keys
+            if a.get(k) != b.get(k) and not (k not in a and k in d and b.get(k) == d[k])]
+
+
+def _rule(rules: dict[str, dict], key: str) -> str:
+    """The resume rule of a dotted key (a key inside an open mapping takes its section's)."""
+    while key not in rules and "." in key:
+        key = key.rsplit(".", 1)[0]
+    return rules.get(key, {"resume": "fixed"})["resume"]
 
 
 def read_jsonl(path: Path) -> list[dict]:
@@ -81,14 +98,18 @@ def read_jsonl(path: Path) -> list[dict]:
     return rows
 
 
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
+
+
 def cut_jsonl(path: Path, last_step: int) -> None:
     """Keep the lines of steps <= last_step (and drop a torn last line); atomic rewrite."""
     if not path.is_file():
         return
     rows = [r for r in read_jsonl(path) if r.get("step", 0) <= last_step]
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    tmp.replace(path)
+    _write_atomic(path, "".join(json.dumps(r) + "\n" for r in rows))
 
 
 def _json_value(v: Any) -> Any:
@@ -108,26 +129,57 @@ class RunFolder:
         self._tb = None
 
     # ------------------------------------------------------------------ opening
-    def prepare(self, cfg: Any) -> None:
-        """Rank 0: create the folder, or check that `cfg` may continue the run already there; write config.yaml.
-        Raises RunFolderError listing the keys that differ."""
+    def holds_steps(self) -> bool:
+        """A checkpoint or a metrics line exists: the run has done a step, and its settings bind."""
+        from nemo_lead.models.checkpoint import list_checkpoints
+
+        metrics = self.path / METRICS_FILE
+        return bool(list_checkpoints(self.path)) or (metrics.is_file() and metrics.stat().st_size > 0)
+
+    def prepare(self, cfg: Any, inputs: dict[str, str] | None = None, step: int = 0) -> None:
+        """Rank 0: create the folder, or check that `cfg` may continue the run already there (see "Changed
+        settings" in the module docstring); write config.yaml and inputs.json. `inputs`: {key: content hash}
+        of the data the run reads; `step`: where it continues. Raises RunFolderError naming the keys."""
         if not self.writer:
             return
+        from nemo_lead.config import key_rules, save_config
+
         self.path.mkdir(parents=True, exist_ok=True)
         current = OmegaConf.to_container(OmegaConf.structured(cfg), resolve=True)
         saved_file = self.path / CONFIG_FILE
-        if saved_file.is_file():
+        inputs = inputs or {}
+        changes: list[tuple[str, Any, Any]] = []
+        if saved_file.is_file() and self.holds_steps():
             saved = OmegaConf.to_container(OmegaConf.load(saved_file), resolve=True)
             defaults = OmegaConf.to_container(OmegaConf.structured(type(cfg)), resolve=True)
+            rules = key_rules(type(cfg))
+            flagged = sorted(k for k, r in rules.items() if r["resume"] == "flag")
+            allowed = set(getattr(cfg, "allow_change", []) or [])
+            unknown = sorted(allowed - set(flagged))
+            if unknown:
+                raise RunFolderError(f"allow_change: {', '.join(unknown)} may not change when a run continues; "
+                                     f"the keys that may are: {', '.join(flagged)}")
             diff = config_differences(saved, current, defaults)
-            if diff:
+            refused = [d for d in diff if _rule(rules, d[0]) == "fixed"
+                       or (_rule(rules, d[0]) == "flag" and d[0] not in allowed)]
+            lines = [f"{k}: {a!r} -> {b!r}" + ("  (allowed with --allow-change " + k + ")"
+                                              if _rule(rules, k) == "flag" else "") for k, a, b in refused]
+            lines += [f"{k}: the content changed since the run started (a file replaced at the same path)"
+                      for k in self._changed_inputs(inputs)]
+            if lines:
                 raise RunFolderError(
-                    f"{self.path} holds a run with other settings; only {', '.join(RESUMABLE_CHANGES)} may change "
-                    "when continuing it. Differences:\n  " + "\n  ".join(diff)
+                    f"{self.path} holds a run with other settings or data. Differences:\n  " + "\n  ".join(lines)
                     + f"\nUse another --out, or delete {self.path} to start over.")
-        from nemo_lead.config import save_config
-
+            changes = [d for d in diff if _rule(rules, d[0]) == "flag"]
         save_config(cfg, saved_file)
+        _write_atomic(self.path / INPUTS_FILE, json.dumps(inputs, indent=1, sort_keys=True) + "\n")
+        if changes:
+            self.append(CHANGES_FILE, [{"step": step, "key": k, "from": a, "to": b} for k, a, b in changes])
+
+    def _changed_inputs(self, inputs: dict[str, str]) -> list[str]:
+        path = self.path / INPUTS_FILE
+        saved = json.loads(path.read_text()) if path.is_file() else {}
+        return [k for k in inputs if k in saved and saved[k] != inputs[k]]
 
     def rewind(self, step: int, logs: tuple[str, ...] = ()) -> None:
         """Rank 0: cut metrics.jsonl and the named per-step logs back to `step` (-1: a fresh start) and drop

@@ -24,6 +24,16 @@ from typing import Any
 
 from nemo_lead.parallel.local import run_command
 
+from .loop import (
+    abort_run,
+    check_finite,
+    content_digest,
+    end_of_step,
+    finish_run,
+    preflight_if_relaunching,
+    resolve_model,
+    start_run,
+)
 from .sft_config import SFTConfig
 
 SFT_METRIC_CHECKS = ("loss", "grad_norm")
@@ -79,13 +89,15 @@ def sft_job(cfg: SFTConfig) -> None:
 
     from .actor import sft_train_step
     from .data_order import DataOrder
-    from .loop import abort_run, check_finite, end_of_step, finish_run, start_run, tokenizer_dir_of
     from .packing import pack_traces
 
-    tokenizer = load_tokenizer(tokenizer_dir_of(cfg.actor.model, cfg.tokenizer))
+    cfg, source = resolve_model(cfg)
+    tokenizer = load_tokenizer(source.require_tokenizer())
     train, val, report = load_sft_data(cfg, tokenizer)
     steps = total_steps(cfg, len(train))
-    run = start_run(cfg, "sft", steps, tokenizer=tokenizer)
+    inputs = {"data.path": content_digest([(t.id, t.prompt_ids, t.response_ids) for t in train]),
+              "data.val_path": content_digest([(t.id, t.prompt_ids, t.response_ids) for t in val])}
+    run = start_run(cfg, "sft", steps, source=source, tokenizer=tokenizer, inputs=inputs)
     stopped = False
     try:
         order = DataOrder(len(train), cfg.seed, shuffle=True)
@@ -133,15 +145,12 @@ def _preflight(cfg: SFTConfig) -> None:
     """Bad data fails here, before any rank starts, with the file and line."""
     from nemo_lead.models import load_tokenizer
 
-    from .loop import tokenizer_dir_of
-
-    load_sft_data(cfg, load_tokenizer(tokenizer_dir_of(cfg.actor.model, cfg.tokenizer)))
+    cfg, source = resolve_model(cfg)
+    load_sft_data(cfg, load_tokenizer(source.require_tokenizer()))
 
 
 def run_sft(cfg: SFTConfig) -> int:
     """`nemo-lead sft`: the exit status (0 done or stopped by a signal after a checkpoint)."""
-    from .loop import preflight_if_relaunching
-
     ranks = cfg.actor.tp * cfg.actor.pp
     return run_command("sft", sft_job, (cfg,), ranks=ranks,
                        preflight=preflight_if_relaunching(ranks, lambda: _preflight(cfg)))

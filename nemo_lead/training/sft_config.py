@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional
 
+from nemo_lead.config import setting
 from nemo_lead.data import PromptConfig
 
 from .actor_config import ActorConfig, ActorOptimConfig
@@ -48,7 +49,8 @@ class SFTConfig(RunSettings):
     tokenizer: Optional[str] = None  # tokenizer folder; None: the model's (HF folder / checkpoint tokenizer/)
     epochs: int = 1  # used when steps is None: steps = epochs x (traces // global_batch)
     global_batch: int = 32  # traces per optimizer step
-    val_every: int = 0  # validation loss every N steps (0: only at the end when there is a held-out set)
+    # validation loss every N steps (0: only at the end when there is a held-out set)
+    val_every: int = setting(0, resume="flag")
 
     def __post_init__(self) -> None:
         self.check_run_settings()

@@ -28,7 +28,6 @@ its replacement workers die with that thread and starts new ones, at a cost of a
 
 from __future__ import annotations
 
-import ctypes
 import importlib
 import os
 import signal
@@ -44,6 +43,8 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from pathlib import Path
 from typing import Any, NamedTuple
+
+from nemo_lead.procs import die_with_parent
 
 _PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
 _START_FAILURES = 3  # consecutive workers dying before they are ready: give up with an error
@@ -235,21 +236,11 @@ class WorkerPool:
 # -- worker side -------------------------------------------------------------------------------------------
 
 
-def _die_with_parent(parent_pid: int) -> None:
-    if sys.platform.startswith("linux"):
-        try:
-            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-        except (OSError, AttributeError):
-            pass
-    if os.getppid() != parent_pid:  # the parent died before prctl took effect
-        os._exit(1)
-
-
 def serve() -> None:
     """Worker main loop (argv: task fd, result fd, parent pid, target, init)."""
     task_fd, result_fd, parent_pid, target, init = sys.argv[1:6]
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's business
-    _die_with_parent(int(parent_pid))
+    die_with_parent(int(parent_pid))
     tasks = Connection(int(task_fd), writable=False)
     results = Connection(int(result_fd), readable=False)
     try:

@@ -8,15 +8,16 @@ import re
 import statistics
 
 import pytest
+import yaml
 
 from nemo_lead.algorithms import Outcome
+from nemo_lead.config import repo_root
 from nemo_lead.data import filter_by_difficulty, format_prompt, load_problems
 from nemo_lead.data.demo_task import (
     DEMO_EXTRA_TOKENS,
     DEMO_FILLER,
     DEMO_MODEL,
     DEMO_PROMPT,
-    DEMO_SIZING,
     DIFFICULTIES,
     HELDOUT_PER_DIFFICULTY,
     MAX_FILLERS,
@@ -177,7 +178,9 @@ def test_trace_mix_has_wrong_answers_and_length_to_lose(rows):
     clean = statistics.mean(r["filler_lines"] for r in sft if not r["slipped"])
     wrong = statistics.mean(r["filler_lines"] for r in sft if r["slipped"])
     assert abs(clean - wrong) < 0.1 * clean + 0.5
-    limit = DEMO_SIZING["sft"]["max_seq_len"]
+    # the sizes the demo recipe runs with fit the traces and the model
+    recipe = {s["name"]: s for s in yaml.safe_load((repo_root() / "recipes" / "demo.yaml").read_text())["stages"]}
+    limit = recipe["sft"]["data"]["max_seq_len"]
     assert stats["sequence_tokens_max"] <= limit <= DEMO_MODEL["max_position_embeddings"]
     longest = max(demo_token_count(r["response"]) for r in sft)
-    assert longest + 1 <= DEMO_SIZING["rl_stage1"]["max_tokens"]
+    assert longest + 1 <= recipe["rl1"]["rollout"]["max_tokens"]

@@ -220,3 +220,12 @@ def test_solution_without_a_boxed_answer_is_an_error(tmp_path):
     path = write_jsonl(tmp_path / "s.jsonl", [{"problem": "a", "solution": "the answer is 3"}])
     with pytest.raises(DataError, match=r"s.jsonl:1: missing field .*no \\boxed\{\} answer in field 'solution'"):
         load_problems(path)
+
+
+def test_json_lines_in_a_json_file_get_a_hint(tmp_path):
+    from nemo_lead.data import DataError
+
+    f = tmp_path / "rows.json"
+    f.write_text('{"problem": "1+1", "answer": "2"}\n{"problem": "2+2", "answer": "4"}\n')
+    with pytest.raises(DataError, match=r"rows.json:2: invalid JSON \(Extra data at column 1\); one JSON object per line is JSON Lines: name the file .jsonl"):
+        load_problems(str(f))

@@ -4,6 +4,7 @@ JSONL, resume after a crash (torn last line), refusal to mix settings, regrading
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 import yaml
@@ -11,7 +12,7 @@ from eval_settings import MAX_TOKENS, PROBLEMS, N, eval_args
 
 from nemo_lead.cli import main
 from nemo_lead.generation.megatron_engine import MegatronEngine
-from nemo_lead.models.policy import policy_source
+from nemo_lead.models.source import model_source
 
 
 def read_samples(folder) -> dict:
@@ -120,7 +121,12 @@ def test_refuses_to_mix_settings_or_models(run_copy, tiny, tmp_path, capsys):
     other = write_tiny_model(tmp_path / "other", "qwen2", seed=4)
     cfg = yaml.safe_load((run_copy / "config.yaml").read_text())
     assert main(eval_args(other, cfg["data"], run_copy)) == 2
-    assert "model.path" in capsys.readouterr().err
+    assert "the model's file content changed: model.safetensors" in capsys.readouterr().err
+    assert (run_copy / "samples.jsonl").read_bytes() == before
+    # the same model with newer modification times (`touch`) is the same model: the run resumes, nothing to do
+    for f in tiny.iterdir():
+        os.utime(f)
+    assert main(_args_for(run_copy)) == 0
     assert (run_copy / "samples.jsonl").read_bytes() == before
 
 
@@ -156,7 +162,7 @@ def test_compare_prints_the_runs_side_by_side(reference_run, tmp_path, capsys):
 def test_checkpoint_folder_as_model_gives_the_hf_samples(tiny, problems_file, reference_run, tmp_path):
     ckpt = tmp_path / "run" / "checkpoints" / "step_000007"
     assert main(["convert", "--from-hf", str(tiny), "--out", str(ckpt)]) == 0
-    assert policy_source(str(ckpt)).tokenizer_dir == str(ckpt / "tokenizer")  # the checkpoint's own by default
+    assert model_source(str(ckpt)).tokenizer_dir == str((ckpt / "tokenizer").resolve())  # the checkpoint's own by default
     out = tmp_path / "ckpt_eval"
     # the checkpoint's own tokenizer/ folder tokenizes exactly as the HF folder's (see models.load_tokenizer)
     assert main(eval_args(ckpt, problems_file, out)) == 0

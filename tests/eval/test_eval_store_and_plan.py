@@ -91,3 +91,52 @@ def test_budgets_names_and_config_checks(tmp_path):
         EvalConfig(model="m", sampling=SamplingParams(seed=None))
     with pytest.raises(ValueError, match="--compare"):
         EvalConfig()
+
+
+def test_settings_bind_only_once_a_sample_is_written(tmp_path):
+    """A run that failed before its first chunk leaves run.json behind; the next run replaces it."""
+    SampleStore.open(tmp_path, SETTINGS, write=True)  # e.g. the model then failed to load
+    other = {"model": {"path": "/m2"}, "sampling": {"temperature": 0.7, "n": 2}}
+    store = SampleStore.open(tmp_path, other, write=True)
+    assert json.loads((tmp_path / "run.json").read_text())["settings"] == other
+    store.append([_rec("a", 0, store.tag)])
+    with pytest.raises(SettingsMismatch, match="holds samples made with other settings"):
+        SampleStore.open(tmp_path, SETTINGS, write=False)
+
+
+def test_a_changed_problem_is_refused_naming_the_dataset(tmp_path):
+    from nemo_lead.data import Problem
+
+    first = {"d": [Problem(id="a", problem="1+1", answer="2"), Problem(id="b", problem="2+2", answer="4")]}
+    store = SampleStore.open(tmp_path, SETTINGS, write=True, problems=first)
+    store.append([_rec("a", 0, store.tag)])
+    # more problems (limit raised) and a problem without samples that changed: both fine
+    more = {"d": [first["d"][0], Problem(id="b", problem="2+3", answer="5"), Problem(id="c", problem="3", answer="3")]}
+    SampleStore.open(tmp_path, SETTINGS, write=True, problems=more)
+    replaced = {"d": [Problem(id="a", problem="1+2", answer="3")]}
+    with pytest.raises(SettingsMismatch, match=r"dataset 'd' whose problem text or answer has changed.*problems a\b"):
+        SampleStore.open(tmp_path, SETTINGS, write=False, problems=replaced)
+
+
+def test_model_fingerprint_follows_content_not_modification_times(tmp_path, monkeypatch):
+    import os
+
+    from nemo_lead.eval.store import describe_differences
+    from nemo_lead.models import write_tiny_model
+    from nemo_lead.models.source import model_source
+
+    monkeypatch.setenv("NEMO_LEAD_CACHE", str(tmp_path / "cache"))
+    model = tmp_path / "model"
+    write_tiny_model(model, "qwen2", seed=0)
+    before = model_source(str(model)).fingerprint()
+    config = model / "config.json"
+    os.utime(config, ns=(config.stat().st_atime_ns, config.stat().st_mtime_ns + 10**9))  # `touch`
+    assert model_source(str(model)).fingerprint() == before
+    weights = next(model.glob("*.safetensors"))
+    data = bytearray(weights.read_bytes())
+    data[-1] ^= 1  # one bit of one weight
+    weights.write_bytes(bytes(data))
+    after = model_source(str(model)).fingerprint()
+    assert after != before
+    words = describe_differences({"model": before}, {"model": after})
+    assert words == f"the model's file content changed: {weights.name}"

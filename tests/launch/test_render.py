@@ -64,7 +64,7 @@ def test_one_node_bare_metal(tmp_path, rl_config_file):
     out = tmp_path / "runs" / "rl1"
     (name, note, script), = render_jobs(config(str(f"target={rl_config_file}"), "command=rl", f"out={out}",
                                                "job.steps=20", "job.lead.alpha=0.1"))[0]
-    assert name == "rl" and note == ""
+    assert name == "rl" and note == "1 node(s) x 8 GPU(s), 8 task(s) per node, time 04:00:00"
     opts = sbatch_options(script)
     assert opts["nodes"] == "1" and opts["ntasks-per-node"] == "8" and opts["gpus-per-node"] == "8"
     assert opts["time"] == "04:00:00" and opts["signal"] == "USR1@300" and opts["requeue"] is True
@@ -120,16 +120,23 @@ def test_recipe_becomes_a_chain_of_stage_jobs(tmp_path, recipe):
     # a stage that needs no GPU: one task, no GPUs, not a whole node
     assert (sizes["pick"]["nodes"], sizes["pick"]["ntasks-per-node"]) == ("1", "1")
     assert "gpus-per-node" not in sizes["pick"] and "exclusive" not in sizes["pick"]
-    # the stage's slurm: wins over the flags; stage_slurm over both; the rest comes from the flags
-    assert (sizes["distill"]["nodes"], sizes["distill"]["time"]) == ("2", "02:00:00")
+    # the flags win over a stage's slurm: (and say so), stage_slurm over both; the rest comes from the recipe
+    assert (sizes["distill"]["nodes"], sizes["distill"]["time"]) == ("4", "02:00:00")
     assert (sizes["rl1"]["nodes"], sizes["rl1"]["time"], sizes["rl1"]["gpus-per-node"]) == ("4", "2-00:00:00", "8")
-    assert (sizes["eval"]["nodes"], sizes["eval"]["gpus-per-node"], sizes["eval"]["ntasks-per-node"]) == ("1", "4", "4")
+    assert (sizes["eval"]["nodes"], sizes["eval"]["gpus-per-node"], sizes["eval"]["ntasks-per-node"]) == ("4", "4", "4")
+    notes = {name: note for name, note, _ in jobs}
+    assert notes["distill"].endswith("4 node(s) x 8 GPU(s), 8 task(s) per node, time 02:00:00; from the command "
+                                     "line: nodes 4 (the recipe says 2)")
+    flagless, _ = render_jobs(config(f"target={recipe}", f"out={tmp_path}/lead"))
+    assert {n: sbatch_options(s)["nodes"] for n, _, s in flagless} == {"pick": "1", "distill": "2", "rl1": "1",
+                                                                      "eval": "1"}
     for name, _, script in jobs:
         assert command_line(script).endswith(f"run {recipe} --out {run_dir} only={name} paths.base_model=/m)")
         assert sbatch_options(script)["output"] == f"{run_dir}/slurm/{name}-%j.log"
-    assert [note for _, note, _ in jobs] == ["", "starts after job 'pick' succeeded (afterok)",
-                                            "starts after job 'distill' succeeded (afterok)",
-                                            "starts after job 'rl1' succeeded (afterok)"]
+    assert [note.split("; ")[0] for _, note, _ in jobs[1:]] == [
+        "starts after job 'pick' succeeded (afterok)", "starts after job 'distill' succeeded (afterok)",
+        "starts after job 'rl1' succeeded (afterok)"]
+    assert jobs[0][1].startswith("1 node(s) x 0 GPU(s)")
     one, _ = render_jobs(config(f"target={recipe}", f"out={tmp_path}/lead", "chain=false"))
     assert len(one) == 1 and command_line(one[0][2]).endswith(f"run {recipe} --out {run_dir})")
     some, _ = render_jobs(config(f"target={recipe}", f"out={tmp_path}/lead", "stages=[rl1, eval]"))

@@ -113,7 +113,7 @@ def test_recipe_stages_run_as_a_chain(slurm, tmp_path):
     recipe = tmp_path / "recipe.yaml"
     recipe.write_text(textwrap.dedent("""\
         stages:
-          - {name: first, kind: sft, slurm: {tasks_per_node: 1}}
+          - {name: first, kind: sft, slurm: {tasks_per_node: 1, time: "00:05:00"}}
           - {name: second, kind: rl}
           - {name: bad, kind: eval}
           - {name: never, kind: eval}
@@ -122,7 +122,9 @@ def test_recipe_stages_run_as_a_chain(slurm, tmp_path):
     fake.write_text(STAGE)
     fake.chmod(0o755)
     log = tmp_path / "stages.log"
-    jobs = submit(slurm, str(recipe), "--out", str(tmp_path / "run"), f"executable={fake}", f"env.LOG={log}")
+    # the command line's --tasks-per-node 2 wins over the recipe's; stage_slurm over both
+    jobs = submit(slurm, str(recipe), "--out", str(tmp_path / "run"), f"executable={fake}", f"env.LOG={log}",
+                  "stage_slurm.first.tasks_per_node=1")
     assert [name for _, name in jobs] == ["first", "second", "bad", "never"]
     ids = dict((name, job_id) for job_id, name in jobs)
     assert slurm.wait(ids["second"], timeout=120)["JobState"] == "COMPLETED"

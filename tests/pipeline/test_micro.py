@@ -158,8 +158,8 @@ def test_distillation_keeps_only_verified_traces(micro, tmp_path):
     assert all(g.correct for g in grades)
     assert all(t["response"].startswith("<think>\n") for t in traces)  # the whole assistant text
     from nemo_lead.data import PromptConfig
-    from nemo_lead.models.policy import policy_source
+    from nemo_lead.models.source import model_source
 
-    tokenizer = load_tokenizer(policy_source(teacher).tokenizer_dir)
+    tokenizer = load_tokenizer(model_source(teacher).tokenizer_dir)
     loaded = load_traces(str(folder / "traces.jsonl"), tokenizer, PromptConfig(suffix=""))
     assert len(loaded) == len(traces)  # the SFT loader reads them (one leading <think> dropped, as the prompt has it)

@@ -24,6 +24,7 @@ stages:
     difficulty: ">= 3"
   - name: sft
     kind: sft
+    actor: {model: tiny-qwen2}
     data: {path: "${paths.problems}"}
     steps: 2
   - name: rl1
@@ -167,7 +168,7 @@ def test_interrupted_stage_resumes_and_later_stages_wait(setup, capsys):
     stop_once.add("rl1")
     assert run(recipe, out) == 1
     state = _state(out)
-    assert state["sft"]["status"] == "done" and state["rl1"]["status"] == "running" and "rl2" not in state
+    assert state["sft"]["status"] == "done" and state["rl1"]["status"] == "stopped" and "rl2" not in state
     assert "run the same command again to resume" in capsys.readouterr().err
     calls.clear()
     assert run(recipe, out) == 0
@@ -203,6 +204,41 @@ def test_dry_run_lists_stages_and_runs_nothing(setup, capsys):
     text = capsys.readouterr().out
     assert calls == [] and not out.exists()
     assert [line.split()[0] for line in text.splitlines()[1:]] == ["data1", "sft", "rl1", "data2", "rl2", "eval"]
+
+
+def _planned(text: str) -> dict[str, str]:
+    return {line.split()[0]: line.split()[2] for line in text.splitlines()[1:]}
+
+
+def test_dry_run_says_what_a_run_would_do_with_the_same_overrides(setup, capsys):
+    recipe, out, calls, _ = setup
+    assert run(recipe, out) == 0
+    capsys.readouterr()
+    calls.clear()
+    assert run(recipe, out, "dry_run=true") == 0
+    assert set(_planned(capsys.readouterr().out).values()) == {"done"}
+    assert run(recipe, out, "dry_run=true", "stages.rl2.steps=5", "stages.rl1.progress=none") == 0
+    assert _planned(capsys.readouterr().out) == {"data1": "done", "sft": "done", "rl1": "done", "data2": "done",
+                                                 "rl2": "rerun", "eval": "rerun"}
+    assert calls == []
+
+
+def test_a_failed_stage_is_recorded_and_not_called_resumable(setup, monkeypatch, capsys):
+    recipe, out, calls, _ = setup
+    real = stage_functions.STAGE_FUNCTIONS["rl"]
+
+    def refused(stage):  # what a loop that refuses changed settings returns: exit status 2
+        raise StageStopped(f"stage {stage.name!r} exited with status 2", 2)
+
+    monkeypatch.setitem(stage_functions.STAGE_FUNCTIONS, "rl", refused)
+    assert run(recipe, out) == 2
+    err = capsys.readouterr().err
+    assert "fails the same way when run again" in err and "run the same command again to resume" not in err
+    assert _state(out)["rl1"]["status"] == "failed" and _state(out)["rl1"]["exit_status"] == 2
+    assert run(recipe, out, "dry_run=true") == 0
+    assert _planned(capsys.readouterr().out)["rl1"] == "failed"
+    monkeypatch.setitem(stage_functions.STAGE_FUNCTIONS, "rl", real)
+    assert run(recipe, out) == 0 and _state(out)["rl1"]["status"] == "done"
 
 
 def test_eval_row_of_a_changed_checkpoint_is_not_mixed_with_the_old_one(tmp_path):

@@ -31,7 +31,8 @@ from distributed import run_distributed
 
 from nemo_lead.algorithms import LeadConfig, policy_loss
 from nemo_lead.models import write_tiny_model
-from nemo_lead.training.actor_config import ActorConfig, ActorOptimConfig, model_source
+from nemo_lead.models.source import model_source, resolve_precision
+from nemo_lead.training.actor_config import ActorConfig, ActorOptimConfig
 from nemo_lead.training.microbatch import SequenceBatch
 
 TEMPERATURE = 0.7
@@ -371,11 +372,22 @@ def test_actor_config_is_a_job_config_section(tmp_path):
         load_config(_Job, [], ["actor.recompute_granularity=full"])
     assert ActorConfig(pp=2).megatron_overrides()["variable_seq_lengths"] is True
     assert "variable_seq_lengths" not in ActorConfig().megatron_overrides()
-    assert model_source("tiny-qwen2") == ("preset", "tiny-qwen2")
-    (tmp_path / "config.json").write_text("{}")
-    assert model_source(str(tmp_path)) == ("hf", str(tmp_path))
-    with pytest.raises(ValueError, match="neither a checkpoint folder"):
+    preset = model_source("tiny-qwen2")
+    assert (preset.kind, preset.path, preset.tokenizer_dir) == ("preset", "tiny-qwen2", None)
+    with pytest.raises(ValueError, match="a model preset .* without a tokenizer; give one with tokenizer=DIR"):
+        preset.require_tokenizer()
+    (tmp_path / "config.json").write_text('{"torch_dtype": "bfloat16"}')
+    hf = model_source(str(tmp_path))
+    assert (hf.kind, hf.path, hf.saved_precision) == ("hf", str(tmp_path.resolve()), "bf16")
+    assert [resolve_precision("auto", hf, cuda=c) for c in (False, True)] == ["fp32", "bf16"]
+    assert resolve_precision("fp16", hf, cuda=False) == "fp16"
+    with pytest.raises(ValueError, match="no such folder, and not a model preset"):
         model_source(str(tmp_path / "missing"))
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ValueError, match="neither a HF model folder"):
+        model_source(str(tmp_path / "empty"))
+    with pytest.raises(ValueError, match="--model is required"):
+        model_source("")
 
 
 def test_torch_adam_inside_megatron_optimizers_is_switched_to_the_fused_kernel():

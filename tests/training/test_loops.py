@@ -253,16 +253,38 @@ def test_rl_resume_after_kill_at_tp2_equals_uninterrupted_tp2(data, sft_run, rl_
         assert _strip_timing(_metrics(out, name)) == _strip_timing(_metrics(rl_tp2, name)), name
 
 
-def test_sft_sigterm_checkpoints_the_step_and_exits_0(data, sft_ref, tmp_path):
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
+def test_sft_sigterm_checkpoints_the_step_and_exits_0(data, sft_ref, tmp_path, sig):
     root, model = data
     ref, out = sft_ref, tmp_path / "stopped"
-    assert _interrupt(_sft_args(root, model, out), out, after_lines=1, sig=signal.SIGTERM) == 0
+    assert _interrupt(_sft_args(root, model, out), out, after_lines=1, sig=sig) == 0
     stopped_at = len(_metrics(out))
     assert stopped_at < 12 and (out / "checkpoints" / f"step_{stopped_at:06d}").is_dir()
     assert not (out / "done.json").exists()
     res = _run(_sft_args(root, model, out))
     assert res.returncode == 0, res.stderr
     assert _strip_timing(_metrics(out)) == _strip_timing(_metrics(ref))
+
+
+def test_a_lost_output_pipe_checkpoints_and_exits_0(data, sft_ref, tmp_path):
+    """`nemo-lead sft ... 2>&1 | head -n 3`: the reader goes away; the run checkpoints the step and stops."""
+    root, model = data
+    out = tmp_path / "piped"
+    proc = subprocess.Popen([*CLI, *_sft_args(root, model, out, steps=400, extra=["--save-every", "0"])],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=_env())
+    try:
+        lines = 0
+        while lines < 3:  # what `head -n 3` reads before it exits: the start-up lines
+            assert proc.stderr.readline(), "the run ended before its third line"
+            lines += 1
+        proc.stderr.close()
+        assert proc.wait(timeout=240) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    steps = [int(p.name.split("_")[1]) for p in (out / "checkpoints").iterdir()]
+    assert len(steps) == 1 and 0 < steps[0] < 400 and not (out / "done.json").exists()
+    assert _metrics(out)[-1]["step"] == steps[0]
 
 
 def test_rl_dynamic_sampling_and_several_updates_per_step(data, sft_run, tmp_path):
@@ -293,7 +315,11 @@ def test_rl_rerun_refuses_changed_settings_and_extends_steps(data, sft_run, rl_r
     shutil.copytree(rl_run, out)
     ckpt = sft_run / "checkpoints" / "step_000080"
     res = _run(_rl_args(root, ckpt, out, extra=["actor.optim.lr=1e-3"]))
-    assert res.returncode == 2 and "actor.optim.lr: 0.0002 -> 0.001" in res.stderr
+    assert res.returncode == 2 and "actor.optim.lr: 0.0002 -> 0.001  (allowed with --allow-change actor.optim.lr)" \
+        in res.stderr
+    res = _run(_rl_args(root, ckpt, out, extra=["--allow-change", "rollout.n", "--n", "8"]))
+    assert res.returncode == 2 and "allow_change: rollout.n may not change when a run continues" in res.stderr
+    assert not (out / "changes.jsonl").exists()
     # a run started by an older nemo-lead, before a setting existed: continued while the setting keeps its
     # default, refused when it is set to something else
     from omegaconf import OmegaConf
@@ -307,6 +333,60 @@ def test_rl_rerun_refuses_changed_settings_and_extends_steps(data, sft_run, rl_r
     assert res.returncode == 0, res.stderr
     assert [r["step"] for r in _metrics(out)] == list(range(1, 8))
     assert json.loads((out / "done.json").read_text())["step"] == 7
+    # what the NaN stop advises: a lower learning rate, allowed explicitly, recorded with the step it starts at
+    res = _run(_rl_args(root, ckpt, out, steps=8, extra=["--allow-change", "actor.optim.lr", "actor.optim.lr=1e-4"]))
+    assert res.returncode == 0, res.stderr
+    assert [json.loads(x) for x in (out / "changes.jsonl").read_text().splitlines()] == [
+        {"step": 7, "key": "actor.optim.lr", "from": 0.0002, "to": 0.0001}]
+    assert _metrics(out)[-1]["lr"] == pytest.approx(1e-4) and _metrics(out)[-2]["lr"] == pytest.approx(2e-4)
+    # the data file replaced at the same path (same name, other content): refused, naming the key
+    problems = root / "problems.jsonl"
+    saved = problems.read_text()
+    try:
+        problems.write_text(saved.replace('"answer": "', '"answer": "1', 1))
+        res = _run(_rl_args(root, ckpt, out, steps=9))
+        assert res.returncode == 2 and "data.path: the content changed since the run started" in res.stderr
+    finally:
+        problems.write_text(saved)
+
+
+def test_a_failed_start_does_not_lock_the_run_folder(data, tmp_path):
+    """The settings of a folder bind once it holds a step: a start that failed on a bad model, then the
+    fixed command into the same --out."""
+    root, model = data
+    weightless = tmp_path / "weightless"
+    weightless.mkdir()
+    (weightless / "config.json").write_text((model / "config.json").read_text())
+    for f in model.iterdir():
+        if f.name.startswith("token") or f.name.endswith(".jinja"):
+            (weightless / f.name).write_bytes(f.read_bytes())
+    out = tmp_path / "sft"
+    res = _run(_sft_args(root, weightless, out, steps=2))
+    assert res.returncode != 0 and (out / "config.yaml").is_file()
+    res = _run(_sft_args(root, model, out, steps=2))
+    assert res.returncode == 0, res.stderr
+    assert [r["step"] for r in _metrics(out)] == [1, 2]
+
+
+def test_rl_renders_prompts_as_the_checkpoint_was_trained(data, sft_run, tmp_path):
+    """The SFT checkpoint recorded its prompt (no suffix); rl with prompt.* at their defaults uses it, as eval
+    does (one rule); a prompt key set explicitly wins."""
+    root, _ = data
+    ckpt = sft_run / "checkpoints" / "step_000080"
+    def args(out, extra=()):
+        return [a for a in _rl_args(root, ckpt, out, steps=1) if a not in PROMPT] + ["validation.every=99", *extra]
+
+    res = _run(args(tmp_path / "rl"))
+    assert res.returncode == 0, res.stderr
+    prompts = {json.loads(x)["prompt"] for x in (tmp_path / "rl" / "rollouts" / "step_000001.jsonl").read_text().splitlines()}
+    assert prompts and not any("think step by step" in p for p in prompts)
+    from omegaconf import OmegaConf
+
+    assert OmegaConf.load(tmp_path / "rl" / "config.yaml").prompt.suffix == ""
+    res = _run(args(tmp_path / "rl2", ["prompt.prefix='Q: '"]))
+    assert res.returncode == 0, res.stderr
+    prompts = {json.loads(x)["prompt"] for x in (tmp_path / "rl2" / "rollouts" / "step_000001.jsonl").read_text().splitlines()}
+    assert all("think step by step" in p and "Q: " in p for p in prompts)
 
 
 def test_rl_all_groups_filtered_is_logged_and_skipped(data, tmp_path):
@@ -429,3 +509,45 @@ def test_nan_loss_stops_the_run_and_keeps_the_last_good_checkpoint(data, sft_run
     assert "step 3: loss = nan" in msg and "last good checkpoint (step 2)" in msg
     assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["step_000002"]
     assert [r["step"] for r in _metrics(out)] == [1, 2] and not (out / "done.json").exists()
+
+
+def _processes_with(marker: str) -> list[int]:
+    """Pids of live processes whose environment holds `marker` (every helper inherits its parent's)."""
+    found = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                if marker.encode() in (d / "environ").read_bytes():
+                    found.append(int(d.name))
+            except OSError:  # gone, or not ours to read
+                pass
+    return found
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the parent-death signal is Linux's")
+def test_kill_9_leaves_no_helper_process(data, tmp_path):
+    """Verifier workers, the checkpoint writer's queue server and its writer processes die with a rank
+    killed by SIGKILL (which cannot clean up)."""
+    root, model = data
+    marker = f"NEMO_LEAD_TEST_MARKER={os.getpid()}-{time.monotonic_ns()}"
+    name, value = marker.split("=")
+    out = tmp_path / "rl"
+    args = ["rl", "--model", str(model), "--data", str(root / "problems.jsonl"), "--out", str(out), "--steps", "50",
+            "--save-every", "1", *RL_ARGS]
+    proc = subprocess.Popen([*CLI, *args], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            env={**_env(), name: value})
+    try:
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline and proc.poll() is None and not list(out.glob("checkpoints/step_*")):
+            time.sleep(0.05)
+        helpers = [p for p in _processes_with(marker) if p != proc.pid]
+        assert proc.poll() is None and len(helpers) >= 3, helpers  # two graders and the queue server at least
+        proc.kill()
+        proc.wait()
+        deadline = time.monotonic() + 20
+        while _processes_with(marker) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert _processes_with(marker) == []
+    finally:
+        for pid in _processes_with(marker):
+            os.kill(pid, signal.SIGKILL)
