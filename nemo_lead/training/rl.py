@@ -309,7 +309,8 @@ def rl_job(cfg: RLConfig) -> None:
     stopped = False
     try:
         if run.is_writer:
-            verifier = MathVerifier(cfg.verify_workers, cfg.verify_timeout_s, cfg.answer_region)
+            verifier = MathVerifier(cfg.verify_workers, cfg.verify_timeout_s, cfg.resolved_answer_region,
+                                    rule=cfg.lead.outcome_rule)
         engine_cfg = cfg.engine
         if cfg.engine.kind == "trtllm":  # the engine is built from a HF folder; weights come by refit
             from nemo_lead.eval.runner import engine_config_for
