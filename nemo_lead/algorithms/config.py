@@ -27,8 +27,10 @@ where the answer is read follows it (`default_answer_region`) unless the job set
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Optional
+
+from .rollout_correction import RolloutCorrectionConfig
 
 ADVANTAGE_ESTIMATORS = ("grpo", "dr_grpo", "dgpo", "rloo")
 REWEIGHTINGS = ("none", "lead", "dgpo_softmax")
@@ -91,6 +93,8 @@ class LeadConfig:
     entropy_coeff: float = 0.0
     kl_coeff: float = 0.0  # KL to a reference policy; the paper uses none
     kl_estimator: str = "k3"
+    # importance weights between the engine's and the actor's log-probs: tis | seq_tis | mis (none = off)
+    rollout_correction: RolloutCorrectionConfig = field(default_factory=RolloutCorrectionConfig)
 
     def __post_init__(self) -> None:
         self.validate()
@@ -132,6 +136,7 @@ class LeadConfig:
                 f"lead.overlong_buffer_len={self.overlong_buffer_len} needs lead.max_response_len >= it "
                 f"(got {self.max_response_len})"
             )
+        self.rollout_correction.validate()
 
     @property
     def default_answer_region(self) -> str:

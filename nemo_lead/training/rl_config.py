@@ -101,6 +101,10 @@ class RLConfig(RunSettings):
             raise ValueError(f"old_logprobs must be one of {list(OLD_LOGPROBS)}, got {self.old_logprobs!r}")
         if self.answer_region is not None and self.answer_region not in ANSWER_REGIONS:
             raise ValueError(f"answer_region must be one of {list(ANSWER_REGIONS)} or null, got {self.answer_region!r}")
+        if self.lead.rollout_correction.enabled and self.engine.kind == "trtllm" and self.rollout.top_p < 1:
+            raise ValueError(f"lead.rollout_correction.mode={self.lead.rollout_correction.mode} needs the engine's "
+                             "untruncated log-probs, which engine.kind=trtllm cannot report with rollout.top_p < 1: "
+                             "set rollout.top_p=1 or lead.rollout_correction.mode=none")
 
     @property
     def resolved_answer_region(self) -> str:

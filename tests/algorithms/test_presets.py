@@ -49,6 +49,7 @@ def test_paper_presets_read_the_final_answer():
         cfg = LeadConfig.from_preset(name)
         if not name.startswith("reference_code"):
             assert cfg.outcome_rule == "paper" and cfg.default_answer_region == "after_think", name
+        assert cfg.rollout_correction.mode == "none", name
 
 
 def test_rl_answer_region_follows_the_preset_unless_set():
