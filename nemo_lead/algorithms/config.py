@@ -1,30 +1,36 @@
 """`LeadConfig`: every knob of reward shaping, advantages, group filtering and the policy loss.
 
 One dataclass so that an ablation is one config line (`lead.preset=grpo_length` or `lead.alpha=0.1`).
-Defaults are the paper's values (arXiv 2504.09696); `LeadConfig.reference_code()` reproduces the
-authors' verl fork, which differs in the places listed in DESIGN.md ("paper vs the authors' code").
+Defaults are the paper's values (arXiv 2504.09696); `LeadConfig.reference_code()` reproduces what the
+authors' verl fork (aeroplanepaper/GRPO-LEAD at commit 9344bef) observably does, which differs in the
+places listed in DESIGN.md ("paper vs the authors' code") and in `reference_code`'s docstring.
 
 Presets (`LeadConfig.from_preset(name)`, `name` as in `PRESETS`):
 
 | preset | what it is |
 | --- | --- |
-| `paper` = `lead` | the paper: length reward, -1 for wrong, logistic difficulty reweighting |
+| `paper` = `lead` | the paper: length reward, -1 for wrong or no answer, logistic difficulty reweighting |
 | `grpo` | plain GRPO baseline of Table 1: reward 1 / 0, no length term, no reweighting |
 | `grpo_length` | + length-dependent accuracy reward |
 | `grpo_length_reweight` | + difficulty-aware advantage reweighting (wrong answers still 0) |
-| `stage2` | paper stage-2 tail: length reward off, repetition penalty -1.5 on |
-| `reference_code` | the authors' code: 4,000-token length gate, sample std, truncated 0, repetition -2, rho from rewards > 0, group drop rule, token-mean loss, entropy 0.001 |
-| `reference_code_stage2` | the authors' code, stage-2 tail (length reward off, repetition check on) |
+| `stage2` | paper stage-2 tail: length reward off, repetition penalty -1.5 on (nemo-lead's reading: any response that is not correct) |
+| `reference_code` | the authors' code, quirks included (see its docstring) |
+| `reference_code_stage2` | the same, stage-2 tail (length reward off) |
 | `dr_grpo` | Dr. GRPO: advantage R - mean, loss / (G x max length) |
 | `dapo` | DAPO: clip-higher 0.2/0.28, token-mean loss, dynamic sampling, overlong shaping and masking |
 | `dgpo` | DGPO (MathForge): MAD-normalised advantage, softmax question weights at T = 2 |
+
+How a response becomes an outcome is the verifier's (`nemo_lead.verify.verifier`), by `outcome_rule`;
+where the answer is read follows it (`default_answer_region`) unless the job sets `answer_region`.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Optional
+
+from .rollout_correction import RolloutCorrectionConfig
 
 ADVANTAGE_ESTIMATORS = ("grpo", "dr_grpo", "dgpo", "rloo")
 REWEIGHTINGS = ("none", "lead", "dgpo_softmax")
@@ -33,6 +39,7 @@ GROUP_FILTERS = ("none", "reference_code", "dynamic_sampling")
 LOSS_AGGREGATIONS = ("token_mean", "seq_mean_token_mean", "seq_mean_token_sum", "constant_norm")
 STD_ESTIMATORS = ("population", "sample")
 KL_ESTIMATORS = ("k1", "k3")
+OUTCOME_RULES = ("paper", "reference_code")  # nemo_lead.verify.verifier.RULES
 
 
 @dataclass
@@ -44,9 +51,13 @@ class LeadConfig:
     # --- reward shaping (rewards.py) ---
     correct_reward: float = 1.0  # reward of a correct answer when the length term is off or gated
     wrong_reward: float = -1.0  # explicit penalty (paper); plain GRPO uses 0
-    truncated_reward: float = -1.0  # no final answer / cut at max length; paper: as wrong; code: 0
+    truncated_reward: float = -1.0  # no final answer / cut at max length; paper: as wrong; code: 0 (format failure)
     repetition_reward: float = -1.5  # stage-2 repetition penalty; code: -2
     check_repetition: bool = False  # ask the verifier to detect repetition (stage 2)
+    # how the verifier classifies responses: paper (nemo-lead's reading of the paper) | reference_code (the
+    # authors' code: prompt + response read before </think>, finished flags ignored, repetition only for
+    # responses without a readable answer); see nemo_lead.verify.verifier
+    outcome_rule: str = "paper"
     length_reward: bool = True  # R = exp(-alpha z) for correct responses
     alpha: float = 0.05
     length_eps: float = 1e-6  # eps in z = (|o| - mu) / (sigma + eps)
@@ -82,6 +93,8 @@ class LeadConfig:
     entropy_coeff: float = 0.0
     kl_coeff: float = 0.0  # KL to a reference policy; the paper uses none
     kl_estimator: str = "k3"
+    # importance weights between the engine's and the actor's log-probs: tis | seq_tis | mis (none = off)
+    rollout_correction: RolloutCorrectionConfig = field(default_factory=RolloutCorrectionConfig)
 
     def __post_init__(self) -> None:
         self.validate()
@@ -98,6 +111,7 @@ class LeadConfig:
             "length_std": STD_ESTIMATORS,
             "advantage_std": STD_ESTIMATORS,
             "kl_estimator": KL_ESTIMATORS,
+            "outcome_rule": OUTCOME_RULES,
         }
         for name, allowed in choices.items():
             value = getattr(self, name)
@@ -122,6 +136,14 @@ class LeadConfig:
                 f"lead.overlong_buffer_len={self.overlong_buffer_len} needs lead.max_response_len >= it "
                 f"(got {self.max_response_len})"
             )
+        self.rollout_correction.validate()
+
+    @property
+    def default_answer_region(self) -> str:
+        """Where the verifier reads the answer unless the job says otherwise (`answer_region` of `nemo-lead
+        rl`): before the first `</think>` under the reference_code rule (the authors' code), else after
+        the last `</think>` (the final answer)."""
+        return "before_think" if self.outcome_rule == "reference_code" else "after_think"
 
     def replace(self, **changes) -> LeadConfig:
         return dataclasses.replace(self, **changes)
@@ -160,16 +182,35 @@ class LeadConfig:
 
     @classmethod
     def stage2(cls) -> LeadConfig:
-        """Paper stage-2 tail (last 140 steps): length reward off, repetition penalty -1.5 on."""
+        """Paper stage-2 tail (last 140 steps): length reward off, repetition penalty -1.5 on. The paper does
+        not say which responses the penalty applies to; nemo-lead's reading (`outcome_rule="paper"`): every
+        response that is not correct and repeats itself, wrong or without an answer."""
         return cls(preset="stage2", length_reward=False, check_repetition=True)
 
     @classmethod
     def reference_code(cls) -> LeadConfig:
-        """The authors' verl fork (aeroplanepaper/GRPO-LEAD), every deviation from the paper."""
+        """What the authors' verl fork (aeroplanepaper/GRPO-LEAD, commit 9344bef) observably does, quirks
+        included. Rewards and advantages: the length term only when the mean of the group's 3 shortest
+        responses (any outcome) exceeds 4,000 tokens (a group of 2 or fewer: always, their third minimum
+        stays infinite), sample std of the correct lengths, -1 wrong, 0 no readable answer, -2 repetition,
+        rho = share of rewards > 0, groups dropped when all rewards <= 0 or all exactly 1, token-mean loss,
+        entropy bonus 0.001. Classification (`outcome_rule="reference_code"`, `nemo_lead.verify.reference_code`):
+        - the answer is read from prompt + response before the first `</think>` (`answer_region` of the job
+          follows: before_think, unless set explicitly);
+        - no `</think>`, or no `\\boxed{` there that closes -> no readable answer (0);
+        - `</think>` with no box before it -> the prompt's own `\\boxed{}` is read: an empty answer, wrong
+          (-1; with a prompt that holds no box: 0); an empty box -> wrong (-1);
+        - repetition is checked (always, as their code does: `check_repetition` on) only for responses
+          without a readable answer (-> -2), on their chunk grid over prompt + response; a wrong answer
+          with repetition stays -1;
+        - a response cut at the length limit is graded like any other (a box before `</think>` counts).
+        Answer equality is math-verify's (theirs: mathd normalisation + sympy)."""
         return cls(
             preset="reference_code",
             truncated_reward=0.0,
             repetition_reward=-2.0,
+            check_repetition=True,
+            outcome_rule="reference_code",
             length_std="sample",
             length_gate_tokens=4000.0,
             length_gate_k=3,
@@ -181,8 +222,9 @@ class LeadConfig:
 
     @classmethod
     def reference_code_stage2(cls) -> LeadConfig:
-        """The authors' code with the stage-2 tail settings (length reward off, repetition check on)."""
-        return cls.reference_code().replace(preset="reference_code_stage2", length_reward=False, check_repetition=True)
+        """`reference_code` with the stage-2 tail settings: the length reward off (repetition is checked in
+        both, as their code always does)."""
+        return cls.reference_code().replace(preset="reference_code_stage2", length_reward=False)
 
     @classmethod
     def dr_grpo(cls) -> LeadConfig:

@@ -4,6 +4,7 @@ Per token t of response i, with r_it = pi_theta / pi_old = exp(logp - old_logp):
 
     l_it = max(-A_i r_it, -A_i clip(r_it, 1 - eps_low, 1 + eps_high))      (clipped surrogate, negated)
     l_it = min(l_it, -c A_i)  for A_i < 0                                  (dual clip, optional)
+    l_it = w_it l_it                      (rollout correction, optional: `rollout_correction.py`)
     l_it += kl_coeff * KL_it(pi_theta || pi_ref)                          (optional; k1 or k3 estimator)
     l_it -= entropy_coeff * H_it                                           (optional entropy bonus)
 
@@ -25,6 +26,7 @@ from __future__ import annotations
 import torch
 
 from .config import LeadConfig
+from .rollout_correction import correction_metrics, correction_weights
 
 
 def importance_ratio(logp: torch.Tensor, old_logp: torch.Tensor) -> torch.Tensor:
@@ -86,13 +88,17 @@ def policy_loss(
     *,
     ref_logp: torch.Tensor | None = None,
     entropy: torch.Tensor | None = None,
+    rollout_logp: torch.Tensor | None = None,
     denominator: torch.Tensor | float | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Loss scalar (differentiable in `logp`, and in `entropy` when given) and detached token-mean metrics.
 
-    Shapes: logp, old_logp, mask, ref_logp, entropy are [N, T]; advantages is [N]. Values at masked-out
-    positions are ignored (they may be anything, even NaN). An empty batch or an all-zero mask gives a
-    zero loss that is still connected to `logp`.
+    Shapes: logp, old_logp, mask, ref_logp, entropy, rollout_logp are [N, T]; advantages is [N]. Values at
+    masked-out positions are ignored (they may be anything, even NaN). An empty batch or an all-zero mask
+    gives a zero loss that is still connected to `logp`. `rollout_logp` (the engine's log-probs) is read
+    only when `cfg.rollout_correction` is on, which needs it; the metrics then add the correction's
+    (`rollout_correction.METRIC_KEYS`, `rollout_correction/seq_frac` a share of the batch's
+    `sequences`, also returned).
     """
     if logp.shape != old_logp.shape or logp.shape != mask.shape or logp.dim() != 2:
         raise ValueError(
@@ -101,13 +107,17 @@ def policy_loss(
         )
     if advantages.shape != logp.shape[:1]:
         raise ValueError(f"advantages must be [N]={tuple(logp.shape[:1])}, got {tuple(advantages.shape)}")
-    for name, extra in (("ref_logp", ref_logp), ("entropy", entropy)):
+    for name, extra in (("ref_logp", ref_logp), ("entropy", entropy), ("rollout_logp", rollout_logp)):
         if extra is not None and extra.shape != logp.shape:
             raise ValueError(f"{name} must be [N, T]={tuple(logp.shape)}, got {tuple(extra.shape)}")
     if cfg.kl_coeff > 0 and ref_logp is None:
         raise ValueError("lead.kl_coeff > 0 needs ref_logp (log-probs of the reference policy)")
     if cfg.entropy_coeff > 0 and entropy is None:
         raise ValueError("lead.entropy_coeff > 0 needs the per-token entropy of the current policy")
+    correcting = cfg.rollout_correction.enabled
+    if correcting and rollout_logp is None:
+        raise ValueError(f"lead.rollout_correction.mode={cfg.rollout_correction.mode} needs rollout_logp "
+                         "(the rollout engine's log-probs of the sampled tokens)")
 
     on = mask.bool()
     zero = torch.zeros((), dtype=logp.dtype, device=logp.device)
@@ -115,7 +125,9 @@ def policy_loss(
     def masked(x: torch.Tensor) -> torch.Tensor:
         return torch.where(on, x, zero)
 
-    for name, t in (("logp", logp), ("old_logp", old_logp), ("ref_logp", ref_logp), ("entropy", entropy)):
+    checked = (("logp", logp), ("old_logp", old_logp), ("ref_logp", ref_logp), ("entropy", entropy),
+               ("rollout_logp", rollout_logp if correcting else None))
+    for name, t in checked:
         if t is not None and not torch.isfinite(masked(t.detach())).all():
             raise ValueError(f"{name} holds NaN/inf at unmasked positions")
     if not torch.isfinite(advantages).all():
@@ -124,6 +136,9 @@ def policy_loss(
     adv = advantages.to(logp.dtype)[:, None]
     ratio = importance_ratio(masked(logp), masked(old_logp))
     per_token, clip_active = clipped_surrogate(ratio, adv, cfg)
+    if correcting:  # constant weights (no gradient); with mode none this line is not reached at all
+        w, hit, seq_hit = correction_weights(old_logp, rollout_logp, mask, cfg.rollout_correction)
+        per_token = per_token * w
     pg_per_token = per_token
     if cfg.kl_coeff > 0:
         kl = kl_penalty(masked(logp), masked(ref_logp), cfg.kl_estimator)
@@ -152,4 +167,6 @@ def policy_loss(
             metrics["entropy"] = masked(entropy).sum() / n_tok
         if ref_logp is not None:
             metrics["kl_ref"] = masked(kl_penalty(logp, ref_logp, cfg.kl_estimator)).sum() / n_tok
+        if correcting:
+            metrics.update(correction_metrics(w, hit, seq_hit, mask), sequences=on.any(dim=1).sum().to(logp.dtype))
     return loss, {k: v.detach() for k, v in metrics.items()}

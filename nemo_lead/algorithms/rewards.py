@@ -45,7 +45,9 @@ def length_reward(z: torch.Tensor, alpha: float) -> torch.Tensor:
 
 def length_gate(lengths: torch.Tensor, groups: Groups, cfg: LeadConfig) -> torch.Tensor:
     """Authors' code: the length term applies only where the mean of the group's `length_gate_k`
-    shortest responses (any outcome) exceeds `length_gate_tokens`. Returns a per-response bool."""
+    shortest responses (any outcome) exceeds `length_gate_tokens`. A group of fewer than `length_gate_k`
+    responses is always open (their code averages k running minima that start at infinity, so a missing
+    one keeps the mean infinite). Returns a per-response bool."""
     if cfg.length_gate_tokens <= 0 or cfg.length_gate_k == 0:
         return torch.ones_like(lengths, dtype=torch.bool)
     L = lengths.to(torch.float64)
@@ -58,7 +60,8 @@ def length_gate(lengths: torch.Tensor, groups: Groups, cfg: LeadConfig) -> torch
     rank = torch.empty_like(order)
     rank[order] = torch.arange(order.numel(), device=L.device) - first[groups.index[order]]
     shortest = rank < cfg.length_gate_k
-    return groups.broadcast(groups.mean(L, where=shortest) > cfg.length_gate_tokens)
+    too_few = groups.size < cfg.length_gate_k
+    return groups.broadcast(too_few | (groups.mean(L, where=shortest) > cfg.length_gate_tokens))
 
 
 def overlong_penalty(lengths: torch.Tensor, cfg: LeadConfig) -> torch.Tensor:

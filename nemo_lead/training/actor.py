@@ -50,6 +50,7 @@ import torch
 import torch.distributed as dist
 
 from nemo_lead.algorithms import LeadConfig, loss_denominator, policy_loss
+from nemo_lead.algorithms.rollout_correction import METRIC_KEYS as CORRECTION_KEYS
 from nemo_lead.models import eval_mode
 
 from .actor_config import ActorConfig
@@ -361,6 +362,10 @@ def policy_train_step(
     and, when `batch.rollout_logprobs` is set, the train/inference mismatch over the trained tokens
     (`mismatch_sum`, to divide by `tokens`, and `mismatch_max`).
 
+    `lead_cfg.rollout_correction` on: `batch.rollout_logprobs` (the engine's) is required, the loss weights
+    each token by the correction (`nemo_lead.algorithms.rollout_correction`, against the old log-probs
+    above), and the step reports its `rollout_correction/...` metrics over the global batch.
+
     `temperature`: the sampling temperature; log-probs are of softmax(logits / T), as the rollout engine's.
     Entropy (for lead_cfg.entropy_coeff > 0) is computed from the vocab-parallel logits (TP all-reduces).
     `split_over_dp`: as in `compute_logprobs`. Collective over all ranks.
@@ -380,6 +385,10 @@ def policy_train_step(
         raise ValueError("policy_train_step needs batch.old_logprobs (or on_policy=True)")
     if lead_cfg.kl_coeff > 0 and batch.ref_logprobs is None:
         raise ValueError("lead.kl_coeff > 0 needs batch.ref_logprobs (reference-policy log-probs)")
+    correcting = lead_cfg.rollout_correction.enabled
+    if correcting and batch.rollout_logprobs is None:
+        raise ValueError(f"lead.rollout_correction.mode={lead_cfg.rollout_correction.mode} needs "
+                         "batch.rollout_logprobs (the rollout engine's log-probs)")
     plan = _plan(actor, batch, split_over_dp)
     cfg = lead_cfg
     if cfg.loss_agg == "constant_norm" and not cfg.max_response_len:
@@ -393,15 +402,18 @@ def policy_train_step(
     vocab = actor.vocab_size
     token_means = ["pg_loss", "clip_frac", "ratio_mean", "approx_kl"]
     token_means += (["entropy"] if with_entropy else []) + (["kl_ref"] if with_ref else [])
+    token_means += [CORRECTION_KEYS[0], CORRECTION_KEYS[2]] if correcting else []
 
     def loss_fn(mb: MicroBatch, logits: torch.Tensor):
         logp, ent = token_logprobs(logits, mb.targets, vocab, temperature=temperature, entropy=with_entropy)
         old = logp.detach() if on_policy else mb.old_logprobs
-        loss, m = policy_loss(logp, old, mb.advantages, mb.loss_mask, cfg,
-                              ref_logp=mb.ref_logprobs, entropy=ent, denominator=denominator)
+        loss, m = policy_loss(logp, old, mb.advantages, mb.loss_mask, cfg, ref_logp=mb.ref_logprobs, entropy=ent,
+                              rollout_logp=mb.rollout_logprobs if correcting else None, denominator=denominator)
         n = m["tokens"]
         out = {"loss": loss.detach(), "tokens": n, "ratio_max": m["ratio_max"]}
         out.update({k: m[k] * n for k in token_means})  # token sums; divided by the global count below
+        if correcting:  # the sequence share is summed over sequences instead
+            out.update(sequences_rc=m["sequences"], seq_frac_sum=m[CORRECTION_KEYS[1]] * m["sequences"])
         if with_mismatch:
             gap = torch.where(mb.loss_mask > 0, (logp.detach() - mb.rollout_logprobs).abs(), 0.0)
             out.update(mismatch_sum=gap.sum(), mismatch_max=gap.max())
@@ -410,9 +422,13 @@ def policy_train_step(
     sums, maxes = ["loss", "tokens", *token_means], ["ratio_max"]
     if with_mismatch:
         sums, maxes = [*sums, "mismatch_sum"], [*maxes, "mismatch_max"]
+    if correcting:
+        sums += ["sequences_rc", "seq_frac_sum"]
     metrics = _train(actor, plan, loss_fn, sums, maxes)
     for k in token_means:
         metrics[k] /= max(metrics["tokens"], 1.0)
+    if correcting:
+        metrics[CORRECTION_KEYS[1]] = metrics.pop("seq_frac_sum") / max(metrics.pop("sequences_rc"), 1.0)
     return metrics
 
 

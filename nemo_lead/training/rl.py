@@ -17,7 +17,8 @@ One step (`rl_step`), each phase a function of its own:
     7. old log-probs    the actor's, at the sampling temperature, and the old policy's token entropies;
                         with one optimizer step on the fresh samples (the paper's setting) they come from
                         the update's own forward pass (`old_logprobs=auto`), else from a pass of their own.
-                        The engine's are kept for the train/inference mismatch metric
+                        The engine's are kept for the train/inference mismatch metric and, when
+                        `lead.rollout_correction` is on, its importance weights
     8. update           `ppo_epochs` x `minibatches` clipped policy-gradient steps (the paper: one)
     9. refit            the engine takes the new weights (free for the megatron engine: it runs on them)
    10. metrics          metrics.jsonl + TensorBoard, per-problem stats, the step's rollouts
@@ -47,6 +48,7 @@ from nemo_lead.algorithms import (
     overlong_keep_mask,
     shape_rewards,
 )
+from nemo_lead.algorithms.rollout_correction import METRIC_KEYS as CORRECTION_KEYS
 from nemo_lead.generation import SamplingParams, logprob_mismatch
 from nemo_lead.parallel.local import run_command
 
@@ -75,6 +77,11 @@ from .rollouts import (
 LOGS = ("problem_stats.jsonl", "val.jsonl")
 UPDATE_KEYS = ("loss", "pg_loss", "clip_frac", "ratio_mean", "approx_kl", "grad_norm")
 MISMATCH_KEYS = ("mismatch/logprob_abs_mean", "mismatch/logprob_abs_max")
+
+
+def update_keys(cfg: RLConfig) -> tuple[str, ...]:
+    """The update's metrics in every line of metrics.jsonl (+ the rollout correction's when it is on)."""
+    return UPDATE_KEYS + (CORRECTION_KEYS if cfg.lead.rollout_correction.enabled else ())
 
 
 @dataclass
@@ -178,9 +185,15 @@ def old_logprobs(s: RLState, batch, engine_logp: list) -> tuple[Any, dict[str, f
     """7. old log-probs and entropies from the actor; the mismatch against the engine's log-probs.
 
     From the update's forward pass (`old_logprobs_from_update`): the batch carries the engine's log-probs,
-    and the update reports entropy and mismatch. Otherwise a forward pass of their own, here."""
+    and the update reports entropy and mismatch. Otherwise a forward pass of their own, here. With
+    `lead.rollout_correction` on, the batch carries the engine's log-probs in both cases."""
     # an engine that cannot report untruncated log-probs marks them NaN (trtllm with top-k / top-p): no metric then
     known = all(not any(math.isnan(x) for x in lp) for lp in engine_logp)
+    correcting = s.cfg.lead.rollout_correction.enabled
+    if correcting and not known:
+        raise ValueError(f"lead.rollout_correction.mode={s.cfg.lead.rollout_correction.mode} needs the engine's "
+                         "untruncated log-probs, which it did not report (NaN): set rollout.top_p=1 or "
+                         "lead.rollout_correction.mode=none")
     if old_logprobs_from_update(s.cfg):
         return (dataclasses.replace(batch, rollout_logprobs=engine_logp) if known else batch), {}
     from .actor import compute_logprobs
@@ -190,7 +203,7 @@ def old_logprobs(s: RLState, batch, engine_logp: list) -> tuple[Any, dict[str, f
     ent = torch.cat(entropy)
     metrics = {"entropy": float(ent.mean()) if ent.numel() else 0.0,
                **dict(zip(MISMATCH_KEYS, (mismatch["mean"], mismatch["max"])))}
-    return dataclasses.replace(batch, old_logprobs=logp), metrics
+    return dataclasses.replace(batch, old_logprobs=logp, rollout_logprobs=engine_logp if correcting else None), metrics
 
 
 def update_policy(s: RLState, batch) -> dict[str, float]:
@@ -203,7 +216,7 @@ def update_policy(s: RLState, batch) -> dict[str, float]:
     runs = [policy_train_step(s.run.actor, batch.select(p), s.cfg.lead, temperature=s.cfg.rollout.temperature,
                               on_policy=on_policy)
             for _ in range(s.cfg.ppo_epochs) for p in parts if p]
-    out = {k: sum(m[k] for m in runs) / len(runs) for k in UPDATE_KEYS}
+    out = {k: sum(m[k] for m in runs) / len(runs) for k in update_keys(s.cfg)}
     out["lr"] = runs[-1]["lr"]
     if on_policy:  # one run: the old policy's entropy and the mismatch come from its forward pass
         m = runs[0]
@@ -245,7 +258,7 @@ def rl_step(s: RLState, step: int) -> dict[str, Any]:
     batch, engine_logp = training_batch(selected)
     metrics = step_metrics(step, seen, selected, rounds)
     if batch is None:  # the same keys as an update's, empty: every line of metrics.jsonl has every key
-        metrics.update(skipped=1, entropy=None, **dict.fromkeys(MISMATCH_KEYS), **dict.fromkeys(UPDATE_KEYS),
+        metrics.update(skipped=1, entropy=None, **dict.fromkeys(MISMATCH_KEYS), **dict.fromkeys(update_keys(s.cfg)),
                        lr=float(s.run.actor.optimizer.param_groups[0]["lr"]))
         s.run.say(f"step {step}: every group was filtered out (no learning signal); no update")
     else:
@@ -321,7 +334,8 @@ def rl_job(cfg: RLConfig) -> None:
     stopped = False
     try:
         if run.is_writer:
-            verifier = MathVerifier(cfg.verify_workers, cfg.verify_timeout_s, cfg.answer_region)
+            verifier = MathVerifier(cfg.verify_workers, cfg.verify_timeout_s, cfg.resolved_answer_region,
+                                    rule=cfg.lead.outcome_rule)
         engine_cfg = engine_config_for(cfg.engine, source)  # trtllm: a HF folder to build from; weights by refit
         ctx = RolloutContext(info=run.info, engine=build_engine(engine_cfg, run.actor), tokenizer=run.tokenizer,
                              prompt_cfg=cfg.prompt, verifier=verifier, check_repetition=cfg.lead.check_repetition,

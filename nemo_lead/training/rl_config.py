@@ -75,7 +75,9 @@ class RLConfig(RunSettings):
     # auto: with one optimizer step on freshly sampled data (ppo_epochs = minibatches = 1) the old log-probs
     # are the update's own (detached), so no forward pass of their own; recompute: always a pass of their own
     old_logprobs: str = "auto"
-    answer_region: str = "after_think"  # where the final answer is read
+    # where the final answer is read: after_think | before_think | all; None: the LEAD preset's
+    # (`lead.default_answer_region`: before_think for reference_code*, after_think otherwise)
+    answer_region: Optional[str] = None
     verify_workers: int = setting(2, resume="free", results=False)  # grader processes (rank 0)
     verify_timeout_s: float = 5.0
     # RUN/rollouts/step_NNNNNN.jsonl: prompt, response, reward, outcome per sample
@@ -100,7 +102,16 @@ class RLConfig(RunSettings):
             raise ValueError("rollout.temperature must be > 0 (the policy-gradient ratio needs a sampling distribution)")
         if self.old_logprobs not in OLD_LOGPROBS:
             raise ValueError(f"old_logprobs must be one of {list(OLD_LOGPROBS)}, got {self.old_logprobs!r}")
-        if self.answer_region not in ANSWER_REGIONS:
-            raise ValueError(f"answer_region must be one of {list(ANSWER_REGIONS)}, got {self.answer_region!r}")
+        if self.answer_region is not None and self.answer_region not in ANSWER_REGIONS:
+            raise ValueError(f"answer_region must be one of {list(ANSWER_REGIONS)} or null, got {self.answer_region!r}")
+        if self.lead.rollout_correction.enabled and self.engine.kind == "trtllm" and self.rollout.top_p < 1:
+            raise ValueError(f"lead.rollout_correction.mode={self.lead.rollout_correction.mode} needs the engine's "
+                             "untruncated log-probs, which engine.kind=trtllm cannot report with rollout.top_p < 1: "
+                             "set rollout.top_p=1 or lead.rollout_correction.mode=none")
+
+    @property
+    def resolved_answer_region(self) -> str:
+        """`answer_region`, or the LEAD preset's where it is None."""
+        return self.answer_region or self.lead.default_answer_region
         if self.validation.every < 1 or self.validation.n < 1:
             raise ValueError("validation.every and validation.n must be >= 1")

@@ -114,10 +114,16 @@ def grade_groups(ctx: RolloutContext, groups: list[Group], params) -> None:
     if ctx.info.rank == 0:
         flat = [(g, r) for g in groups for r in g.rollouts]
         texts = [decode(ctx.tokenizer, r, stops) for _, r in flat]
-        prefix = THINK_OPEN if ctx.think_open else ""
-        result = ctx.verifier.grade([prefix + t for t in texts], [g.problem.answer for g, _ in flat],
-                                    [r.finish_reason == "stop" for _, r in flat],
-                                    check_repetition=ctx.check_repetition)
+        golds, finished = [g.problem.answer for g, _ in flat], [r.finish_reason == "stop" for _, r in flat]
+        if ctx.verifier.rule == "reference_code":  # the authors grade prompt + response as decoded together
+            prompts = {id(g): ctx.tokenizer.decode(g.prompt_ids, skip_special_tokens=False) for g in groups}
+            result = ctx.verifier.grade([decode(ctx.tokenizer, r, set()) for _, r in flat], golds, finished,
+                                        check_repetition=ctx.check_repetition,
+                                        prompts=[prompts[id(g)] for g, _ in flat])
+        else:
+            prefix = THINK_OPEN if ctx.think_open else ""
+            result = ctx.verifier.grade([prefix + t for t in texts], golds, finished,
+                                        check_repetition=ctx.check_repetition)
         grades = [(t, int(x.outcome), x.extracted) for t, x in zip(texts, result)]
     grades = _broadcast(grades, ctx.info)
     it = iter(grades)

@@ -4,14 +4,15 @@ What counts as *the* answer:
 - the content of the **last** `\\boxed{...}` (or `\\fbox{...}`) in the chosen region. The last box decides:
   if its braces never close, or it is empty, the response has no answer; an earlier box is not used, because
   the model did not leave it as its final word. Escaped braces `\\{ \\}` inside the box do not count;
-- `\\boxed 5` (no braces, as some models write) gives the next whitespace-free token, cut at `$` and at
-  trailing punctuation.
+- `\\boxed 5` (no braces, as some models write) gives the next whitespace-free token, cut at `$`, at a
+  think tag (`\\boxed 5</think>` reads "5" in region "all") and at trailing punctuation.
 
 Where to look (`region`):
 - "after_think": after the last `</think>`. A response with `<think>` but no `</think>` never finished
   thinking and has no answer; one with no think tags at all (a non-reasoning model) is read whole.
-- "before_think": before the first `</think>` -- what the GRPO-LEAD authors' code reads (DESIGN.md's table:
-  likely a slip, kept as a preset). Without `</think>` their code gives no answer, and so does this.
+- "before_think": before the first `</think>` -- where the GRPO-LEAD authors' code reads (DESIGN.md's table:
+  likely a slip, kept in the `reference_code` presets). Without `</think>` there is no answer. How their code
+  reads the box itself differs again: `nemo_lead.verify.reference_code`.
 - "all": the whole text.
 
 Multiple-choice decorations (`\\textbf{(C)}\\ 70`, `(D) 31`, `\\text{(B)}\\ 2`) are common in competition
@@ -28,7 +29,7 @@ REGIONS = ("after_think", "before_think", "all")
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 _BOX_MACROS = ("\\boxed", "\\fbox")
 _BRACE_TOKEN = re.compile(r"\\.|[{}]", re.DOTALL)
-_BARE_TOKEN = re.compile(r"[^\s$]+")
+_BARE_TOKEN = re.compile(r"(?:(?!</?think>)[^\s$])+")  # stops at `$`, whitespace, think tags
 _TRAILING_PUNCT = ".,;:"
 
 

@@ -163,16 +163,17 @@ def answers_match(answer: str, gold: str) -> bool:
 
 
 def grade_task(task: tuple) -> tuple[str, bool, str | None]:
-    """One worker job. task = (answer or None, gold, text to check for repetition or None, seconds).
+    """One worker job. task = (answer or None, gold, text to check for repetition or None, seconds[, grid]).
 
     Returns (status, correct, repetition): status "ok" or "timeout" (the budget ran out: correct False,
-    repetition None). Repetition is looked for only in responses that are not correct -- the authors'
-    code penalises repetition only when the answer is wrong or missing."""
-    answer, gold, text, seconds = task
+    repetition None). Repetition is looked for only in responses that are not correct (which responses
+    reach here with a text is the verifier's rule); `grid`: on the authors' chunk grid (`find_repetition`)."""
+    answer, gold, text, seconds, *rest = task
+    grid = bool(rest[0]) if rest else False
     try:
         with time_limit(seconds):
             correct = answer is not None and answers_match(answer, gold)
-            repetition = find_repetition(text) if text is not None and not correct else None
+            repetition = find_repetition(text, grid=grid) if text is not None and not correct else None
     except TimeUp:
         return "timeout", False, None
     return "ok", correct, repetition

@@ -35,8 +35,35 @@ def test_reference_code_deviations():
     assert cfg.truncated_reward == 0.0 and cfg.repetition_reward == -2.0
     assert cfg.rho_source == "positive_reward" and cfg.group_filter == "reference_code"
     assert cfg.loss_agg == "token_mean" and cfg.entropy_coeff == 0.001 and cfg.kl_coeff == 0.0
+    # the classification: the authors' rule, their region, and their repetition check (always on)
+    assert cfg.outcome_rule == "reference_code" and cfg.check_repetition
+    assert cfg.default_answer_region == "before_think"
     stage2 = LeadConfig.reference_code_stage2()
     assert not stage2.length_reward and stage2.check_repetition and stage2.repetition_reward == -2.0
+    assert stage2.outcome_rule == "reference_code" and stage2.default_answer_region == "before_think"
+    assert stage2 == cfg.replace(preset="reference_code_stage2", length_reward=False)
+
+
+def test_paper_presets_read_the_final_answer():
+    for name in PRESETS:
+        cfg = LeadConfig.from_preset(name)
+        if not name.startswith("reference_code"):
+            assert cfg.outcome_rule == "paper" and cfg.default_answer_region == "after_think", name
+        assert cfg.rollout_correction.mode == "none", name
+
+
+def test_rl_answer_region_follows_the_preset_unless_set():
+    from nemo_lead.config import load_config
+    from nemo_lead.training.rl_config import RLConfig
+
+    base = ["data.path=problems.jsonl", "out=runs/x"]
+    assert load_config(RLConfig, [], base).resolved_answer_region == "after_think"
+    cfg = load_config(RLConfig, [], [*base, "lead.preset=reference_code"])
+    assert (cfg.answer_region, cfg.resolved_answer_region) == (None, "before_think")
+    cfg = load_config(RLConfig, [], [*base, "lead.preset=reference_code_stage2", "answer_region=after_think"])
+    assert cfg.resolved_answer_region == "after_think"
+    cfg = load_config(RLConfig, [], [*base, "lead.outcome_rule=reference_code"])
+    assert cfg.resolved_answer_region == "before_think"
 
 
 def test_neighbours():
@@ -55,6 +82,7 @@ def test_neighbours():
         ({"clip_eps_low": 1.0}, "clip_eps_low"),
         ({"overlong_buffer_len": 10}, "max_response_len"),
         ({"preset": "nope"}, "lead.preset"),
+        ({"outcome_rule": "authors"}, "lead.outcome_rule"),
     ],
 )
 def test_invalid_values_name_the_field(bad, match):

@@ -35,6 +35,16 @@ def test_length_reward_reference_code_sample_std_and_gate():
     assert got == [1.0, 1.0, 1.0, -1.0]
 
 
+def test_gate_is_open_for_groups_smaller_than_k():
+    # the authors average 3 running minima that start at infinity: with 2 responses the mean stays infinite
+    cfg = LeadConfig.reference_code()
+    z = 100 / (math.sqrt(20000) + 1e-6)  # lengths 100, 300: mean 200, sample std sqrt(2 * 100^2 / 1)
+    got = rewards([C, C, C, C, W], [100, 300, 100, 300, 100], [0, 0, 1, 1, 1], cfg)
+    assert got[:2] == pytest.approx([math.exp(0.05 * z), math.exp(-0.05 * z)], rel=1e-6)
+    assert got[2:] == [1.0, 1.0, -1.0]  # 3 responses averaging 166.7 tokens: closed
+    assert rewards([C], [10], [0], cfg) == [1.0]
+
+
 def test_gate_uses_shortest_of_all_outcomes_per_group():
     cfg = LeadConfig.reference_code()
     # group 7: a wrong 10-token answer drags the 3-shortest mean to (10 + 5000 + 6000) / 3 = 3670 -> closed

@@ -18,6 +18,8 @@ What is tested where (CPU, gloo; this file unless named):
 - activation recomputation (full / uniform and selective) equal to none (1e-6); SFT loss = transformers'
   masked NLL, and a few steps reduce it; one sequence on two DP ranks (the other runs an empty stand-in);
 - bf16 parameters (the GPU default; fp32 master weights): a CPU smoke test within 2% of fp32;
+- rollout correction (token TIS on the on-policy path, sequence masking with given old log-probs) against
+  transformers with the same weighted loss, and its metrics over several micro-batches;
 - resume and resharding: tests/training/test_resume.py (see `nemo_lead.training.checkpoint`).
 Not tested here: Transformer Engine / FP8 and anything CUDA-only (`bench/actor_bench.py --gpu` runs bf16 on
 a GPU).
@@ -30,6 +32,7 @@ import torch
 from distributed import run_distributed
 
 from nemo_lead.algorithms import LeadConfig, policy_loss
+from nemo_lead.algorithms.rollout_correction import RolloutCorrectionConfig, correction_weights
 from nemo_lead.models import write_tiny_model
 from nemo_lead.models.source import model_source, resolve_precision
 from nemo_lead.training.actor_config import ActorConfig, ActorOptimConfig
@@ -42,6 +45,8 @@ LR = 1e-3
 # move by anything up to lr (measured: 2.7e-6 apart); eps 1e-3 keeps the comparison about the optimizer.
 OPTIM = {"lr": LR, "weight_decay": 0.1, "clip_grad": 0.5, "adam_eps": 1e-3}
 LEAD = LeadConfig.reference_code().replace(entropy_coeff=0.01, kl_coeff=0.05)  # token-mean + entropy + KL
+TIS = LEAD.replace(rollout_correction=RolloutCorrectionConfig("tis", threshold=1.2))
+MIS_SEQ = LEAD.replace(rollout_correction=RolloutCorrectionConfig("mis", "sequence", threshold=1.1))
 SMALL_BUDGET = 48  # tokens per micro-batch: several micro-batches of different shapes
 
 
@@ -104,9 +109,10 @@ def _hf_reference(hf_dir, batch, lead):
     model = _hf_model(hf_dir)
     logps, ents = _hf_token_logprobs(model, batch, TEMPERATURE)
     width = max(batch.response_lens)
+    engine = _padded(batch.rollout_logprobs, width) if batch.rollout_logprobs is not None else None
     loss, _ = policy_loss(_padded(logps, width), _padded(batch.old_logprobs, width), batch.advantages,
                           _padded(batch.loss_mask, width), lead, ref_logp=_padded(batch.ref_logprobs, width),
-                          entropy=_padded(ents, width))
+                          entropy=_padded(ents, width), rollout_logp=engine)
     loss.backward()
     grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), OPTIM["clip_grad"])
     decay = [p for n, p in model.named_parameters() if p.dim() > 1 and not n.endswith(".bias")]
@@ -159,6 +165,17 @@ def _one_rank_job(hf_dir, batch, sft_batch):
     on = dataclasses.replace(batch, old_logprobs=None, rollout_logprobs=rollout)
     out["on_policy"] = {"metrics": policy_train_step(actor, on, LEAD, temperature=TEMPERATURE, on_policy=True),
                         "weights": dict(export_hf_weights(actor.model))}
+    # rollout correction, over several micro-batches: token-level TIS on the on-policy path (old = the step's
+    # own log-probs) and sequence-level masking against the batch's old log-probs (the recompute path)
+    g = torch.Generator().manual_seed(11)
+    out["engine"] = [lp + 0.05 * torch.randn(lp.shape, generator=g) for lp in batch.old_logprobs]
+    for key, lead, b, flag in (
+        ("tis_on_policy", TIS, dataclasses.replace(batch, old_logprobs=None, rollout_logprobs=out["engine"]), True),
+        ("mis_sequence", MIS_SEQ, dataclasses.replace(batch, rollout_logprobs=out["engine"]), False),
+    ):
+        actor = build_actor(ActorConfig(model=hf_dir, micro_batch_tokens=SMALL_BUDGET, optim=OPTIM), info)
+        out[key] = {"metrics": policy_train_step(actor, b, lead, temperature=TEMPERATURE, on_policy=flag),
+                    "weights": dict(export_hf_weights(actor.model))}
     # activation recomputation (full, uniform, 1 layer per chunk) gives the same step
     cfg = ActorConfig(model=hf_dir, micro_batch_tokens=SMALL_BUDGET, optim=OPTIM, recompute_granularity="full",
                       recompute_method="uniform", recompute_num_layers=1)
@@ -295,6 +312,27 @@ def test_on_policy_step_takes_the_old_logprobs_from_its_own_forward_pass(hf_dir,
     assert m["entropy"] == pytest.approx(entropy, abs=1e-5)
     assert m["mismatch_sum"] / m["tokens"] == pytest.approx(sum(0.01 * (i + 1) * k for i, k in enumerate(kept)) / sum(kept), abs=1e-5)
     assert m["mismatch_max"] == pytest.approx(0.01 * max(i + 1 for i, k in enumerate(kept) if k), abs=1e-5)
+
+
+def test_rollout_correction_step_matches_transformers(hf_dir, batches, one_rank):
+    """TIS (on-policy) and sequence masking (given old log-probs): loss, gradient norm and weights as
+    transformers' step with the same weighted loss; the metrics as computed by hand over the whole batch."""
+    batch, _, (ref_logps, _), _ = batches
+    engine, width = one_rank["engine"], max(batch.response_lens)
+    mask = _padded(batch.loss_mask, width)
+    for key, lead, old in (("tis_on_policy", TIS, ref_logps), ("mis_sequence", MIS_SEQ, batch.old_logprobs)):
+        reference = _hf_reference(hf_dir, dataclasses.replace(batch, old_logprobs=old, rollout_logprobs=engine), lead)
+        _check_step(one_rank[key], reference, key)
+        w, hit, seq_hit = correction_weights(_padded(old, width), _padded(engine, width), mask, lead.rollout_correction)
+        m = one_rank[key]["metrics"]
+        assert m["microbatches"] > 1 and 0 < m["rollout_correction/token_frac"] < 1, key  # the correction acts
+        assert m["rollout_correction/token_frac"] == pytest.approx(int(hit.sum()) / int(mask.sum()), abs=1e-9), key
+        assert m["rollout_correction/seq_frac"] == pytest.approx(int(seq_hit.sum()) / int(mask.any(1).sum()), abs=1e-9), key
+        assert m["rollout_correction/weight_mean"] == pytest.approx(float((w * mask).sum() / mask.sum()), abs=1e-6)
+    with pytest.raises(ValueError, match="needs batch.rollout_logprobs"):
+        from nemo_lead.training.actor import policy_train_step
+
+        policy_train_step(None, batch, TIS)
 
 
 def test_policy_step_needs_old_logprobs_or_on_policy(hf_dir, batches):

@@ -12,6 +12,7 @@
   and keeps the last good checkpoint.
 - One RL update raises the log-prob of a correct response and lowers a wrong one's (the advantage sign).
 - Old log-probs from the update's own forward pass (the default) give the run a separate pass gives.
+- Rollout correction (token TIS) runs end to end, logs its metrics, and leaves an on-policy run as it was.
 """
 
 from __future__ import annotations
@@ -218,6 +219,22 @@ def test_rl_old_logprobs_from_the_update_equal_a_pass_of_their_own(data, sft_run
     for a, b in zip(_strip_timing(_metrics(out)), _strip_timing(_metrics(rl_run))):
         assert _close(a, b, 1e-5), (a, b)
     assert all(r["time/logprobs"] > 0.001 for r in _metrics(out) if not r["skipped"])
+
+
+def test_rl_rollout_correction_runs_and_logs_its_metrics(data, sft_run, rl_run, tmp_path):
+    """Token TIS against the engine's log-probs: the engine samples from the actor's own weights, so every
+    weight is 1 up to float noise, nothing is truncated, and the first step equals the default run's."""
+    root, _ = data
+    out = tmp_path / "tis"
+    res = _run(_rl_args(root, sft_run / "checkpoints" / "step_000080", out, extra=["lead.rollout_correction.mode=tis"]))
+    assert res.returncode == 0, res.stderr
+    rows = _metrics(out)
+    keys = ("rollout_correction/token_frac", "rollout_correction/seq_frac", "rollout_correction/weight_mean")
+    assert all(set(keys) <= set(r) for r in rows)
+    trained = [r for r in rows if not r["skipped"]]
+    assert trained and all(r[keys[0]] == 0.0 and r[keys[1]] == 0.0 and abs(r[keys[2]] - 1.0) < 1e-4 for r in trained)
+    assert _close(_strip_timing(rows)[0], {**_strip_timing(_metrics(rl_run))[0], **{k: rows[0][k] for k in keys}}, 1e-4)
+    assert not any(k.startswith("rollout_correction/") for k in _metrics(rl_run)[0])  # off by default
 
 
 def _close(a: dict, b: dict, tol: float) -> bool:

@@ -19,6 +19,8 @@ from nemo_lead.verify.extract import answer_region, split_choice_label
         (r"\fbox{7}", "7"),
         (r"answer: \boxed 5.", "5"),  # no braces
         (r"$\boxed 12$", "12"),
+        (r"\boxed 5</think> more", "5"),  # a bare answer stops at a think tag
+        (r"\boxed 5<think>", "5"),
         (r"\boxed{3} and \fbox{9}", "9"),
         (r"\boxed {42}", "42"),
         ("no box here, the answer is 5", None),

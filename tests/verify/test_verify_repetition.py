@@ -39,6 +39,24 @@ def test_run_counts_wherever_it_starts():
     assert find_repetition(text) is not None
 
 
+def test_grid_keeps_the_authors_chunk_grid():
+    run = "one two three four five six seven " * 10
+    assert find_repetition("a b c " + run + "end", grid=True) is None  # starts at word 3: 9 grid chunks
+    found = find_repetition("a b c d e f g " + run + "end", grid=True)  # starts at word 7 = 1 x 7
+    assert found is not None and "7-word" in found and "from word 7" in found
+    assert find_repetition("x " + "wait, " * 10, grid=True) is not None  # n = 1: every start is on the grid
+    assert "130-character" in find_repetition("ok " + "ab" * 65, grid=True)
+
+
+def test_grid_flags_a_subset_of_the_default_rule():
+    rng = random.Random(3)
+    for _ in range(300):
+        chunk = " ".join(rng.choice("abc") for _ in range(rng.randint(1, 4)))
+        text = " ".join(rng.choice("abcd") for _ in range(rng.randint(0, 8))) + " " + (chunk + " ") * rng.randint(8, 12)
+        if find_repetition(text, grid=True) is not None:
+            assert find_repetition(text) is not None, text
+
+
 def test_words_are_whitespace_separated_and_case_sensitive():
     assert find_repetition("Wait wait " * 5 + "x") is None  # "Wait wait" repeats 5 times only
     assert find_repetition("Wait  wait\n" * 10) is not None  # any whitespace separates words
