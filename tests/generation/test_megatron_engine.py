@@ -272,3 +272,20 @@ def test_tp2_and_pp2_match_tp1(tiny):
                 assert [g[2] for g in got_runs] == [w[2] for w in want_runs], layout
                 err = max(abs(x - y) for g, w in zip(got_runs, want_runs) for x, y in zip(g[1], w[1]))
                 assert err < 1e-5, (layout, err)
+
+
+def test_kv_budget_arithmetic_and_bad_budgets_name_the_key():
+    from nemo_lead.generation import EngineConfig
+    from nemo_lead.generation.kv_budget import budget_rows, kv_bytes_per_position
+
+    # R1-Distill-Qwen-14B at TP8, bf16: 48 layers x 1 KV head x 128 x 2 (K, V) x 2 bytes
+    per_position = kv_bytes_per_position(48, 1, 128, 2)
+    assert per_position == 24_576
+    assert budget_rows(40.0, 14_336 + 512, per_position) == int(40e9 // (14_848 * 24_576)) == 109
+    assert budget_rows(0.365, 14_848, per_position) == 1  # one sequence: 364,904,448 bytes
+    with pytest.raises(ValueError, match=r"engine.kv_cache_gb=0.3 is smaller than one sequence's KV cache"):
+        budget_rows(0.3, 14_848, per_position)
+    for bad in (0.0, -1.0):
+        with pytest.raises(ValueError, match="engine.kv_cache_gb must be > 0"):
+            EngineConfig(kv_cache_gb=bad)
+    assert EngineConfig().kv_cache_gb is None
