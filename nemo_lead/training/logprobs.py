@@ -249,16 +249,18 @@ def output_token_logprobs(
     Peak memory of the [chunk, V / tp] fp32 tensors: 2 with entropy, 1 without (forward and backward).
     Collective over the TP group; differentiable in `hidden` and `weight`.
     """
+    from megatron.core import parallel_state as ps
     from megatron.core import tensor_parallel
 
     if temperature <= 0:
         raise ValueError(f"temperature must be > 0, got {temperature}")
     if chunk_tokens < 1:
         raise ValueError(f"chunk_tokens must be >= 1, got {chunk_tokens}")
+    group = ps.get_tensor_model_parallel_group()
     if sequence_parallel:
-        hidden = tensor_parallel.gather_from_sequence_parallel_region(hidden)
+        hidden = tensor_parallel.gather_from_sequence_parallel_region(hidden, group=group)
     else:
-        hidden = tensor_parallel.copy_to_tensor_model_parallel_region(hidden)
+        hidden = tensor_parallel.copy_to_tensor_model_parallel_region(hidden, group=group)
     s, b, width = hidden.shape
     logp, ent = _ChunkedOutputLogProbs.apply(hidden.reshape(s * b, width), weight, targets.t().reshape(-1),
                                              vocab_size, temperature, entropy, chunk_tokens)
