@@ -64,3 +64,37 @@ def checkpoint_results_queue_dies_with_us() -> None:
     manager.start(initializer=die_with_parent, initargs=(os.getpid(),))
     _result_queue_servers.append(manager)
     filesystem_async._results_queue = manager.Queue()
+
+
+@functools.cache
+def _takes_output_processor() -> bool:
+    import inspect
+
+    from megatron.core.models.gpt import GPTModel
+
+    return "output_processor" in inspect.signature(GPTModel.forward).parameters
+
+
+def _hidden_states(hidden_states, **_):
+    return hidden_states
+
+
+def forward_final_hidden(model: Any, gpt: Any, *args: Any) -> Any:
+    """`model(*args)` (a GPTModel stage, possibly wrapped in DDP; `gpt` is the GPTModel inside) returning, on
+    the last pipeline stage, the decoder's final hidden states [s, b, h] (after the final norm) instead of
+    the output layer's logits: what a caller that applies the output layer itself needs. Other stages
+    return their usual output (hidden states for the next stage).
+
+    megatron-core 0.19 takes an `output_processor` hook in GPTModel.forward, called with the hidden states
+    where the output layer would run. 0.16 has no hook; there `gpt.post_process` is cleared for the call:
+    `GPTModel._postprocess` then returns the hidden states before the output layer, and the decoder's final
+    norm still runs (the decoder block is built with its own post_process). Either way the output layer is
+    not called."""
+    if _takes_output_processor():  # megatron-core 0.19 (not in 0.16)
+        return model(*args, output_processor=_hidden_states)
+    post_process = gpt.post_process  # megatron-core 0.16
+    gpt.post_process = False
+    try:
+        return model(*args)
+    finally:
+        gpt.post_process = post_process

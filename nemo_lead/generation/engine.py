@@ -46,6 +46,10 @@ class EngineConfig:
     max_prefill_tokens: int = 16384  # megatron: padded prompt tokens prefilled together
     sync_every: Optional[int] = None  # megatron: decode steps between host syncs (None: 1 on CPU, 8 on GPU)
     cuda_graphs: Optional[bool] = None  # megatron: decode steps as CUDA graphs (None: on a GPU at TP = PP = 1)
+    # megatron: bytes of K and V cache this rank may hold, in GB (1e9 bytes); None = no budget (the cache grows
+    # on demand up to max_batch_size rows). Sequences reserve longest prompt + max_tokens slots at admission
+    # and wait for rows when the budget is full (nemo_lead.generation.kv_budget); results do not change
+    kv_cache_gb: Optional[float] = None
     trtllm: TrtllmConfig = field(default_factory=TrtllmConfig)
 
     def __post_init__(self) -> None:
@@ -55,6 +59,8 @@ class EngineConfig:
             raise ValueError("max_batch_size and max_prefill_tokens must be >= 1")
         if self.sync_every is not None and self.sync_every < 1:
             raise ValueError(f"sync_every must be >= 1, got {self.sync_every}")
+        if self.kv_cache_gb is not None and not self.kv_cache_gb > 0:
+            raise ValueError(f"engine.kv_cache_gb must be > 0 (or None for no budget), got {self.kv_cache_gb!r}")
 
 
 def engine_config_for(cfg: EngineConfig, source: Any) -> EngineConfig:
@@ -85,7 +91,7 @@ def build_engine(cfg: EngineConfig, actor: Any) -> RolloutEngine:
         from .megatron_engine import MegatronEngine
 
         return MegatronEngine(actor, max_batch_size=cfg.max_batch_size, max_prefill_tokens=cfg.max_prefill_tokens,
-                              sync_every=cfg.sync_every, cuda_graphs=cfg.cuda_graphs)
+                              sync_every=cfg.sync_every, cuda_graphs=cfg.cuda_graphs, kv_cache_gb=cfg.kv_cache_gb)
     from .trtllm_engine import TrtllmEngine
 
     return TrtllmEngine(actor, cfg.trtllm)

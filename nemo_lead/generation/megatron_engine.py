@@ -12,9 +12,12 @@ megatron DDP wrapper uses the distributed optimizer with overlapped parameter al
 that gather so generation does not read the previous step's weights.
 
 How a `generate` call runs (every rank of the model-parallel group calls it with the same arguments):
-- Continuous batching. Prompts wait in a queue; up to `max_batch_size` sequences decode together. A
-  group of prompts is prefilled once per prompt (padded to the group's longest, at most `max_prefill_tokens`
-  padded tokens), its cache rows repeated for the n samples, and merged into the live batch.
+- Continuous batching. Prompts wait in a queue; up to `max_batch_size` sequences decode together (fewer
+  under a KV budget, `kv_cache_gb`: reserve at admission, see `nemo_lead.generation.kv_budget`). A group of
+  prompts is prefilled once per prompt (padded to the group's longest, at most `max_prefill_tokens` padded
+  tokens) straight into free cache rows, each row copied for the prompt's n samples. A prompt's samples are
+  admitted together when they fit; when n exceeds the row limit they go in parts (the prompt is prefilled
+  once per part).
 - Decode: one token for every live sequence per step (`StageRunner.decode`). Every `sync_every` steps (and
   whenever a sequence may have reached max_tokens) the sampled tokens come to the host in one copy, finished
   sequences leave the batch (their cache rows are dropped) and waiting prompts are admitted. On a GPU this
@@ -26,16 +29,20 @@ How a `generate` call runs (every rank of the model-parallel group calls it with
 - Pipeline parallel: each stage receives hidden states from the previous stage (send / recv on the PP group;
   gloo on CPU), runs its layers with its own cache and sends on. Stages run in turn, without micro-batch
   pipelining, so PP spreads memory, not time.
-- Sampling happens on one rank (last stage, TP rank 0) with `sample_tokens` from a generator seeded with
-  `params.seed`; tokens and both log-probs go to every rank of the model-parallel group in one broadcast.
-  So all TP / PP ranks hold identical rollouts, and a fixed seed gives the same output (for the same
-  prompts, params, batch limits and layout of ranks; TP=2 matches TP=1 up to the float rounding of logits).
+- Sampling happens on one rank (last stage, TP rank 0) with `sample_tokens`; tokens and both log-probs go
+  to every rank of the model-parallel group in one broadcast, so all TP / PP ranks hold identical rollouts.
+  Each sample has its own random stream, keyed by (`params.seed`, prompt index x n + sample index) and the
+  token's position (`nemo_lead.generation.streams`), so a fixed seed gives the same tokens whatever the
+  batching: `max_batch_size`, `max_prefill_tokens`, `sync_every`, a KV budget's waves (tested), and TP /
+  PP up to the float rounding of logits.
 Memory: the cache lives only during `generate`; `sleep` / `wake` release the allocator's cached blocks.
+`last_stats` describes the last call's cache (see `MegatronEngine`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
@@ -45,10 +52,12 @@ import torch
 from nemo_lead.models import eval_mode
 
 from .cuda_graphs import DecodeSteps
+from .kv_budget import GB, budget_rows
 from .kv_cache import KVCache, compaction_order
 from .params import Rollout, SamplingParams, check_prompts
-from .sampling import make_generator, sample_tokens
+from .sampling import sample_tokens
 from .stage import StageRunner
+from .streams import draw_keys, sample_seed
 
 
 # ----------------------------------------------------------------------------- the actor protocol
@@ -126,6 +135,14 @@ class _Comm:
             self.dist.broadcast(packed, src=self.sampler_rank, group=self.mp_group)
         return packed
 
+    def min_over_group(self, value: int) -> int:
+        """The smallest `value` over the model-parallel group (PP stages may hold different layer counts)."""
+        if self.mp_size == 1:
+            return value
+        box = [None] * self.mp_size
+        self.dist.all_gather_object(box, value, group=self.mp_group)
+        return min(box)
+
 
 # ----------------------------------------------------------------------------- host bookkeeping
 @dataclass
@@ -150,14 +167,27 @@ class MegatronEngine:
         (bucketed) steps without capture; True with TP or PP > 1 is an error.
     vocab_size: the real vocabulary (default: `model.arch.vocab_size` from build_gpt); padding columns of
         the output layer are never sampled.
+    kv_cache_gb: bytes of K and V cache this rank may hold, in GB (1e9 bytes); None = no budget (the cache
+        grows on demand up to max_batch_size rows). Reserve at admission (`nemo_lead.generation.kv_budget`).
+
+    `last_stats` (after each `generate`): `kv_budget_bytes` (None without a budget), `kv_rows` (sequences
+    that may decode at once: max_batch_size, the budget and the number of samples decide), `kv_waves`
+    (ceil(samples / kv_rows): how many batches' worth of sequences pass through the cache), `kv_peak_bytes`
+    (most cache storage held), `peak_rows` (most sequences decoding at once), `prefills` (admissions). There
+    are no preemptions: an admitted sequence keeps its row until it finishes.
     """
 
     def __init__(self, model: Any, *, max_batch_size: int = 256, max_prefill_tokens: int = 16384,
-                 sync_every: int | None = None, vocab_size: int | None = None, cuda_graphs: bool | None = None):
+                 sync_every: int | None = None, vocab_size: int | None = None, cuda_graphs: bool | None = None,
+                 kv_cache_gb: float | None = None):
         if max_batch_size < 1 or max_prefill_tokens < 1:
             raise ValueError("max_batch_size and max_prefill_tokens must be >= 1")
         if sync_every is not None and sync_every < 1:
             raise ValueError(f"sync_every must be >= 1, got {sync_every}")
+        if kv_cache_gb is not None and not kv_cache_gb > 0:
+            raise ValueError(f"engine.kv_cache_gb must be > 0 (or None for no budget), got {kv_cache_gb!r}")
+        self.kv_cache_gb = kv_cache_gb
+        self.last_stats: dict[str, Any] = {}
         self.max_batch_size = max_batch_size
         self.max_prefill_tokens = max_prefill_tokens
         self._sync_every = sync_every
@@ -204,6 +234,7 @@ class MegatronEngine:
         with eval_mode(self.model), torch.inference_mode(), single:
             gen = _Generation(self, prompt_token_ids, params)
             seqs = gen.run()
+        self.last_stats = dict(gen.stats)
         if gen.steps is not None:
             self.graph_stats["captures"] += gen.steps.captures
             self.graph_stats["replays"] += gen.steps.replays
@@ -219,10 +250,13 @@ class _Generation:
         self.device = self.r.device
         self.sync_every = engine._sync_every or (8 if self.device.type == "cuda" else 1)
         self.stops = set(params.stop_token_ids)
-        self.gen = make_generator(params.seed, self.device) if self.comm.is_sampler else None
+        # each sample's random stream (`streams`): its key, and how many tokens it has drawn, per live row
+        self.seed = params.seed if params.seed is not None else int.from_bytes(os.urandom(8), "little") >> 1
+        self.keys = torch.zeros(0, dtype=torch.long, device=self.device)
+        self.drawn = torch.zeros(0, dtype=torch.long, device=self.device)
         longest = max(len(p) for p in prompts)
         self.rope = self.r.rope_tables(longest + params.max_tokens + self.sync_every)
-        self.pending = deque(range(len(prompts)))
+        self.pending = deque((i, 0) for i in range(len(prompts)))  # (prompt, its first sample not yet admitted)
         self.done: list[_Seq] = []
         self.live: list[_Seq] = []
         self.row_len: list[int] = []  # cache positions filled per live row (host copy of self.lengths)
@@ -230,8 +264,14 @@ class _Generation:
         self.lengths = torch.zeros(0, dtype=torch.long, device=self.device)
         self.next_tokens = torch.zeros(0, dtype=torch.long, device=self.device)
         self.records: list[tuple[list[_Seq], torch.Tensor]] = []  # unsynced (rows, packed [3, rows])
-        # the persistent cache's rows: all sequences that can decode at once, no more
-        self.reserve_rows = min(max(engine.max_batch_size, params.n), len(prompts) * params.n)
+        self.positions = longest + params.max_tokens  # the most cache positions a sequence of this call reaches
+        self.row_limit = min(engine.max_batch_size, len(prompts) * params.n)  # sequences decoding at once
+        if engine.kv_cache_gb is not None:
+            rows = budget_rows(engine.kv_cache_gb, self.positions, self.r.kv_bytes_per_position())
+            self.row_limit = self.comm.min_over_group(min(self.row_limit, rows))  # every stage admits alike
+        self.stats = {"kv_budget_bytes": None if engine.kv_cache_gb is None else int(engine.kv_cache_gb * GB),
+                      "kv_rows": self.row_limit, "kv_waves": -(-len(prompts) * params.n // self.row_limit),
+                      "kv_peak_bytes": 0, "peak_rows": 0, "prefills": 0}
         self.steps = self._decode_steps(engine.cuda_graphs)
 
     def _decode_steps(self, wanted: bool | None) -> DecodeSteps | None:
@@ -248,7 +288,7 @@ class _Generation:
     def run(self) -> list[_Seq]:
         while True:
             self._sync()
-            if self.pending and len(self.live) + self.params.n <= max(self.e.max_batch_size, self.params.n):
+            if self._admissible():
                 self._admit()
                 self._sync()
             if not self.live:
@@ -258,6 +298,8 @@ class _Generation:
             remaining = min(self.params.max_tokens - len(s.tokens) for s in self.live)
             for _ in range(max(1, min(self.sync_every, remaining))):
                 self._decode_step()
+        if self.cache is not None:
+            self.stats["kv_peak_bytes"] = self.cache.peak_bytes
         return sorted(self.done, key=lambda s: (s.prompt_index, s.sample_index))
 
     def _sync(self) -> None:
@@ -290,26 +332,50 @@ class _Generation:
         self.row_len = [self.row_len[i] for i in keep]
         index = torch.tensor(keep, dtype=torch.long, device=self.device)
         self.lengths, self.next_tokens = self.lengths[index], self.next_tokens[index]
+        self.keys, self.drawn = self.keys[index], self.drawn[index]
         # in place (the cache keeps its tensors, and graphs, for later admissions), filled positions only
         self.cache.select(keep, filled=max(self.row_len, default=0))
 
-    def _take_group(self) -> list[int]:
-        """Waiting prompts to prefill now: as many as fit the batch and the prefill token budget (>= 1)."""
-        n = self.params.n
-        group: list[int] = []
+    def _admissible(self) -> bool:
+        """The next prompt's remaining samples fit the free rows (or, when there are more of them than the
+        row limit, as many as the limit): a prompt's samples are admitted together whenever they can be."""
+        if not self.pending:
+            return False
+        prompt, first = self.pending[0]
+        return self.row_limit - len(self.live) >= min(self.params.n - first, self.row_limit)
+
+    def _take_group(self) -> list[tuple[int, int, int]]:
+        """Waiting prompts to prefill now, as (prompt, first sample, samples): as many as fit the free rows and
+        the prefill token budget (at least one)."""
+        n, free = self.params.n, self.row_limit - len(self.live)
+        group: list[tuple[int, int, int]] = []
         while self.pending:
-            nxt = self.pending[0]
-            rows = len(self.live) + (len(group) + 1) * n
-            padded = (len(group) + 1) * max(len(self.prompts[i]) for i in (*group, nxt))
-            if group and (rows > self.e.max_batch_size or padded > self.e.max_prefill_tokens):
+            prompt, first = self.pending[0]
+            count = min(n - first, free)
+            if count < min(n - first, self.row_limit):
                 break
-            group.append(self.pending.popleft())
+            padded = (len(group) + 1) * max(len(self.prompts[i]) for i in (*(g[0] for g in group), prompt))
+            if group and padded > self.e.max_prefill_tokens:
+                break
+            group.append((prompt, first, count))
+            free -= count
+            if first + count < n:  # more samples than rows: the rest of this prompt waits for rows
+                self.pending[0] = (prompt, first + count)
+                break
+            self.pending.popleft()
         return group
 
     # ----------------------------------------------------------------------------- model steps
-    def _new_cache(self, rows: int, capacity: int, reserve_rows: int = 0) -> KVCache:
-        return KVCache(len(self.r.layers), rows, self.r.groups, self.r.head_dim, capacity, self.r.dtype, self.device,
-                       reserve_rows=reserve_rows)
+    def _ensure_cache(self, rows: int, capacity: int) -> KVCache:
+        """The call's cache with room for `rows` rows and `capacity` positions: allocated once at the row limit
+        (under a KV budget: with every position a sequence can reach, never to grow), grown on demand otherwise."""
+        if self.cache is None:
+            budget = self.e.kv_cache_gb is not None
+            self.cache = KVCache(len(self.r.layers), 0, self.r.groups, self.r.head_dim,
+                                 min(capacity, self.positions) if budget else capacity, self.r.dtype, self.device,
+                                 reserve_rows=self.row_limit, max_capacity=self.positions if budget else None)
+        self.cache.ensure(rows, min(capacity, self.positions) if self.cache.fixed else capacity)
+        return self.cache
 
     def _through_stage(self, first_inputs, shape, run):
         """First stage: run on `first_inputs`; later stages: run on hidden states received. Returns the last
@@ -321,59 +387,69 @@ class _Generation:
             return None
         return out
 
-    def _sample(self, h_last: torch.Tensor | None, rows: int, repeat: int = 1) -> torch.Tensor:
+    def _sample(self, h_last: torch.Tensor | None, keys: torch.Tensor, repeat: torch.Tensor | None = None) -> torch.Tensor:
         """Logits of the last stage's hidden states -> tokens + log-probs on the sampler -> every rank."""
-        return self._draw(self.r.logits(h_last) if self.comm.last else None, rows, repeat)
+        return self._draw(self.r.logits(h_last) if self.comm.last else None, keys, repeat)
 
-    def _draw(self, local_logits: torch.Tensor | None, rows: int, repeat: int = 1) -> torch.Tensor:
-        """Vocab-parallel logits (last stage) -> tokens + log-probs on the sampler -> every rank, packed [3, rows]."""
-        packed = torch.empty((3, rows), dtype=torch.float64, device=self.device)
+    def _draw(self, local_logits: torch.Tensor | None, keys: torch.Tensor, repeat: torch.Tensor | None = None) -> torch.Tensor:
+        """Vocab-parallel logits (last stage) -> tokens + log-probs on the sampler -> every rank, packed [3, rows].
+        `keys`: the rows' draw keys (`streams.draw_keys`); `repeat`: rows per logits row (prefill: samples)."""
+        packed = torch.empty((3, keys.shape[0]), dtype=torch.float64, device=self.device)
         if self.comm.last:
             from nemo_lead.models import gather_vocab_logits
 
             logits = gather_vocab_logits(local_logits, self.e.vocab_size)
             if self.comm.is_sampler:
-                if repeat > 1:
+                if repeat is not None:
                     logits = logits.repeat_interleave(repeat, dim=0)
-                draw = sample_tokens(logits, self.params, self.gen)
+                draw = sample_tokens(logits, self.params, keys=keys)
                 packed = torch.stack([draw.tokens.double(), draw.logprobs.double(), draw.policy_logprobs.double()])
         return self.comm.share(packed)
 
     def _admit(self) -> None:
+        """Prefill the next group straight into free rows of the cache, one row per prompt, then copy each
+        prompt's row to its samples' rows."""
         group = self._take_group()
         n = self.params.n
-        lens = [len(self.prompts[i]) for i in group]
-        s, b = max(lens), len(group)
+        lens = [len(self.prompts[i]) for i, _, _ in group]
+        counts = [c for _, _, c in group]
+        s, b, start = max(lens), len(group), len(self.live)
         ids = torch.zeros((b, s), dtype=torch.long)
-        for row, i in enumerate(group):
+        for row, (i, _, _) in enumerate(group):
             ids[row, : lens[row]] = torch.tensor(self.prompts[i])
         lengths = torch.tensor(lens, dtype=torch.long, device=self.device)
-        cache = self._new_cache(b, s + self.sync_every + 16)
+        cache = self._ensure_cache(start + sum(counts), s + self.sync_every + 16)
+        window = cache.window(start, b)
         h_last = self._through_stage(ids.to(self.device), (s, b, self.r.hidden_size),
-                                     lambda x: self.r.prefill(x, lengths, cache, self.rope))
-        packed = self._sample(h_last, b * n, repeat=n)
-        cache.repeat_rows(n)
-        seqs = [_Seq(i, j, len(self.prompts[i])) for i in group for j in range(n)]
+                                     lambda x: self.r.prefill(x, lengths, window, self.rope))
+        seqs = [_Seq(i, j, len(self.prompts[i])) for i, first, c in group for j in range(first, first + c)]
+        keys = torch.tensor([sample_seed(self.seed, q.prompt_index * n + q.sample_index) for q in seqs],
+                            dtype=torch.long, device=self.device)
+        drawn = torch.zeros_like(keys)
+        packed = self._sample(h_last, draw_keys(keys, drawn), torch.tensor(counts, device=self.device))
+        cache.replicate(start, counts, filled=s)
         self.records.append((seqs, packed))
         self.live.extend(seqs)
-        self.row_len.extend(len(self.prompts[i]) for i in group for _ in range(n))
-        self.lengths = torch.cat([self.lengths, lengths.repeat_interleave(n)])
+        self.row_len.extend(q.prompt_len for q in seqs)
+        self.lengths = torch.cat([self.lengths, lengths.repeat_interleave(torch.tensor(counts, device=self.device))])
         self.next_tokens = torch.cat([self.next_tokens, packed[0].long()])
-        if self.cache is None:
-            self.cache = self._new_cache(0, cache.capacity, reserve_rows=self.reserve_rows)
-        self.cache.extend(cache)
+        self.keys, self.drawn = torch.cat([self.keys, keys]), torch.cat([self.drawn, drawn + 1])
+        self.stats["prefills"] += 1
+        self.stats["peak_rows"] = max(self.stats["peak_rows"], len(self.live))
 
     def _decode_step(self) -> None:
         b = len(self.live)
         max_length = max(self.row_len) + 1
         self.cache.reserve(max_length, rows=None if self.pending else b)  # no admissions left: live rows only
+        keys = draw_keys(self.keys, self.drawn)
         if self.steps is not None:
-            packed = self._draw(self.steps.logits(self.cache, self.next_tokens, self.lengths), b)
+            packed = self._draw(self.steps.logits(self.cache, self.next_tokens, self.lengths), keys)
         else:
             h_last = self._through_stage(self.next_tokens[:, None], (1, b, self.r.hidden_size),
                                          lambda x: self.r.decode(x, self.lengths, self.cache, self.rope, max_length))
-            packed = self._sample(h_last, b)
+            packed = self._sample(h_last, keys)
         self.records.append((list(self.live), packed))
         self.lengths = self.lengths + 1
+        self.drawn = self.drawn + 1
         self.row_len = [x + 1 for x in self.row_len]
         self.next_tokens = packed[0].long()

@@ -10,9 +10,10 @@ Definition of the sampling distribution, in order (the order of transformers' lo
 4. min-p: keep tokens whose probability is >= min_p x the largest probability (unchanged by renormalising);
 5. renormalise over the kept tokens and draw one.
 
-Drawing uses the exponential race, argmax_i p_i / E_i with E_i ~ Exp(1) from a seeded `torch.Generator`:
-it picks i with probability p_i, needs no sort or cumulative sum, and does not synchronise a GPU with the
-host. `logprobs` / `policy_logprobs`: see `nemo_lead.generation.params` (both float32).
+Drawing uses the exponential race, argmax_i p_i / E_i with E_i ~ Exp(1): it picks i with probability p_i,
+needs no sort or cumulative sum, and does not synchronise a GPU with the host. The E_i come from a seeded
+`torch.Generator`, or, given per-row `keys`, from each row's own stream (`nemo_lead.generation.streams`:
+what the megatron engine uses, so that a sample's tokens do not depend on the rows it is batched with). `logprobs` / `policy_logprobs`: see `nemo_lead.generation.params` (both float32).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from typing import NamedTuple
 import torch
 
 from .params import SamplingParams
+from .streams import exponential_noise
 
 
 class Draw(NamedTuple):
@@ -55,11 +57,13 @@ def truncated_logits(logits: torch.Tensor, params: SamplingParams) -> torch.Tens
     return z
 
 
-def sample_tokens(logits: torch.Tensor, params: SamplingParams, generator: torch.Generator | None) -> Draw:
+def sample_tokens(logits: torch.Tensor, params: SamplingParams, generator: torch.Generator | None = None, *,
+                  keys: torch.Tensor | None = None) -> Draw:
     """One token per row of `logits` [B, V] (any float dtype), with its two log-probabilities.
 
-    Greedy (temperature 0) ignores the generator. Otherwise the draw is a deterministic function of the
-    logits and the generator's state, so a fixed seed reproduces it.
+    Greedy (temperature 0) ignores the generator and keys. Otherwise the draw is a deterministic function
+    of the logits and either the generator's state or `keys` [B] (int64, one per row: `streams.draw_keys`),
+    so a fixed seed reproduces it; with keys, row b's token depends on row b's logits and key alone.
     """
     if logits.dim() != 2:
         raise ValueError(f"logits must be [batch, vocab], got shape {tuple(logits.shape)}")
@@ -72,7 +76,12 @@ def sample_tokens(logits: torch.Tensor, params: SamplingParams, generator: torch
     sampling = torch.log_softmax(truncated_logits(logits, params), dim=-1) if params.truncates else policy
     # E_i can come out as exactly 0 in float32 (about once per 2^24 draws); clamping keeps p_i / E_i finite
     # (p_i > 0 then wins, as it should with E_i that small) and 0 / E_i == 0 for removed tokens.
-    race = torch.empty_like(sampling).exponential_(1.0, generator=generator).clamp_(min=torch.finfo(torch.float32).tiny)
+    if keys is not None:
+        if keys.shape != (logits.shape[0],):
+            raise ValueError(f"keys must be one per row ({logits.shape[0]}), got shape {tuple(keys.shape)}")
+        race = exponential_noise(keys, sampling.shape[-1])
+    else:
+        race = torch.empty_like(sampling).exponential_(1.0, generator=generator).clamp_(min=torch.finfo(torch.float32).tiny)
     tokens = (sampling.exp() / race).argmax(dim=-1)
     index = tokens[:, None]
     return Draw(tokens, sampling.gather(-1, index)[:, 0], policy.gather(-1, index)[:, 0])

@@ -99,6 +99,12 @@ class StageRunner:
         self.position_scale = 1.0 / (rope.seq_len_interpolation_factor or 1.0)
         self.direct = tp == 1 and not cfg.test_mode and all(_plain_layer(layer) for layer in self.layers)
 
+    def kv_bytes_per_position(self) -> int:
+        """Bytes of K and V one sequence position costs in this stage's KV cache (`kv_budget`)."""
+        from .kv_budget import kv_bytes_per_position
+
+        return kv_bytes_per_position(len(self.layers), self.groups, self.head_dim, self.dtype.itemsize)
+
     # ----------------------------------------------------------------------------- direct linears (one TP rank)
     @staticmethod
     def _linear(module, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:

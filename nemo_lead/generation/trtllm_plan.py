@@ -45,6 +45,7 @@ from typing import Any
 import torch
 
 from .params import Rollout, SamplingParams
+from .streams import sample_seed
 
 SUPPORTED_VERSIONS = ("1.2.0", "1.3.0")  # [low, high): the TensorRT-LLM releases this engine is written for
 SAMPLER_TYPE = "TRTLLMSampler"
@@ -222,15 +223,6 @@ def issue_refit(rpc: Callable[[str, tuple], Any], device_uuid: str, buckets: Ite
 
 
 # ----------------------------------------------------------------------------------------------- sampling
-def prompt_seed(seed: int, index: int) -> int:
-    """A 63-bit seed for stream `index` of a call seeded `seed` (splitmix64 of the pair): streams get
-    unrelated random numbers, and seed s / index i never collides with seed s+1 / index i-1."""
-    x = (seed * 0x9E3779B97F4A7C15 + index + 1) & 0xFFFFFFFFFFFFFFFF
-    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & 0xFFFFFFFFFFFFFFFF
-    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & 0xFFFFFFFFFFFFFFFF
-    return (x ^ (x >> 31)) >> 1
-
-
 def unsupported(params: SamplingParams) -> list[str]:
     """Reasons the engine refuses `params` (empty when it can honour them)."""
     reasons = []
@@ -276,7 +268,7 @@ def trtllm_requests(params: SamplingParams, first_prompt_index: int, num_prompts
     requests = []
     for p in range(first_prompt_index, first_prompt_index + num_prompts):
         for s in range(params.n):
-            requests.append(dict(common, seed=prompt_seed(seed, p * params.n + s)))
+            requests.append(dict(common, seed=sample_seed(seed, p * params.n + s)))
     return requests
 
 

@@ -35,6 +35,11 @@ its own longest sequence), so the model config sets megatron's `variable_seq_len
 the p2p code then sends each activation's shape before the activation. Losses and metrics live on the
 last stage; the step all-reduces them over DP there and broadcasts them to the other stages.
 
+Log-probs: with `actor.logprob_chunk_tokens` > 0 (the default) the last stage's forward stops before the
+output layer (`nemo_lead.megatron_compat.forward_final_hidden`) and `output_token_logprobs` applies it
+chunk by chunk with the log-probs and entropy, forward and backward, so no [tokens, vocab / tp] tensor of
+a whole micro-batch exists; 0 takes megatron's logits and `token_logprobs` (`nemo_lead.training.logprobs`).
+
 Configuration: `nemo_lead.training.actor_config`; DP / PP collectives: `nemo_lead.training.collectives`;
 checkpoints: `nemo_lead.training.checkpoint`. What is tested where: tests/training/test_actor.py's docstring.
 """
@@ -63,7 +68,7 @@ from .collectives import (
     is_last_stage,
     reduce_metrics,
 )
-from .logprobs import token_logprobs
+from .logprobs import output_token_logprobs, token_logprobs
 from .microbatch import (
     MicroBatch,
     SequenceBatch,
@@ -220,6 +225,8 @@ def _run_schedule(actor: Actor, plan: _Plan, loss_fn: Callable, *, forward_only:
     returns the loss function's third outputs (last stage; empty elsewhere)."""
     from megatron.core.pipeline_parallel import get_forward_backward_func
 
+    from nemo_lead.megatron_compat import forward_final_hidden
+
     device = actor.device
     packed = plan.batch.segments is not None and any(len(s) > 1 for s in plan.batch.segments)
     if packed and getattr(actor.gpt, "layer_spec_name", "local") != "local":
@@ -234,7 +241,10 @@ def _run_schedule(actor: Actor, plan: _Plan, loss_fn: Callable, *, forward_only:
 
     def step(data: Iterator[MicroBatch], model):
         mb = next(data)  # attention_mask: block-diagonal causal for packed rows, None (causal) otherwise
-        return model(mb.input_ids, mb.position_ids, mb.attention_mask), partial(loss_fn, mb)
+        args = (mb.input_ids, mb.position_ids, mb.attention_mask)
+        if actor.cfg.logprob_chunk_tokens > 0:  # the last stage stops before the output layer (_token_logprobs)
+            return forward_final_hidden(model, actor.gpt, *args), partial(loss_fn, mb)
+        return model(*args), partial(loss_fn, mb)
 
     lengths = plan.batch.lengths
     return get_forward_backward_func()(
@@ -245,6 +255,21 @@ def _run_schedule(actor: Actor, plan: _Plan, loss_fn: Callable, *, forward_only:
 
 
 # ----------------------------------------------------------------------------- log-probs
+def _token_logprobs(actor: Actor, mb: MicroBatch, output: torch.Tensor, temperature: float = 1.0,
+                    entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Per-token log-probs (and entropies) [b, s] of a micro-batch from the last stage's output: the logits,
+    or with `actor.logprob_chunk_tokens` > 0 the final hidden states, which go through the output layer (its
+    weights, or the tied embedding's, as the model does) chunk by chunk with the log-probs."""
+    chunk = actor.cfg.logprob_chunk_tokens
+    if chunk <= 0:
+        return token_logprobs(output, mb.targets, actor.vocab_size, temperature=temperature, entropy=entropy)
+    gpt = actor.gpt
+    weight = gpt.shared_embedding_or_output_weight() if gpt.share_embeddings_and_output_weights else gpt.output_layer.weight
+    return output_token_logprobs(output, weight, mb.targets, actor.vocab_size, chunk_tokens=chunk,
+                                 temperature=temperature, entropy=entropy,
+                                 sequence_parallel=gpt.output_layer.sequence_parallel)
+
+
 def compute_logprobs(
     actor: Actor,
     batch: SequenceBatch,
@@ -263,10 +288,9 @@ def compute_logprobs(
     Collective over all ranks.
     """
     plan = _plan(actor, batch, split_over_dp)
-    vocab = actor.vocab_size
 
     def loss_fn(mb: MicroBatch, logits: torch.Tensor):
-        logp, ent = token_logprobs(logits, mb.targets, vocab, temperature=temperature, entropy=entropy)
+        logp, ent = _token_logprobs(actor, mb, logits, temperature, entropy)
         out = {"logp": mb.response_values(logp)}
         if entropy:
             out["entropy"] = mb.response_values(ent)
@@ -399,13 +423,12 @@ def policy_train_step(
     with_entropy = cfg.entropy_coeff > 0 or on_policy  # on-policy: the old policy's entropy, as a metric
     with_ref = batch.ref_logprobs is not None
     with_mismatch = on_policy and batch.rollout_logprobs is not None
-    vocab = actor.vocab_size
     token_means = ["pg_loss", "clip_frac", "ratio_mean", "approx_kl"]
     token_means += (["entropy"] if with_entropy else []) + (["kl_ref"] if with_ref else [])
     token_means += [CORRECTION_KEYS[0], CORRECTION_KEYS[2]] if correcting else []
 
     def loss_fn(mb: MicroBatch, logits: torch.Tensor):
-        logp, ent = token_logprobs(logits, mb.targets, vocab, temperature=temperature, entropy=with_entropy)
+        logp, ent = _token_logprobs(actor, mb, logits, temperature, with_entropy)
         old = logp.detach() if on_policy else mb.old_logprobs
         loss, m = policy_loss(logp, old, mb.advantages, mb.loss_mask, cfg, ref_logp=mb.ref_logprobs, entropy=ent,
                               rollout_logp=mb.rollout_logprobs if correcting else None, denominator=denominator)
@@ -442,7 +465,7 @@ def _sft_plan(actor: Actor, batch: SequenceBatch, split_over_dp: bool) -> tuple[
 
 def _masked_nll(actor: Actor, mb: MicroBatch, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Summed negative log-likelihood of a micro-batch's trained tokens, and their count."""
-    logp, _ = token_logprobs(logits, mb.targets, actor.vocab_size)
+    logp, _ = _token_logprobs(actor, mb, logits)
     return -(logp * mb.loss_mask).sum(), mb.loss_mask.sum()
 
 

@@ -96,6 +96,12 @@ class ActorConfig:
     optim: ActorOptimConfig = field(default_factory=ActorOptimConfig)
     micro_batch_tokens: int = 16384  # padded tokens per micro-batch at most (rows x longest row)
     micro_batch_overhead_tokens: int = 256  # what one more micro-batch costs, in tokens: where to cut (microbatch.py)
+    # tokens per chunk of the output layer + log-probs / entropy, forward and backward (0 = unchunked: the whole
+    # micro-batch's [tokens, vocab / tp] fp32 logits at once). 2048 bounds those temporaries at 2 x 2048 x
+    # vocab / tp x 4 bytes (2.5 GB for Qwen's 152k vocabulary at TP1, 0.3 GB at TP8) instead of several
+    # [micro_batch_tokens, vocab / tp] tensors, while 2048-row GEMMs stay efficient; the price is one more
+    # output-layer GEMM per micro-batch (logits recomputed in backward)
+    logprob_chunk_tokens: int = 2048
     recompute_granularity: Optional[str] = None  # None | full | selective (megatron activation recomputation)
     recompute_method: Optional[str] = None  # full only: uniform | block
     recompute_num_layers: Optional[int] = None  # full only: layers per recomputed chunk (uniform) / recomputed layers (block)
@@ -109,6 +115,8 @@ class ActorConfig:
                 raise ValueError(f"actor.{key}={getattr(self, key)} must be >= 1")
         if self.micro_batch_overhead_tokens < 0:
             raise ValueError(f"actor.micro_batch_overhead_tokens={self.micro_batch_overhead_tokens} must be >= 0")
+        if self.logprob_chunk_tokens < 0:
+            raise ValueError(f"actor.logprob_chunk_tokens={self.logprob_chunk_tokens} must be >= 0 (0 = unchunked)")
         if self.precision not in PRECISION_CHOICES:
             raise ValueError(f"actor.precision={self.precision!r} is not one of {list(PRECISION_CHOICES)}")
         if self.layer_spec not in ("auto", "te", "local"):

@@ -1,5 +1,6 @@
-"""KV cache bookkeeping (select / extend / reserve / repeat keep each row's data) and the train/inference
-mismatch metric (hand-computed numbers, both input forms, errors)."""
+"""KV cache bookkeeping (select / ensure / window / replicate / reserve keep each row's data; fixed storage
+under a budget), the budget arithmetic, and the train/inference mismatch metric (hand-computed numbers,
+both input forms, errors)."""
 
 import math
 
@@ -18,35 +19,44 @@ def _cache(rows, capacity, fill):
     return cache
 
 
-def test_cache_rows_survive_compaction_growth_and_merging():
+def test_cache_rows_survive_compaction_growth_and_admission():
     a = _cache(3, 4, 0.0)
     row2 = a.keys[1][2].clone()
     a.reserve(5)  # grows geometrically, keeps the data, zero beyond
     assert a.capacity == 6 and torch.equal(a.keys[1][2, :, :4], row2[:, :4]) and a.keys[1][:, :, 4:].abs().sum() == 0
     a.select([2, 0])
     assert a.batch == 2 and torch.equal(a.keys[1][0, :, :4], row2) and torch.equal(a.values[1][0, :, :4], -row2)
-    b = _cache(1, 9, 100.0)
-    a.extend(b)
-    assert a.batch == 3 and a.capacity == 9 and torch.equal(a.keys[0][2], b.keys[0][0])
-    assert torch.equal(a.keys[1][0, :, :4], row2)
+    # admission: two prompts prefilled into rows 2 and 3, then 2 and 3 samples of them
+    a.ensure(2 + 5, 9)
+    assert a.allocated_rows == 7 and a.capacity == 9 and torch.equal(a.keys[1][0, :, :4], row2)
+    window = a.window(2, 2)
+    k = torch.arange(2 * 9 * 2, dtype=torch.float32).reshape(2, 1, 9, 2) + 100
+    for layer in range(2):
+        window.write_block(layer, k + layer, -k)
+    a.replicate(2, [2, 3], filled=9)
+    assert a.batch == 7 and torch.equal(a.keys[1][0, :, :4], row2)
+    for row, prompt in zip(range(2, 7), (0, 0, 1, 1, 1)):
+        assert torch.equal(a.keys[1][row], k[prompt] + 1) and torch.equal(a.values[0][row], -k[prompt])
     a.write_at(0, torch.ones(3, 1, 2), torch.full((3, 1, 2), 2.0), a.slots(torch.tensor([4, 5, 8])))
     assert a.keys[0][0, 0, 4].tolist() == [1, 1] and a.values[0][2, 0, 8].tolist() == [2, 2]
     k, v = a.view(0, 6)
-    assert k.shape == (3, 1, 6, 2) and v.shape == (3, 1, 6, 2)
-    a.repeat_rows(2)
-    assert a.batch == 6 and torch.equal(a.keys[0][0], a.keys[0][1]) and torch.equal(a.keys[0][4], a.keys[0][5])
-    assert a.nbytes() == 2 * 2 * 6 * 9 * 2 * 4
+    assert k.shape == (7, 1, 6, 2) and v.shape == (7, 1, 6, 2)
+    assert a.nbytes() == 2 * 2 * 7 * 9 * 2 * 4 and a.peak_bytes == a.nbytes()
+    with pytest.raises(ValueError, match="only 7 allocated"):
+        a.window(6, 2)
 
 
 def test_cache_storage_stays_put_until_it_grows():
-    """Compaction and appends inside the allocated rows keep the tensors (CUDA graphs hold their addresses)."""
+    """Compaction and admissions inside the allocated rows keep the tensors (CUDA graphs hold their addresses)."""
     a = KVCache(1, 0, 1, 2, 4, torch.float32, torch.device("cpu"), reserve_rows=4)
     storage, version = a._k[0], a.version
-    a.extend(_cache(3, 4, 0.0))
+    a.ensure(3, 4)
+    a.window(0, 3).write_block(0, torch.ones(3, 1, 4, 2), torch.ones(3, 1, 4, 2))
+    a.replicate(0, [1, 1, 1], filled=4)
     a.select([2, 0])
-    a.extend(_cache(2, 3, 50.0))
+    a.ensure(4, 3)
+    a.replicate(2, [1, 1], filled=3)
     assert a.version == version and a._k[0] is storage and a.batch == 4
-    assert a.keys[0][2, 0, 3].tolist() == [0, 0]  # positions past the appended rows' capacity are zeroed
     bucket = a.bucket(4)
     bucket.write_at(0, torch.ones(4, 1, 2), torch.zeros(4, 1, 2), bucket.slots(torch.tensor([1, 1, 1, 1])))
     assert a.keys[0][:, 0, 1].sum() == 8 and bucket.view(0, 4)[0].shape == (4, 1, 4, 2)
@@ -57,6 +67,27 @@ def test_cache_storage_stays_put_until_it_grows():
     assert a.allocated_rows == 1 and a.capacity == 9
     with pytest.raises(ValueError, match="only 1 allocated"):
         a.bucket(2)
+
+
+def test_fixed_storage_never_moves_and_grows_only_its_logical_capacity():
+    """Under a KV budget the storage is allocated once (rows x max_capacity) and holds exactly that."""
+    a = KVCache(2, 0, 1, 2, 4, torch.float32, torch.device("cpu"), reserve_rows=3, max_capacity=10)
+    storage, bytes_ = a._k[0], a.nbytes()
+    assert bytes_ == 2 * 2 * 3 * 10 * 2 * 4 and a.capacity == 4
+    a.ensure(3, 5)
+    a.window(0, 1).write_block(1, torch.ones(1, 1, 5, 2), torch.ones(1, 1, 5, 2))
+    a.replicate(0, [3], filled=5)
+    assert a.batch == 3 and a.keys[1][:, 0, :5].sum() == 30 and a.keys[1].shape == (3, 1, 5, 2)
+    a.write_at(1, torch.full((3, 1, 2), 7.0), torch.zeros(3, 1, 2), a.slots(torch.tensor([5, 6, 9])))
+    a.reserve(7)
+    assert a.capacity == 7 and a.version == 2 and a._k[0] is storage  # max(7, 1.5 x 5): a new shape, same tensors
+    a.reserve(10, rows=1)
+    assert a.capacity == 10 and a.allocated_rows == 3 and a.keys[1][2, 0, 9].tolist() == [7, 7]
+    assert a._k[0] is storage and a.peak_bytes == bytes_ == a.nbytes()
+    with pytest.raises(RuntimeError, match="cannot grow"):
+        a.reserve(11)
+    with pytest.raises(RuntimeError, match="cannot grow"):
+        a.ensure(4, 5)
 
 
 def test_compaction_moves_only_finished_rows_places_and_filled_positions():

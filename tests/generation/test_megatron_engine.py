@@ -4,7 +4,10 @@ One rank: greedy equals a naive loop over the full forward; the direct linears e
 for bit; stop tokens, max_tokens, n > 1, prompts of
 different lengths, bad prompts; same seed same output; continuous batching and host-sync intervals do not
 change greedy output; after a training step + refit the engine's log-probs match a full forward to 1e-5.
-Two ranks: TP=2 and PP=2 give the TP=1 output (the same weights loaded from one HF folder).
+KV budget: sampled (T = 1, stop tokens, n = 3) runs in waves of 2 and 1 rows give the unlimited run's
+tokens, the cache holds rows x (longest prompt + max_tokens) positions, a too small budget names its key.
+Two ranks: TP=2 and PP=2 give the TP=1 output (the same weights loaded from one HF folder), with and
+without a one-row KV budget.
 """
 
 import pytest
@@ -182,6 +185,58 @@ def test_engine_single_rank(tiny):
     assert out["refit_err"] < 1e-5
 
 
+def _budget_job(hf_dir):
+    """Sampled at T = 1 with stop tokens, 4 prompts x 3 samples: unlimited, in waves under KV budgets (2 rows,
+    1 row: a prompt's samples in parts), small batches, syncing every 3 steps, a tight prefill budget."""
+    from nemo_lead.generation import MegatronEngine
+    from nemo_lead.parallel import destroy_parallel
+
+    model = _build(hf_dir)
+    prompts = [*PROMPTS, [3, 4, 5, 6]]
+    params = SamplingParams(n=3, temperature=1.0, max_tokens=14, stop_token_ids=list(range(30, 40)), seed=11)
+    engine = MegatronEngine(model)
+    per_position = engine.runner.kv_bytes_per_position()
+    row_gb = (max(map(len, prompts)) + params.max_tokens) * per_position / 1e9  # one sequence's reservation
+    out = {"per_position": per_position, "row_gb": row_gb}
+
+    def run(**options):
+        e = MegatronEngine(model, **options)
+        return [(r.prompt_index, r.sample_index, r.token_ids, r.logprobs, r.policy_logprobs, r.finish_reason)
+                for r in e.generate(prompts, params)], e.last_stats
+
+    out["unlimited"] = run()
+    out["two_rows"] = run(kv_cache_gb=2.5 * row_gb, max_prefill_tokens=8)
+    out["one_row"] = run(kv_cache_gb=1.2 * row_gb, sync_every=3)
+    out["batch_4"] = run(max_batch_size=4)
+    try:
+        MegatronEngine(model, kv_cache_gb=0.9 * row_gb).generate(prompts, params)
+    except ValueError as err:
+        out["too_small"] = str(err)
+    destroy_parallel()
+    return out
+
+
+def test_kv_budget_runs_in_waves_with_the_unlimited_runs_tokens(tiny):
+    (out,) = run_distributed(_budget_job, 1, tiny)
+    want, unlimited = out["unlimited"]
+    assert {r[5] for r in want} == {"stop", "length"} and len({tuple(r[2]) for r in want}) == 12
+    assert unlimited == {"kv_budget_bytes": None, "kv_rows": 12, "kv_waves": 1, "kv_peak_bytes": unlimited["kv_peak_bytes"],
+                         "peak_rows": 12, "prefills": 1}
+    positions = 11 + 14  # longest prompt + max_tokens
+    for name, rows in (("two_rows", 2), ("one_row", 1), ("batch_4", 4)):
+        got, stats = out[name]
+        assert [r[:3] + r[5:] for r in got] == [r[:3] + r[5:] for r in want], name  # tokens, stop reasons
+        err = max(abs(a - b) for g, w in zip(got, want) for i in (3, 4) for a, b in zip(g[i], w[i]))
+        assert err < 1e-5, (name, err)
+        assert stats["kv_rows"] == rows and stats["peak_rows"] == rows and stats["kv_waves"] == -(-12 // rows)
+        assert stats["prefills"] >= 12 // rows
+        if name != "batch_4":  # under a budget: allocated once, rows x every reachable position
+            assert stats["kv_peak_bytes"] == rows * positions * out["per_position"] <= stats["kv_budget_bytes"]
+    assert out["one_row"][1]["prefills"] == 12  # n = 3 > 1 row: each sample admitted on its own
+    assert "engine.kv_cache_gb" in out["too_small"] and "smaller than one sequence" in out["too_small"]
+    assert f"{positions} positions" in out["too_small"]
+
+
 def _layouts_job(hf_dir):
     from nemo_lead.generation import MegatronEngine
     from nemo_lead.parallel import destroy_parallel
@@ -194,6 +249,9 @@ def _layouts_job(hf_dir):
         engine = MegatronEngine(model, max_batch_size=4)
         out[(tp, pp)] = [[(r.token_ids, r.policy_logprobs, r.finish_reason) for r in engine.generate(PROMPTS, p)]
                          for p in params]
+        # a KV budget of one sequence per rank (the stages agree on the row limit): the same tokens
+        budget = MegatronEngine(model, kv_cache_gb=(11 + 8) * engine.runner.kv_bytes_per_position() * 1.5e-9)
+        out[(tp, pp, "budget")] = ([r.token_ids for r in budget.generate(PROMPTS, params[1])], budget.last_stats["kv_rows"])
         destroy_parallel(keep_process_group=True)
     destroy_parallel()
     return out
@@ -203,6 +261,9 @@ def test_tp2_and_pp2_match_tp1(tiny):
     ranks = run_distributed(_layouts_job, 2, tiny)
     ref = ranks[0][(1, 1)]
     assert ranks[1][(1, 1)] == ref  # two DP replicas, same prompts and seed
+    for rank in ranks:
+        for tp, pp in ((1, 1), (2, 1), (1, 2)):
+            assert rank[(tp, pp, "budget")] == ([w[0] for w in ref[1]], 1), (tp, pp)
     for layout in ((2, 1), (1, 2)):
         for rank in ranks:  # every rank of the model-parallel group holds the same rollouts
             got = rank[layout]
@@ -211,3 +272,20 @@ def test_tp2_and_pp2_match_tp1(tiny):
                 assert [g[2] for g in got_runs] == [w[2] for w in want_runs], layout
                 err = max(abs(x - y) for g, w in zip(got_runs, want_runs) for x, y in zip(g[1], w[1]))
                 assert err < 1e-5, (layout, err)
+
+
+def test_kv_budget_arithmetic_and_bad_budgets_name_the_key():
+    from nemo_lead.generation import EngineConfig
+    from nemo_lead.generation.kv_budget import budget_rows, kv_bytes_per_position
+
+    # R1-Distill-Qwen-14B at TP8, bf16: 48 layers x 1 KV head x 128 x 2 (K, V) x 2 bytes
+    per_position = kv_bytes_per_position(48, 1, 128, 2)
+    assert per_position == 24_576
+    assert budget_rows(40.0, 14_336 + 512, per_position) == int(40e9 // (14_848 * 24_576)) == 109
+    assert budget_rows(0.365, 14_848, per_position) == 1  # one sequence: 364,904,448 bytes
+    with pytest.raises(ValueError, match=r"engine.kv_cache_gb=0.3 is smaller than one sequence's KV cache"):
+        budget_rows(0.3, 14_848, per_position)
+    for bad in (0.0, -1.0):
+        with pytest.raises(ValueError, match="engine.kv_cache_gb must be > 0"):
+            EngineConfig(kv_cache_gb=bad)
+    assert EngineConfig().kv_cache_gb is None

@@ -1,5 +1,7 @@
 """The shared sampling function: hand-computed truncations, chi-square goodness of fit for every knob on a
-fixed 6-token vocabulary, greedy, both log-probabilities, seeding, parameter validation."""
+fixed 6-token vocabulary (with a seeded generator and with per-row stream keys), greedy, both
+log-probabilities, seeding, parameter validation; the per-sample streams against a pure-Python SplitMix64,
+and a keyed row's draw independent of the rows beside it."""
 
 import math
 
@@ -58,12 +60,23 @@ CASES = [
 ]
 
 
+def _keys(seed, n):
+    from nemo_lead.generation.streams import draw_keys, sample_seed
+
+    keys = torch.tensor([sample_seed(seed, i) for i in range(n)])
+    return draw_keys(keys, torch.zeros_like(keys))
+
+
+@pytest.mark.parametrize("source", ["generator", "keys"])
 @pytest.mark.parametrize("knobs", CASES, ids=lambda k: ",".join(f"{a}={b}" for a, b in k.items()))
-def test_sampled_frequencies_match_the_distribution(knobs):
+def test_sampled_frequencies_match_the_distribution(knobs, source):
     params = SamplingParams(**knobs)
     want = reference(PROBS, **knobs)
     n = 20_000
-    draw = sample_tokens(LOGITS.expand(n, -1), params, make_generator(1234, "cpu"))
+    if source == "generator":
+        draw = sample_tokens(LOGITS.expand(n, -1), params, make_generator(1234, "cpu"))
+    else:  # 20,000 samples' first tokens, each from its own stream
+        draw = sample_tokens(LOGITS.expand(n, -1), params, keys=_keys(1234, n))
     counts = torch.bincount(draw.tokens, minlength=len(PROBS)).tolist()
     kept = [i for i, p in enumerate(want) if p > 0]
     assert all(counts[i] == 0 for i in range(len(PROBS)) if want[i] == 0)  # removed tokens never drawn
@@ -114,3 +127,39 @@ def test_same_seed_same_draws_and_bf16_logits():
 def test_sampling_params_name_the_bad_key(bad, key):
     with pytest.raises(ValueError, match=f"^{key} "):
         SamplingParams(**bad)
+
+
+def test_streams_are_splitmix64_on_int64_tensors():
+    """The tensor arithmetic (wrapping multiplies, logical shifts of signed int64) against Python integers."""
+    from nemo_lead.generation.streams import _GOLDEN, _MASK64, _mix, draw_keys, exponential_noise, splitmix64
+
+    def signed(x):
+        return x - (1 << 64) if x >> 63 else x
+
+    g = torch.Generator().manual_seed(0)
+    x = torch.randint(-2**63, 2**63 - 1, (1000,), dtype=torch.int64, generator=g)
+    x[:3] = torch.tensor([0, -1, -2**63])
+    assert _mix(x).tolist() == [signed(splitmix64(v & _MASK64)) for v in x.tolist()]
+    keys, drawn = torch.tensor([5, 2**62 + 3]), torch.tensor([0, 7])
+    want_keys = [signed(splitmix64(k + (t + 1) * _GOLDEN)) for k, t in zip(keys.tolist(), drawn.tolist())]
+    assert draw_keys(keys, drawn).tolist() == want_keys
+    noise = exponential_noise(torch.tensor(want_keys), 6)
+    for row, key in enumerate(want_keys):
+        for i in range(6):
+            u = ((splitmix64(key + (i + 1) * _GOLDEN) >> 40) + 1) / 2**24
+            assert noise[row, i].item() == pytest.approx(max(-math.log(u), 1e-38), rel=1e-6)
+
+
+def test_a_keyed_row_draws_the_same_token_whatever_rows_share_its_batch():
+    logits = torch.randn(40, 300, generator=torch.Generator().manual_seed(1))
+    keys = _keys(9, 40)
+    params = SamplingParams(temperature=1.0, top_p=0.95)
+    whole = sample_tokens(logits, params, keys=keys)
+    perm = torch.randperm(40, generator=torch.Generator().manual_seed(2))
+    shuffled = sample_tokens(logits[perm], params, keys=keys[perm])
+    assert torch.equal(shuffled.tokens, whole.tokens[perm]) and torch.equal(shuffled.logprobs, whole.logprobs[perm])
+    alone = [int(sample_tokens(logits[i:i + 1], params, keys=keys[i:i + 1]).tokens) for i in (0, 17, 39)]
+    assert alone == whole.tokens[[0, 17, 39]].tolist()
+    assert len(set(whole.tokens.tolist())) > 20  # the rows' streams differ
+    with pytest.raises(ValueError, match="one per row"):
+        sample_tokens(logits, params, keys=keys[:3])

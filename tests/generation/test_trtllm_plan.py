@@ -27,7 +27,6 @@ from nemo_lead.generation.trtllm_plan import (
     llm_kwargs,
     physical_gpu,
     placement_env,
-    prompt_seed,
     rollouts_from_outputs,
     trtllm_requests,
     weight_buckets,
@@ -153,8 +152,10 @@ def test_parameters_the_engine_cannot_honour_are_refused():
         trtllm_requests(SamplingParams(temperature=0.6, min_p=0.05), 0, 1)
 
 
-def test_prompt_seeds_are_distinct_and_63_bit():
-    seeds = {prompt_seed(s, i) for s in range(50) for i in range(50)}
+def test_sample_seeds_are_distinct_and_63_bit():
+    from nemo_lead.generation.streams import sample_seed
+
+    seeds = {sample_seed(s, i) for s in range(50) for i in range(50)}
     assert len(seeds) == 2500 and all(0 <= x < 2**63 for x in seeds)
 
 

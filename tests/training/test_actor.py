@@ -20,7 +20,8 @@ What is tested where (CPU, gloo; this file unless named):
 - bf16 parameters (the GPU default; fp32 master weights): a CPU smoke test within 2% of fp32;
 - rollout correction (token TIS on the on-policy path, sequence masking with given old log-probs) against
   transformers with the same weighted loss, and its metrics over several micro-batches;
-- resume and resharding: tests/training/test_resume.py (see `nemo_lead.training.checkpoint`).
+- resume and resharding: tests/training/test_resume.py (see `nemo_lead.training.checkpoint`);
+- chunked log-probs (the default here) against the unchunked path: tests/training/test_chunked_logprobs.py.
 Not tested here: Transformer Engine / FP8 and anything CUDA-only (`bench/actor_bench.py --gpu` runs bf16 on
 a GPU).
 """
@@ -125,7 +126,7 @@ def _hf_reference(hf_dir, batch, lead):
 
 
 # ----------------------------------------------------------------------------- jobs (run on every rank)
-def _layout_step(hf_dir, batch, tp, pp, budget, lead=LEAD, **optim):
+def _layout_step(hf_dir, batch, tp, pp, budget, lead=LEAD, actor_options=None, **optim):
     """Build the actor at tp x pp (DP = the rest), log-probs, one policy step; what rank 0 reports."""
     import torch.distributed as dist
 
@@ -135,7 +136,7 @@ def _layout_step(hf_dir, batch, tp, pp, budget, lead=LEAD, **optim):
 
     info = init_parallel(tp, pp)
     actor = build_actor(ActorConfig(model=hf_dir, tp=tp, pp=pp, micro_batch_tokens=budget,
-                                    optim={**OPTIM, **optim}), info)
+                                    optim={**OPTIM, **optim}, **(actor_options or {})), info)
     logps, ents = compute_logprobs(actor, batch, TEMPERATURE, entropy=True)
     metrics = policy_train_step(actor, batch, lead, temperature=TEMPERATURE)
     weights = dict(export_hf_weights(actor.model))
@@ -381,6 +382,7 @@ def test_tp2_x_pp2_matches_transformers(hf_dir, batches):
 @pytest.mark.parametrize("kwargs, message", [
     ({"tp": 0}, "actor.tp=0 must be >= 1"),
     ({"micro_batch_tokens": 0}, "actor.micro_batch_tokens=0"),
+    ({"logprob_chunk_tokens": -1}, "actor.logprob_chunk_tokens=-1 must be >= 0"),
     ({"precision": "int8"}, "actor.precision='int8'"),
     ({"recompute_granularity": "some"}, "actor.recompute_granularity='some'"),
     ({"recompute_granularity": "full"}, "needs actor.recompute_method"),
