@@ -110,7 +110,7 @@ def rl_cmd(args, paths: dict, preset: str, extra: list[str], seed: int, folder: 
         "--prompts-per-step", "16", "--n", "8", "--max-tokens", str(args.max_tokens), "--save-every", "20",
         "actor.optim.lr=3e-5", "rollout.temperature=1.0", "rollout.top_p=1.0",
         f"validation.every={args.val_every}", "validation.n=2", "validation.temperature=1.0",
-        "validation.top_p=1.0", PROMPT_SUFFIX, "verify_workers=1", "keep_last=1", "log_rollouts=false",
+        "validation.top_p=1.0", PROMPT_SUFFIX, "verify.workers=1", "keep_last=1", "log_rollouts=false",
         "tensorboard=false", "progress=lines",
     ] + [e.format(max_tokens=args.max_tokens) for e in extra]
 
@@ -120,7 +120,7 @@ def eval_cmd(args, paths: dict, checkpoint: str, folder: Path) -> list[str]:
     return cli() + [
         "eval", "--model", checkpoint, "--data", paths["heldout"], "--out", str(folder), "--n", "8",
         "--temperature", "1.0", "--top-p", "1.0", "--max-tokens", str(args.max_tokens),
-        "--seed", str(EVAL_SEED), "problems_per_call=32", PROMPT_SUFFIX, "verify_workers=1",
+        "--seed", str(EVAL_SEED), "problems_per_call=32", PROMPT_SUFFIX, "verify.workers=1",
         f"report_budgets=[{half // 2},{half},{args.max_tokens}]",
     ]
 

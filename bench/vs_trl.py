@@ -130,7 +130,7 @@ def run_nemo_lead(work: Path, paths: dict, shape: dict, tag: str) -> dict:
           "--n", str(shape["n"]), "--max-tokens", str(shape["max_tokens"]), "--seed", str(SEED), "lead.preset=grpo",
           f"rollout.temperature={shape['temperature']}", "rollout.top_p=1.0", f"actor.optim.lr={shape['lr']}",
           "actor.optim.weight_decay=0.0", "actor.optim.clip_grad=1.0", "data.shuffle=false", "prompt.suffix='=?'",
-          "verify_workers=2", "log_rollouts=false", "tensorboard=false", "keep_last=1", "progress=lines"],
+          "verify.workers=2", "log_rollouts=false", "tensorboard=false", "keep_last=1", "progress=lines"],
          work / f"nl_{tag}.log", timeout=1800)
     wall = time.perf_counter() - t0
     rows = _jsonl(out / "metrics.jsonl")

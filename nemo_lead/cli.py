@@ -1,7 +1,7 @@
 """The `nemo-lead` command.
 
 Every subcommand takes `--config FILE` (repeatable; later files win) and `key=value` overrides, on top
-of its defaults in `conf/<command>.yaml`. `--print-config` shows the resolved configuration and exits.
+of its defaults: the fields of its config dataclass (one place per default, with its comment). `--print-config` shows the resolved configuration and exits.
 A few frequent keys also have flags (`nemo-lead eval --n 32` is `n=32`); flags and overrides are the
 same thing, so each `--help` lists which key a flag sets.
 
@@ -18,7 +18,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .config import ConfigError, conf_dir, load_config, to_yaml
+from .config import ConfigError, load_config, to_yaml
 from .procs import forked_children_die_with_us
 from .quiet import hide_import_noise
 
@@ -39,8 +39,8 @@ class Command:
 COMMANDS: dict[str, Command] = {
     "demo": Command(
         help="Run the demo: recipes/demo.yaml on the embedded tiny model from random initialisation (SFT -> RL "
-        "stage 1 -> stage 2 -> evaluation) through the real stack, on a CPU in about ten minutes.",
-        schema="nemo_lead.pipeline.config:RunConfig",
+        "stage 1 -> stage 2 -> evaluation) through the real stack, on a CPU in a few minutes.",
+        schema="nemo_lead.pipeline.config:DemoConfig",
         runner="nemo_lead.pipeline.runner:run_recipe",
         flags={"--out": "out", "--only": "only"},
         switches={"--dry-run": "dry_run"},
@@ -103,7 +103,7 @@ COMMANDS: dict[str, Command] = {
         flags={"--model": "model", "--data": "data", "--out": "out", "--n": "sampling.n",
                "--temperature": "sampling.temperature", "--top-p": "sampling.top_p",
                "--max-tokens": "sampling.max_tokens", "--seed": "sampling.seed", "--limit": "limit",
-               "--answer-region": "answer_region", "--precision": "precision", "--engine": "engine.kind",
+               "--answer-region": "verify.answer_region", "--precision": "precision", "--engine": "engine.kind",
                "--tp": "tp", "--pp": "pp", "--compare": "compare"},
         list_flags=("--compare",),
         epilog="--data: comma-separated built-in names (aime24, aime25, math500) and/or JSONL/Parquet files.\n"
@@ -168,11 +168,6 @@ def _load_attr(spec: str):
     return getattr(importlib.import_module(module), attr)
 
 
-def _defaults_line(name: str) -> str:
-    defaults = conf_dir() / f"{name}.yaml"
-    return f"Defaults: {defaults}. " if defaults.is_file() else "Defaults: the fields of its config class. "
-
-
 def version() -> str:
     from importlib.metadata import PackageNotFoundError
     from importlib.metadata import version as package_version
@@ -197,9 +192,9 @@ def _build_parser() -> argparse.ArgumentParser:
             help=cmd.help,
             description=cmd.help,
             formatter_class=argparse.RawDescriptionHelpFormatter,
-            epilog=(cmd.epilog + "\n\n" if cmd.epilog else "") + _defaults_line(name)
-            + "Overrides: key=value (dotted keys, YAML values,\n"
-            "anywhere on the line); `--print-config` lists every key. An unknown key fails with the nearest valid one.",
+            epilog=(cmd.epilog + "\n\n" if cmd.epilog else "")
+            + f"Defaults: `nemo-lead {name} --print-config`. Overrides: key=value (dotted keys, YAML values,\n"
+            "anywhere on the line). An unknown key fails with the nearest valid ones.",
         )
         p.add_argument("--config", action="append", default=[], metavar="FILE",
                        help="YAML file(s) applied on top of the defaults, in order")
@@ -219,13 +214,10 @@ def _build_parser() -> argparse.ArgumentParser:
 
 
 def resolve_config(name: str, files: list[str], overrides: list[str], *, validate: bool = True):
-    """Defaults of command `name` + files + overrides -> the command's config object (`validate=False`:
-    the merged settings without the checks of required keys, see `load_config`)."""
-    cmd = COMMANDS[name]
-    schema = _load_attr(cmd.schema)
-    defaults = conf_dir() / f"{name}.yaml"
-    return load_config(schema, ([defaults] if defaults.is_file() else []) + [Path(f) for f in files], overrides,
-                       validate=validate)
+    """Defaults of command `name` (its config dataclass) + files + overrides -> the command's config object
+    (`validate=False`: the merged settings without the checks of required keys, see `load_config`)."""
+    schema = _load_attr(COMMANDS[name].schema)
+    return load_config(schema, [Path(f) for f in files], overrides, validate=validate)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -259,7 +251,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         cfg = resolve_config(args.command, args.config, flag_overrides + args.overrides)
     except ConfigError as e:
-        if args.print_config and str(e).startswith("invalid configuration"):
+        if args.print_config and e.check:
             # show the settings anyway (e.g. `nemo-lead submit --print-config` before choosing a target)
             print(to_yaml(resolve_config(args.command, args.config, flag_overrides + args.overrides, validate=False)),
                   end="")

@@ -39,7 +39,17 @@ BASE_KEY = "_base_"
 
 
 class ConfigError(ValueError):
-    """A configuration problem, with a message that says where (file:line, key) and what to do."""
+    """A configuration problem, with a message that says where (file:line, key) and what to do.
+
+    Also as fields, for callers that re-point the message (the pipeline names a recipe's line): `where`
+    ("file:line", "command line" or None), `key` (the dotted key, or None for a check across keys),
+    `reason` (the message without the location) and `check` (True: the values parse, but the config class's
+    own checks refused them, e.g. a required key is missing)."""
+
+    def __init__(self, message: str, *, where: str | None = None, key: str | None = None,
+                 reason: str | None = None, check: bool = False):
+        super().__init__(message)
+        self.where, self.key, self.reason, self.check = where, key, reason if reason is not None else message, check
 
 
 # ----------------------------------------------------------------------------- what a key is for
@@ -249,11 +259,13 @@ def _check_keys(data: dict, schema: DictConfig, layer: _Layer, prefix: str = "",
         if k not in schema:
             if open_dict:
                 continue
-            raise ConfigError(f"{layer.where(full)}: unknown key '{full}'{_suggest(full, root_keys)}")
+            reason = f"unknown key '{full}'{_suggest(full, root_keys)}"
+            raise ConfigError(f"{layer.where(full)}: {reason}", where=layer.where(full), key=full, reason=reason)
         child = schema._get_node(k)
         if isinstance(child, DictConfig) and OmegaConf.get_type(child) not in (dict, None):
             if not isinstance(v, dict):
-                raise ConfigError(f"{layer.where(full)}: key '{full}' is a section; give it a mapping, not {v!r}")
+                reason = f"key '{full}' is a section; give it a mapping, not {v!r}"
+                raise ConfigError(f"{layer.where(full)}: {reason}", where=layer.where(full), key=full, reason=reason)
             _check_keys(v, child, layer, full + ".", root_keys)
 
 
@@ -316,7 +328,8 @@ def load_config(
                 preset_obj = cls.from_preset(name)
             except ValueError as e:
                 src = next(la for la in reversed(layers) if _lookup(la.data, path + ".preset") is not None)
-                raise ConfigError(f"{src.where(path + '.preset')}: {path}.preset: {e}") from None
+                where, reason = src.where(path + ".preset"), f"{path}.preset: {e}"
+                raise ConfigError(f"{where}: {reason}", where=where, key=f"{path}.preset", reason=reason) from None
             OmegaConf.update(base, path, OmegaConf.structured(preset_obj), merge=False)
 
     cfg = base
@@ -326,7 +339,9 @@ def load_config(
         except OmegaConfBaseException as e:
             key = e.full_key or "?"
             first = str(e).splitlines()[0]
-            raise ConfigError(f"{layer.where(key)}: key '{key}': {first}") from None
+            reason = f"key '{key}': {first}"
+            raise ConfigError(f"{layer.where(key)}: {reason}", where=layer.where(key), key=e.full_key or None,
+                              reason=reason) from None
     if not validate:
         return cfg  # type: ignore[return-value]
     try:
@@ -334,7 +349,8 @@ def load_config(
     except (OmegaConfBaseException, ValueError, TypeError) as e:
         key = getattr(e, "full_key", None)
         first = str(e).splitlines()[0]
-        raise ConfigError(f"invalid configuration{f' at key {key!r}' if key else ''}: {first}") from None
+        reason = f"invalid configuration{f' at key {key!r}' if key else ''}: {first}"
+        raise ConfigError(reason, key=key or None, reason=first, check=True) from None
     return obj  # type: ignore[return-value]
 
 

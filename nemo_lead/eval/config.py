@@ -1,4 +1,4 @@
-"""`EvalConfig`: what `nemo-lead eval` reads (defaults in conf/eval.yaml = the paper's protocol).
+"""`EvalConfig`: what `nemo-lead eval` reads (its defaults are the paper's protocol).
 
 The paper's protocol (PAPER.md, "Evaluation"): AIME24 and AIME25, temperature 0.6, top-p 0.95, 32 samples
 per problem, Cons@32 / Pass@1 / Len_avg, at a response budget of 14,336 tokens for the 14B models (the
@@ -15,8 +15,9 @@ from nemo_lead.config import setting
 from nemo_lead.data import PromptConfig
 from nemo_lead.generation import EngineConfig, SamplingParams
 from nemo_lead.models.source import PRECISION_CHOICES
+from nemo_lead.verify import VerifyConfig
 
-ANSWER_REGIONS = ("after_think", "before_think", "all")  # nemo_lead.verify.extract.REGIONS
+ANSWER_REGION = "after_think"  # the paper's protocol: R1-style models think first, then answer
 PAPER_BUDGETS = [8192, 14336]  # the paper's response budgets: 7B and 14B
 
 
@@ -42,9 +43,7 @@ class EvalConfig:
     sampling: SamplingParams = field(default_factory=_paper_sampling)
     prompt: PromptConfig = field(default_factory=PromptConfig)  # a checkpoint's training prompt wins at defaults
     engine: EngineConfig = field(default_factory=EngineConfig)
-    answer_region: str = "after_think"  # where the final answer is read: after_think | before_think | all
-    verify_workers: int = setting(2, results=False)
-    verify_timeout_s: float = 5.0
+    verify: VerifyConfig = field(default_factory=VerifyConfig)  # answer_region None: after_think (ANSWER_REGION)
     budgets: list[int] = setting(default_factory=list, results=False)  # accuracy-vs-budget points; []: 16 steps to max_tokens
     report_budgets: list[int] = setting(default_factory=lambda: list(PAPER_BUDGETS), results=False)  # table columns
     plot: bool = setting(True, results=False)  # write accuracy_vs_budget.png
@@ -55,17 +54,13 @@ class EvalConfig:
                              "or give runs to compare (--compare RUN_A RUN_B ...)")
         if not self.compare and not dataset_specs(self.data):
             raise ValueError("data must name at least one dataset (--data aime24,aime25)")
-        for key in ("tp", "pp", "problems_per_call", "verify_workers"):
+        for key in ("tp", "pp", "problems_per_call"):
             if getattr(self, key) < 1:
                 raise ValueError(f"{key} must be >= 1, got {getattr(self, key)}")
         if self.limit is not None and self.limit < 1:
             raise ValueError(f"limit must be >= 1, got {self.limit}")
         if self.precision not in PRECISION_CHOICES:
             raise ValueError(f"precision must be one of {', '.join(PRECISION_CHOICES)}, got {self.precision!r}")
-        if self.answer_region not in ANSWER_REGIONS:
-            raise ValueError(f"answer_region must be one of {', '.join(ANSWER_REGIONS)}, got {self.answer_region!r}")
-        if not self.verify_timeout_s > 0:
-            raise ValueError(f"verify_timeout_s must be > 0, got {self.verify_timeout_s}")
         if self.sampling.seed is None:
             raise ValueError("sampling.seed must be an integer: each group of problems gets a seed derived from it, "
                              "which is what makes a resumed run equal an uninterrupted one")

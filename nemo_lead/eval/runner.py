@@ -17,7 +17,7 @@ Token counts (`tokens`, Len_avg, the budget curve) are `Rollout.num_tokens`: eve
 stop token included -- the count `max_tokens` limits, so a response cut at the limit has tokens == max_tokens.
 The response text is the tokens decoded without the final stop token, special tokens kept (the think tags
 are special tokens in some tokenizers). Grading: responses cut at max_tokens (finish_reason "length") are
-not graded (status "truncated", wrong); the others are graded in `answer_region`. When the chat template
+not graded (status "truncated", wrong); the others are graded in `verify.answer_region`. When the chat template
 opens the thinking block in the prompt (R1-Distill's ends with `<think>\\n`), the grader sees the response
 with that `<think>` in front, so a response that never closes it has no answer, as verify's regions define.
 """
@@ -44,7 +44,7 @@ from nemo_lead.generation import SamplingParams
 from nemo_lead.models.source import ModelSource, model_source, resolve_precision
 from nemo_lead.verify.extract import THINK_OPEN, ends_inside_think
 
-from .config import EvalConfig, budget_points, dataset_specs, default_out
+from .config import ANSWER_REGION, EvalConfig, budget_points, dataset_specs, default_out
 from .plan import Chunk, load_datasets, plan_chunks
 from .report import FIGURE, dataset_summary, plot_accuracy_vs_budget, summary_markdown, write_summary
 from .store import SampleStore
@@ -120,10 +120,8 @@ class Grader:
     """Rollouts -> sample records (and regrading of stored ones) with one MathVerifier."""
 
     def __init__(self, cfg: EvalConfig, prep: Prepared, tag: str):
-        from nemo_lead.verify import MathVerifier
-
-        self.verifier = MathVerifier(cfg.verify_workers, cfg.verify_timeout_s, cfg.answer_region)
-        self.region, self.tag, self.prep = cfg.answer_region, tag, prep
+        self.region, self.tag, self.prep = cfg.verify.region(ANSWER_REGION), tag, prep
+        self.verifier = cfg.verify.verifier(ANSWER_REGION)
         self.stops = set(prep.params.stop_token_ids)
 
     def close(self) -> None:
@@ -151,7 +149,7 @@ class Grader:
         """Regrade stored samples graded in another answer region (no generation); their count."""
         stale = [r for r in store.records.values() if r.get("grading") != self.region]
         if stale:
-            _say(f"regrading {len(stale)} stored samples (answer_region {self.region})")
+            _say(f"regrading {len(stale)} stored samples (verify.answer_region {self.region})")
             grades = self._grade([r["response"] for r in stale], [r["gold"] for r in stale],
                                  [r["finish_reason"] == "stop" for r in stale])
             store.rewrite({**r, "extracted": g.extracted, "correct": g.correct, "status": g.status,
@@ -273,7 +271,7 @@ def _write_reports(cfg: EvalConfig, prep: Prepared, store: SampleStore) -> dict[
     budgets = budget_points(cfg)
     summary = {
         "model": prep.source.path, "model_kind": prep.source.kind, "model_step": prep.source.step,
-        "precision": prep.precision, "run": store.tag, "answer_region": cfg.answer_region,
+        "precision": prep.precision, "run": store.tag, "answer_region": cfg.verify.region(ANSWER_REGION),
         "sampling": dataclasses.asdict(prep.params), "problems_per_call": cfg.problems_per_call,
         "budgets": budgets, "report_budgets": list(cfg.report_budgets),
         "datasets": {name: dataset_summary(name, problems, store.records, prep.params.n, budgets)

@@ -1,5 +1,8 @@
 """From a `SubmitConfig` to the jobs to submit: which command each runs, on how many nodes and GPUs.
 
+`nemo-lead submit` sits above the pipeline: it reads recipes with the pipeline's reader
+(`nemo_lead.pipeline.recipe`) and stage kinds from its registry (`nemo_lead.pipeline.kinds`).
+
 A recipe becomes one job per stage, `nemo-lead run RECIPE --out OUT only=STAGE`, each sized by the
 stage's `slurm:` mapping (distillation and evaluation rarely want the training's node count) unless the
 command line says otherwise (`nemo_lead.launch.submit_config`: the order of the layers), in the recipe's
@@ -17,9 +20,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from nemo_lead.config import BASE_KEY, ConfigError, repo_root
+from nemo_lead.config import ConfigError, repo_root
 
 from .sbatch import JobPlan
 from .submit_config import DEFAULT_SIZE, SIZE_KEYS, SubmitConfig, check_size
@@ -27,45 +28,34 @@ from .submit_config import DEFAULT_SIZE, SIZE_KEYS, SubmitConfig, check_size
 
 def find_recipe_file(spec: str) -> Path | None:
     """A recipe given as a path, or by name in recipes/; None when it is neither."""
-    path = Path(spec).expanduser()
-    if path.is_file():
-        return path
-    for candidate in (repo_root() / "recipes" / spec, repo_root() / "recipes" / f"{spec}.yaml"):
-        if candidate.is_file():
-            return candidate
-    return None
+    from nemo_lead.pipeline.recipe import find_recipe
+
+    try:
+        return find_recipe(spec)
+    except ConfigError:
+        return None
 
 
-# stage kinds that use no GPU (problem selection, the demo's file preparation): one task, no GPUs,
+# a stage of a kind that needs no GPU (problem selection, the demo's files) runs as one task without GPUs,
 # unless the stage's `slurm:` says otherwise
-HOST_KINDS = ("select", "prepare")
 HOST_SIZE = {"nodes": 1, "gpus_per_node": 0, "tasks_per_node": 1}
 
 
-def recipe_stages(path: Path, _seen: tuple[Path, ...] = ()) -> dict[str, dict[str, Any]]:
-    """Stage name -> its size: the `slurm:` mapping, in the recipe's order (a `_base_` stage refined by
-    name); a stage of HOST_KINDS also has `host: True` (HOST_SIZE unless its `slurm:` says otherwise)."""
-    path = path.resolve()
-    if path in _seen:
-        raise ConfigError(f"{path}: `_base_` includes form a cycle")
-    try:
-        data = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as e:
-        raise ConfigError(f"{path}: invalid YAML: {getattr(e, 'problem', e)}") from None
-    if not isinstance(data, dict) or not isinstance(data.get("stages", []), list):
-        raise ConfigError(f"{path}: not a recipe (a mapping with a `stages:` list)")
-    stages = recipe_stages(path.parent / data[BASE_KEY], (*_seen, path)) if data.get(BASE_KEY) else {}
-    for i, stage in enumerate(data.get("stages", [])):
-        name = stage.get("name") if isinstance(stage, dict) else None
-        if not isinstance(name, str):
-            raise ConfigError(f"{path}: stage {i + 1} has no `name`")
-        slurm = stage.get("slurm") or {}
+def recipe_stages(path: Path) -> dict[str, dict[str, Any]]:
+    """Stage name -> its size: the `slurm:` mapping, in the recipe's order (read by the pipeline's recipe
+    reader: `_base_` includes, stages refined by name, errors naming file and line); a stage of a kind that
+    needs no GPU also has `host: True` (HOST_SIZE unless its `slurm:` says otherwise)."""
+    from nemo_lead.pipeline.kinds import KINDS
+    from nemo_lead.pipeline.recipe import read_recipe
+
+    stages = {}
+    for spec in read_recipe(path).stages:
         try:
-            check_size(slurm, f"stages[{name}].slurm.")
+            check_size(spec.slurm, f"stages[{spec.name}].slurm.")
         except ValueError as e:
-            raise ConfigError(f"{path}: {e}") from None
-        host = {"host": True} if stage.get("kind") in HOST_KINDS and name not in stages else {}
-        stages[name] = {**host, **stages.get(name, {}), **slurm}
+            raise ConfigError(f"{spec.location('slurm')}: {e}") from None
+        kind = KINDS.get(spec.kind)
+        stages[spec.name] = {**({"host": True} if kind is not None and not kind.needs_gpu else {}), **spec.slurm}
     return stages
 
 

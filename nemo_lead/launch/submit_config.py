@@ -1,4 +1,4 @@
-"""`SubmitConfig`: what `nemo-lead submit` reads (defaults in conf/submit.yaml).
+"""`SubmitConfig`: what `nemo-lead submit` reads (its defaults are the fields below).
 
 What the job runs (the "target"):
 

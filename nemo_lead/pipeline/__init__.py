@@ -3,12 +3,14 @@
     nemo-lead run recipes/lead-14b.yaml --out runs/lead-14b paths.base_model=/models/R1-14B
     nemo-lead demo                                  # = nemo-lead run recipes/demo.yaml --out runs/demo
 
-recipe.py reads recipe files; config.py resolves each stage's settings through its kind's schema; stages.py
-holds one function per stage kind (prepare, select, distill, sft, rl, eval); runner.py orders them, skips
-finished ones and resumes interrupted ones; report.py writes the summary table and figures.
+recipe.py reads recipe files (also for `nemo-lead submit`); kinds.py is the registry of stage kinds (schema,
+outputs, GPU or not, run function); config.py resolves each stage's settings through its kind's schema;
+stages.py holds one function per stage kind; runner.py orders them, skips finished ones and resumes
+interrupted ones; report.py writes the summary table and figures.
 """
 
-from .config import KIND_OUTPUTS, RunConfig
+from .config import RunConfig
+from .kinds import KINDS
 from .runner import run_recipe
 
-__all__ = ["KIND_OUTPUTS", "RunConfig", "run_recipe"]
+__all__ = ["KINDS", "RunConfig", "run_recipe"]

@@ -1,15 +1,7 @@
 """`RunConfig` (what `nemo-lead run` and `nemo-lead demo` read) and each stage's settings, resolved.
 
-Stage kinds and their keys (a recipe stage is `{name, kind, slurm?, <the kind's keys>}`):
-
-| kind | keys | outputs (`${stage:NAME.OUTPUT}`) |
-| --- | --- | --- |
-| prepare | `seed`: the embedded demo task's files and its tiny random model | model, sft_traces, rl_stage1, rl_stage2_extra, heldout |
-| select | `SelectConfig`: a problem set filtered by difficulty and/or by rollout accuracy in an RL run | data |
-| distill | `EvalConfig`'s keys (model = the teacher, data = the problems) + `keep` (first / shortest) | traces, samples |
-| sft | `SFTConfig`'s keys (`nemo-lead sft`; defaults conf/sft.yaml) | run, checkpoint |
-| rl | `RLConfig`'s keys (`nemo-lead rl`; defaults conf/rl.yaml) | run, checkpoint |
-| eval | `EvalConfig`'s keys (defaults conf/eval.yaml) + `models`: {row name: model} | folder |
+Stage kinds, their keys and outputs: `nemo_lead.pipeline.kinds` (a recipe stage is `{name, kind, slurm?,
+<the kind's keys>}`).
 
 The pipeline owns where things go: `out` of sft / rl is OUT/stages/NAME, each eval row's folder is
 OUT/stages/NAME/<row>; a recipe that sets `out` (or `model` of an eval stage) is told so.
@@ -31,18 +23,11 @@ from typing import Any, Optional
 
 import yaml
 
-from nemo_lead.config import ConfigError, conf_dir, load_config, to_yaml
+from nemo_lead.config import ConfigError, load_config, to_yaml
 
+from .kinds import KINDS, schema
 from .recipe import Recipe, Ref, StageSpec, find_recipe, read_recipe, substitute
 
-KIND_OUTPUTS: dict[str, tuple[str, ...]] = {
-    "prepare": ("model", "sft_traces", "rl_stage1", "rl_stage2_extra", "heldout"),
-    "select": ("data",),
-    "distill": ("traces", "samples"),
-    "sft": ("run", "checkpoint"),
-    "rl": ("run", "checkpoint"),
-    "eval": ("folder",),
-}
 KEEP_RULES = ("first", "shortest")
 BOUND_RE = re.compile(r"^\s*(<=|>=|<|>|==)\s*(-?[0-9.]+(?:[eE][-+]?[0-9]+)?)\s*$")
 
@@ -74,6 +59,14 @@ class RunConfig:
         for spec in recipe.stages:
             stage = resolve_stage(spec, recipe, self, None)
             self.resolved[spec.name] = {"kind": spec.kind, "settings": stage.as_dict()}
+
+
+@dataclass
+class DemoConfig(RunConfig):
+    """`nemo-lead demo`: `nemo-lead run demo --out runs/demo`."""
+
+    recipe: Optional[str] = "demo"
+    out: Optional[str] = "runs/demo"
 
 
 # ----------------------------------------------------------------------------- the kinds' own settings
@@ -154,22 +147,6 @@ class Stage:
         return data
 
 
-def _schema(kind: str):
-    if kind == "sft":
-        from nemo_lead.training.sft_config import SFTConfig
-
-        return SFTConfig
-    if kind == "rl":
-        from nemo_lead.training.rl_config import RLConfig
-
-        return RLConfig
-    if kind in ("eval", "distill"):
-        from nemo_lead.eval.config import EvalConfig
-
-        return EvalConfig
-    return {"prepare": PrepareConfig, "select": SelectConfig}[kind]
-
-
 def load_recipe(run: RunConfig) -> Recipe:
     """The recipe of `run`, with `paths.*` and `stages.NAME.*` overrides checked against it."""
     recipe = read_recipe(find_recipe(run.recipe))
@@ -190,9 +167,9 @@ def load_recipe(run: RunConfig) -> Recipe:
         if not isinstance(over, dict):
             raise ConfigError(f"command line: stages.{name} takes keys (stages.{name}.KEY=VALUE), not {over!r}")
     for spec in recipe.stages:
-        if spec.kind not in KIND_OUTPUTS:
+        if spec.kind not in KINDS:
             raise ConfigError(f"{spec.location('kind')}: stage {spec.name!r}: unknown kind {spec.kind!r} "
-                              f"(kinds: {', '.join(KIND_OUTPUTS)})")
+                              f"(kinds: {', '.join(KINDS)})")
     return recipe
 
 
@@ -234,9 +211,9 @@ def _stage_lookup(spec: StageSpec, recipe: Recipe, run: RunConfig, outputs: Opti
         if ref.key not in order or order.index(ref.key) >= order.index(spec.name):
             raise ConfigError(f"${{stage:{ref.key}.{ref.output}}}: no stage {ref.key!r} before stage {spec.name!r}")
         kind = recipe.stage(ref.key).kind
-        if ref.output not in KIND_OUTPUTS[kind]:
+        if ref.output not in KINDS[kind].outputs:
             raise ConfigError(f"${{stage:{ref.key}.{ref.output}}}: a {kind} stage's outputs are "
-                              f"{', '.join(KIND_OUTPUTS[kind])}")
+                              f"{', '.join(KINDS[kind].outputs)}")
         if outputs is None:
             return f"<stage {ref.key}: {ref.output}>"
         done = outputs.get(ref.key)
@@ -248,12 +225,9 @@ def _stage_lookup(spec: StageSpec, recipe: Recipe, run: RunConfig, outputs: Opti
     return lookup
 
 
-def _relocate(message: str, spec: StageSpec, cli_keys: set[str]) -> str:
+def _relocate(e: ConfigError, spec: StageSpec, cli_keys: set[str]) -> str:
     """A loader error about our key=value list, re-pointed at the recipe line (or the command line)."""
-    m = re.search(r"key '([^']+)'", message)
-    key = m.group(1) if m else None
-    rest = message.split(": ", 1)[1] if message.startswith("command line: ") else message
-    rest = rest.removeprefix("invalid configuration: ")
+    key, rest = e.key, e.reason
     if key is not None and key not in cli_keys and not any(key.startswith(k + ".") for k in cli_keys):
         where = spec.location(key)
     elif key is not None:
@@ -308,14 +282,12 @@ def resolve_stage(spec: StageSpec, recipe: Recipe, run: RunConfig, outputs: Opti
         items.append(("model", next(iter(models.values()))))
     if spec.kind in ("sft", "rl"):
         items.append(("out", str(folder)))
-    # the defaults of the matching command (`nemo-lead sft | rl | eval`); distill samples as eval does
-    default_file = {"sft": "sft.yaml", "rl": "rl.yaml", "eval": "eval.yaml", "distill": "eval.yaml"}.get(spec.kind)
-    files = [conf_dir() / default_file] if default_file else []
+    # the defaults of the matching command (`nemo-lead sft | rl | eval`: their dataclasses); distill samples
+    # as eval does
     try:
-        config = load_config(_schema(spec.kind), [f for f in files if f.is_file()],
-                             [_override(k, v) for k, v in items])
+        config = load_config(schema(spec.kind), [], [_override(k, v) for k, v in items])
     except ConfigError as e:
-        raise ConfigError(_relocate(str(e), spec, cli_keys)) from None
+        raise ConfigError(_relocate(e, spec, cli_keys)) from None
     return Stage(spec=spec, folder=folder, config=config, **extras)
 
 

@@ -6,7 +6,7 @@ summary.json: {"recipe", "out", "rows": [...], "figures": {...}}, one row per ev
 name, stage, dataset, checkpoint (the model evaluated), data (the problem file or built-in name), n,
 temperature, top_p, max_tokens, seed, cons@k, pass@1, mean_length, complete, eval_folder,
 accuracy_vs_budget, and `command`: the `nemo-lead eval` command line that reproduces the row (the flags
-above, plus every other setting that differs from conf/eval.yaml). Every number comes from the eval
+above, plus every other setting that differs from `nemo-lead eval`'s defaults). Every number comes from the eval
 folders' own summary.json.
 """
 
@@ -19,7 +19,7 @@ from typing import Any
 
 import yaml
 
-from nemo_lead.config import conf_dir, keys_where, load_config, to_yaml
+from nemo_lead.config import keys_where, load_config, to_yaml
 
 SUMMARY_JSON = "summary.json"
 SUMMARY_MD = "summary.md"
@@ -44,8 +44,7 @@ def eval_command(cfg, data: str) -> str:
     from nemo_lead.eval.config import EvalConfig
 
     mine = _flat(yaml.safe_load(to_yaml(cfg)))
-    base = _flat(yaml.safe_load(to_yaml(load_config(EvalConfig, [conf_dir() / "eval.yaml"],
-                                                      [f"model={cfg.model}"]))))
+    base = _flat(yaml.safe_load(to_yaml(load_config(EvalConfig, [], [f"model={cfg.model}"]))))
     parts = ["nemo-lead", "eval"]
     values = {**mine, "data": data}
     for key, flag in EVAL_FLAGS:

@@ -33,8 +33,9 @@ from typing import Any
 from nemo_lead.config import ConfigError, drop_keys, keys_where, save_config
 
 from .config import RunConfig, Stage, eval_row_config, load_recipe, resolve_stage
+from .kinds import run_function
 from .recipe import Recipe
-from .stages import STAGE_FUNCTIONS, StageStopped, say
+from .stages import StageStopped, say
 
 STATE_FILE = "pipeline_state.json"
 
@@ -105,7 +106,7 @@ def run_stage(stage: Stage, state: dict[str, Any], out: Path) -> None:
     write_state(out, state)
     start = time.monotonic()
     try:
-        outputs = STAGE_FUNCTIONS[stage.kind](stage)
+        outputs = run_function(stage.kind)(stage)
     except StageStopped as e:  # stopped cleanly (resumable), or failed with the command's exit status
         state["stages"][stage.name].update(status="stopped" if e.status == 0 else "failed", exit_status=e.status)
         raise

@@ -176,13 +176,3 @@ def run_eval_stage(stage: Stage) -> dict[str, str]:
         if status:
             raise StageStopped(f"stage {stage.name!r}: the evaluation of {row!r} exited with status {status}", status)
     return {"folder": str(stage.folder.resolve())}
-
-
-STAGE_FUNCTIONS = {
-    "prepare": run_prepare,
-    "select": run_select,
-    "distill": run_distill,
-    "sft": run_sft_stage,
-    "rl": run_rl_stage,
-    "eval": run_eval_stage,
-}

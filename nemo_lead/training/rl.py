@@ -317,7 +317,6 @@ def rl_job(cfg: RLConfig) -> None:
     """The RL loop on one rank (every rank of the job calls it)."""
     from nemo_lead.data import format_prompt, load_problems
     from nemo_lead.generation import build_engine, engine_config_for
-    from nemo_lead.verify import MathVerifier
     from nemo_lead.verify.extract import ends_inside_think
 
     from .data_order import DataOrder
@@ -334,8 +333,7 @@ def rl_job(cfg: RLConfig) -> None:
     stopped = False
     try:
         if run.is_writer:
-            verifier = MathVerifier(cfg.verify_workers, cfg.verify_timeout_s, cfg.resolved_answer_region,
-                                    rule=cfg.lead.outcome_rule)
+            verifier = cfg.verify.verifier(cfg.lead.default_answer_region, rule=cfg.lead.outcome_rule)
         engine_cfg = engine_config_for(cfg.engine, source)  # trtllm: a HF folder to build from; weights by refit
         ctx = RolloutContext(info=run.info, engine=build_engine(engine_cfg, run.actor), tokenizer=run.tokenizer,
                              prompt_cfg=cfg.prompt, verifier=verifier, check_repetition=cfg.lead.check_repetition,

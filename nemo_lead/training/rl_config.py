@@ -1,4 +1,4 @@
-"""`RLConfig`: what `nemo-lead rl` reads (defaults in conf/rl.yaml: the paper's 32 prompts x 8 samples,
+"""`RLConfig`: what `nemo-lead rl` reads (its defaults: the paper's 32 prompts x 8 samples,
 lr 1e-6, no KL, the LEAD preset).
 
 One step = `prompts_per_step` problems x `rollout.n` samples (more rounds of prompts under dynamic sampling,
@@ -15,16 +15,12 @@ from nemo_lead.algorithms import LeadConfig
 from nemo_lead.config import setting
 from nemo_lead.data import PromptConfig
 from nemo_lead.generation import EngineConfig
+from nemo_lead.verify import VerifyConfig
 
-from .actor_config import ActorConfig, ActorOptimConfig
+from .actor_config import ActorConfig
 from .run_config import RunSettings
 
-ANSWER_REGIONS = ("after_think", "before_think", "all")
 OLD_LOGPROBS = ("auto", "recompute")
-
-
-def _rl_actor() -> ActorConfig:
-    return ActorConfig(optim=ActorOptimConfig(lr=1e-6, weight_decay=0.01, clip_grad=1.0))
 
 
 @dataclass
@@ -60,7 +56,7 @@ class ValidationConfig:
 class RLConfig(RunSettings):
     steps: Optional[int] = setting(100, resume="free")
     save_every: int = setting(10, resume="flag", results=False)
-    actor: ActorConfig = field(default_factory=_rl_actor)
+    actor: ActorConfig = field(default_factory=ActorConfig)  # its optimizer's defaults are the paper's RL ones
     engine: EngineConfig = field(default_factory=EngineConfig)
     lead: LeadConfig = field(default_factory=LeadConfig.paper)
     data: RLDataConfig = field(default_factory=RLDataConfig)
@@ -75,11 +71,9 @@ class RLConfig(RunSettings):
     # auto: with one optimizer step on freshly sampled data (ppo_epochs = minibatches = 1) the old log-probs
     # are the update's own (detached), so no forward pass of their own; recompute: always a pass of their own
     old_logprobs: str = "auto"
-    # where the final answer is read: after_think | before_think | all; None: the LEAD preset's
-    # (`lead.default_answer_region`: before_think for reference_code*, after_think otherwise)
-    answer_region: Optional[str] = None
-    verify_workers: int = setting(2, resume="free", results=False)  # grader processes (rank 0)
-    verify_timeout_s: float = 5.0
+    # grading; verify.answer_region None: the LEAD preset's (`lead.default_answer_region`: before_think for
+    # reference_code*, after_think otherwise)
+    verify: VerifyConfig = field(default_factory=VerifyConfig)
     # RUN/rollouts/step_NNNNNN.jsonl: prompt, response, reward, outcome per sample
     log_rollouts: bool = setting(True, resume="flag", results=False)
     # a NaN / inf loss or gradient norm stops the run (last good checkpoint kept)
@@ -91,7 +85,7 @@ class RLConfig(RunSettings):
             raise ValueError("data.path must name a problem set (--data PROBLEMS)")
         if self.steps is None:
             raise ValueError("steps must be set for rl (--steps N)")
-        for key in ("prompts_per_step", "max_rounds", "ppo_epochs", "minibatches", "verify_workers"):
+        for key in ("prompts_per_step", "max_rounds", "ppo_epochs", "minibatches"):
             if getattr(self, key) < 1:
                 raise ValueError(f"{key} must be >= 1, got {getattr(self, key)}")
         if self.rollout.n < 1 or self.rollout.max_tokens < 1:
@@ -102,8 +96,6 @@ class RLConfig(RunSettings):
             raise ValueError("rollout.temperature must be > 0 (the policy-gradient ratio needs a sampling distribution)")
         if self.old_logprobs not in OLD_LOGPROBS:
             raise ValueError(f"old_logprobs must be one of {list(OLD_LOGPROBS)}, got {self.old_logprobs!r}")
-        if self.answer_region is not None and self.answer_region not in ANSWER_REGIONS:
-            raise ValueError(f"answer_region must be one of {list(ANSWER_REGIONS)} or null, got {self.answer_region!r}")
         if self.lead.rollout_correction.enabled and self.engine.kind == "trtllm" and self.rollout.top_p < 1:
             raise ValueError(f"lead.rollout_correction.mode={self.lead.rollout_correction.mode} needs the engine's "
                              "untruncated log-probs, which engine.kind=trtllm cannot report with rollout.top_p < 1: "
@@ -111,7 +103,7 @@ class RLConfig(RunSettings):
 
     @property
     def resolved_answer_region(self) -> str:
-        """`answer_region`, or the LEAD preset's where it is None."""
-        return self.answer_region or self.lead.default_answer_region
+        """`verify.answer_region`, or the LEAD preset's where it is None."""
+        return self.verify.region(self.lead.default_answer_region)
         if self.validation.every < 1 or self.validation.n < 1:
             raise ValueError("validation.every and validation.n must be >= 1")

@@ -73,6 +73,13 @@ def config_differences(saved: dict, current: dict, defaults: dict | None = None)
             if a.get(k) != b.get(k) and not (k not in a and k in d and b.get(k) == d[k])]
 
 
+def _known(rules: dict[str, dict], key: str) -> bool:
+    """The key, or the section it is in, is a setting of this nemo-lead (a saved key renamed or removed since
+    is not: its new spelling is what gets compared)."""
+    parts = key.split(".")
+    return any(".".join(parts[:i]) in rules for i in range(len(parts), 0, -1))
+
+
 def _rule(rules: dict[str, dict], key: str) -> str:
     """The resume rule of a dotted key (a key inside an open mapping takes its section's)."""
     while key not in rules and "." in key:
@@ -159,7 +166,7 @@ class RunFolder:
             if unknown:
                 raise RunFolderError(f"allow_change: {', '.join(unknown)} may not change when a run continues; "
                                      f"the keys that may are: {', '.join(flagged)}")
-            diff = config_differences(saved, current, defaults)
+            diff = [d for d in config_differences(saved, current, defaults) if _known(rules, d[0])]
             refused = [d for d in diff if _rule(rules, d[0]) == "fixed"
                        or (_rule(rules, d[0]) == "flag" and d[0] not in allowed)]
             lines = [f"{k}: {a!r} -> {b!r}" + ("  (allowed with --allow-change " + k + ")"

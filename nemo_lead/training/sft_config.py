@@ -1,4 +1,4 @@
-"""`SFTConfig`: what `nemo-lead sft` reads (defaults in conf/sft.yaml).
+"""`SFTConfig`: what `nemo-lead sft` reads (its defaults are the fields below).
 
 A step is `global_batch` traces (rows of the trace set, in a seeded per-epoch shuffle), packed into rows of
 at most `data.max_seq_len` tokens; the loss is the mean over every assistant token of the step's traces,

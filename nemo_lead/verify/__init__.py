@@ -11,8 +11,9 @@ is imported when the first grades are built).
 """
 
 from .canonical import canonical_answer
+from .config import VerifyConfig
 from .extract import extract_answer
 from .repetition import find_repetition
 from .verifier import Grade, MathVerifier
 
-__all__ = ["Grade", "MathVerifier", "canonical_answer", "extract_answer", "find_repetition"]
+__all__ = ["Grade", "MathVerifier", "VerifyConfig", "canonical_answer", "extract_answer", "find_repetition"]

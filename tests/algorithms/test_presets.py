@@ -56,11 +56,11 @@ def test_rl_answer_region_follows_the_preset_unless_set():
     from nemo_lead.config import load_config
     from nemo_lead.training.rl_config import RLConfig
 
-    base = ["data.path=problems.jsonl", "out=runs/x"]
+    base = ["data.path=problems.jsonl", "out=runs/x", "actor.model=tiny-qwen2"]
     assert load_config(RLConfig, [], base).resolved_answer_region == "after_think"
     cfg = load_config(RLConfig, [], [*base, "lead.preset=reference_code"])
-    assert (cfg.answer_region, cfg.resolved_answer_region) == (None, "before_think")
-    cfg = load_config(RLConfig, [], [*base, "lead.preset=reference_code_stage2", "answer_region=after_think"])
+    assert (cfg.verify.answer_region, cfg.resolved_answer_region) == (None, "before_think")
+    cfg = load_config(RLConfig, [], [*base, "lead.preset=reference_code_stage2", "verify.answer_region=after_think"])
     assert cfg.resolved_answer_region == "after_think"
     cfg = load_config(RLConfig, [], [*base, "lead.outcome_rule=reference_code"])
     assert cfg.resolved_answer_region == "before_think"

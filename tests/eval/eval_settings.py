@@ -10,5 +10,5 @@ N, MAX_TOKENS, PER_CALL = 3, 12, 2  # 5 problems x 3 samples, in chunks (a, b), 
 def eval_args(model, data, out, *extra: str) -> list[str]:
     """`nemo-lead eval` arguments of the reference run (fp32 tiny model, small budget)."""
     return ["eval", "--model", str(model), "--data", str(data), "--out", str(out), "--n", str(N),
-            "--max-tokens", str(MAX_TOKENS), f"problems_per_call={PER_CALL}", "verify_workers=1",
+            "--max-tokens", str(MAX_TOKENS), f"problems_per_call={PER_CALL}", "verify.workers=1",
             "budgets=[4,8,12]", "report_budgets=[8]", *extra]

@@ -35,7 +35,7 @@ def test_tp2_and_dp2_give_the_reference_samples(tiny, problems_file, reference_r
     def config(out, tp):
         return resolve_config("eval", [], [
             f"model={tiny}", f"data={problems_file}", f"out={out}", f"sampling.n={N}", f"sampling.max_tokens={MAX_TOKENS}",
-            f"problems_per_call={PER_CALL}", "verify_workers=1", "budgets=[4,8,12]", "report_budgets=[8]", f"tp={tp}"])
+            f"problems_per_call={PER_CALL}", "verify.workers=1", "budgets=[4,8,12]", "report_budgets=[8]", f"tp={tp}"])
 
     tp2, dp2 = tmp_path / "tp2", tmp_path / "dp2"
     run_distributed(_job, 2, [config(tp2, 2), config(dp2, 1)], timeout=180)

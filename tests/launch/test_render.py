@@ -7,7 +7,6 @@ import stat
 import subprocess
 import sys
 import textwrap
-from pathlib import Path
 
 import pytest
 
@@ -16,11 +15,9 @@ from nemo_lead.config import ConfigError, load_config
 from nemo_lead.launch.sbatch import TASK_WRAPPER, sbatch_options
 from nemo_lead.launch.submit import SubmitConfig, render_jobs
 
-CONF = Path(__file__).resolve().parents[2] / "conf" / "submit.yaml"
-
 
 def config(*overrides: str) -> SubmitConfig:
-    return load_config(SubmitConfig, [CONF], list(overrides))
+    return load_config(SubmitConfig, [], list(overrides))
 
 
 def srun_words(script: str) -> list[str]:

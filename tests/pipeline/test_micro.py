@@ -47,7 +47,7 @@ stages:
     prompts_per_step: 4
     max_rounds: 1
     rollout: {n: 4, temperature: 1.0, max_tokens: 16}
-    verify_workers: 1
+    verify.workers: 1
     progress: lines
     tensorboard: false
 """
@@ -61,7 +61,7 @@ stages:
     prompt: {suffix: ""}
     keep: shortest
     sampling: {n: 3, temperature: 0.7, top_p: 1.0, max_tokens: 16, seed: 7}
-    verify_workers: 1
+    verify.workers: 1
 """
 
 

@@ -10,15 +10,16 @@ import pytest
 import yaml
 
 from nemo_lead.cli import main
-from nemo_lead.config import ConfigError, conf_dir, load_config
+from nemo_lead.config import ConfigError, load_config
 from nemo_lead.pipeline.config import RunConfig
+from nemo_lead.pipeline.kinds import KINDS
 from nemo_lead.pipeline.recipe import recipes_dir
 
 RECIPES = sorted(p.stem for p in recipes_dir().glob("*.yaml"))
 
 
 def resolve(recipe: str, *overrides: str) -> RunConfig:
-    return load_config(RunConfig, [conf_dir() / "run.yaml"], [f"recipe={recipe}", *overrides])
+    return load_config(RunConfig, [], [f"recipe={recipe}", *overrides])
 
 
 def test_the_paper_recipes_and_the_demo_exist():
@@ -32,7 +33,7 @@ def test_every_recipe_resolves(name, capsys):
     printed = yaml.safe_load(capsys.readouterr().out)
     assert printed["out"] == f"runs/{name}"
     for stage in printed["resolved"].values():
-        assert stage["kind"] in ("prepare", "select", "distill", "sft", "rl", "eval") and stage["settings"]
+        assert stage["kind"] in KINDS and stage["settings"]
 
 
 def test_ablation_rungs_differ_only_in_the_lead_preset():

@@ -4,14 +4,15 @@ the stage-2 selection from the stage-1 run folder, and summary.json / summary.md
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
 import pytest
 
-from nemo_lead.config import conf_dir, load_config
-from nemo_lead.pipeline import stages as stage_functions
+from nemo_lead.config import load_config
 from nemo_lead.pipeline.config import RunConfig
+from nemo_lead.pipeline.kinds import KINDS
 from nemo_lead.pipeline.runner import STATE_FILE, run_recipe
 from nemo_lead.pipeline.stages import StageStopped
 
@@ -54,6 +55,10 @@ stages:
 def _write_jsonl(path: Path, rows: list[dict]) -> Path:
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     return path
+
+
+def _replace_run(monkeypatch, kind: str, fn) -> None:
+    monkeypatch.setitem(KINDS, kind, dataclasses.replace(KINDS[kind], run=fn))
 
 
 @pytest.fixture
@@ -102,14 +107,13 @@ def setup(tmp_path, monkeypatch):
                                          "accuracy_vs_budget": {"32": 0.2 + 0.1 * i, "64": 0.4 + 0.1 * i}}}}))
         return {"folder": str(stage.folder.resolve())}
 
-    for kind in ("sft", "rl"):
-        monkeypatch.setitem(stage_functions.STAGE_FUNCTIONS, kind, fake_run)
-    monkeypatch.setitem(stage_functions.STAGE_FUNCTIONS, "eval", fake_eval)
+    for kind, fake in (("sft", fake_run), ("rl", fake_run), ("eval", fake_eval)):
+        _replace_run(monkeypatch, kind, fake)
     return recipe, tmp_path / "out", calls, stop_once
 
 
 def run(recipe: Path, out: Path, *overrides: str) -> int:
-    return run_recipe(load_config(RunConfig, [conf_dir() / "run.yaml"], [f"recipe={recipe}", f"out={out}", *overrides]))
+    return run_recipe(load_config(RunConfig, [], [f"recipe={recipe}", f"out={out}", *overrides]))
 
 
 def _state(out: Path) -> dict:
@@ -185,7 +189,7 @@ def test_changed_settings_run_a_finished_stage_again(setup):
     assert [name for name, _ in calls] == ["rl2", "eval"]  # eval reads rl2's new checkpoint
     assert dict(calls)["eval"]["stage 2"].endswith("step_000005")
     calls.clear()
-    assert run(recipe, out, "stages.rl2.steps=5", "stages.rl1.progress=none", "stages.eval.verify_workers=1") == 0
+    assert run(recipe, out, "stages.rl2.steps=5", "stages.rl1.progress=none", "stages.eval.verify.workers=1") == 0
     assert calls == []  # how a stage reports or how many grading processes it uses changes no result
 
 
@@ -225,19 +229,19 @@ def test_dry_run_says_what_a_run_would_do_with_the_same_overrides(setup, capsys)
 
 def test_a_failed_stage_is_recorded_and_not_called_resumable(setup, monkeypatch, capsys):
     recipe, out, calls, _ = setup
-    real = stage_functions.STAGE_FUNCTIONS["rl"]
+    real = KINDS["rl"].run
 
     def refused(stage):  # what a loop that refuses changed settings returns: exit status 2
         raise StageStopped(f"stage {stage.name!r} exited with status 2", 2)
 
-    monkeypatch.setitem(stage_functions.STAGE_FUNCTIONS, "rl", refused)
+    _replace_run(monkeypatch, "rl", refused)
     assert run(recipe, out) == 2
     err = capsys.readouterr().err
     assert "fails the same way when run again" in err and "run the same command again to resume" not in err
     assert _state(out)["rl1"]["status"] == "failed" and _state(out)["rl1"]["exit_status"] == 2
     assert run(recipe, out, "dry_run=true") == 0
     assert _planned(capsys.readouterr().out)["rl1"] == "failed"
-    monkeypatch.setitem(stage_functions.STAGE_FUNCTIONS, "rl", real)
+    _replace_run(monkeypatch, "rl", real)
     assert run(recipe, out) == 0 and _state(out)["rl1"]["status"] == "done"
 
 
