@@ -165,7 +165,7 @@ def eval_metrics(folder: Path, difficulty: dict, half: int) -> dict:
     curve = {int(b): a for b, a in d["accuracy_vs_budget"].items()}
     hard = [json.loads(line)["correct"] for line in (folder / "samples.jsonl").read_text().splitlines()
             if line.strip() and difficulty.get(json.loads(line)["problem_id"]) in HARD]
-    return {"cons": d["cons_at_k"], "pass1": d["pass_at_1"], "length": d["len_avg"], "half": curve[half],
+    return {"cons": d["cons@k"], "pass1": d["pass@1"], "length": d["mean_length"], "half": curve[half],
             "hard": statistics.fmean(hard) if hard else float("nan"), "curve": curve, "k": d["samples_per_problem"]}
 
 

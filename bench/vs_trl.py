@@ -281,7 +281,7 @@ def evaluate(model: str, paths: dict, shape: dict, out: Path) -> dict:
     per_problem: dict[str, list[bool]] = {}
     for row in _jsonl(out / "samples.jsonl"):
         per_problem.setdefault(row["problem_id"], []).append(bool(row["correct"]))
-    return {"pass_at_1": d["pass_at_1"], "len_avg": d["len_avg"], "samples": d["samples"], "problems": d["problems"],
+    return {"pass_at_1": d["pass@1"], "len_avg": d["mean_length"], "samples": d["samples"], "problems": d["problems"],
             "per_problem": {k: sum(v) / len(v) for k, v in per_problem.items()}}
 
 

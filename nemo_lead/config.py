@@ -361,7 +361,6 @@ def to_yaml(obj: Any) -> str:
 
 def save_config(obj: Any, path: str | os.PathLike) -> None:
     """Write the resolved configuration atomically (temp file, then rename)."""
-    path = Path(path)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(to_yaml(obj))
-    tmp.replace(path)
+    from .files import write_atomic
+
+    write_atomic(path, to_yaml(obj))

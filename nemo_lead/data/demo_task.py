@@ -8,7 +8,7 @@ and length to lose.
 Problems: `3+5-2+7-4`, one-digit operands, 2 to 6 of them, drawn so that every running value stays in
 `VALUE_RANGE` (0-9: a ~1M-parameter model learns the ~110 one-digit facts in minutes; chains whose running
 values reach two digits need many more facts and were far from learned in the same budget). The difficulty
-is the number of operands (2..6), so the paper's stage-1 filter `filter_by_difficulty(problems, 2.5)` keeps
+is the number of operands (2..6), so the paper's stage-1 filter (`difficulty: ">= 2.5"`) keeps
 chains of three or more. The prompt is the problem followed by `DEMO_PROMPT.suffix`.
 
 Trace (the response, which starts inside the think block the chat template opened): the problem restated,

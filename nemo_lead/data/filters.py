@@ -4,7 +4,10 @@
     stage 1 (authors' code)   difficulty >= 3.5 and an answer "sympy can evaluate"
                               (`deepscaler/data/preprocess/data_preprocess.ipynb`)
     stage 2                   pass_rate <= 0.75 (the stage-1 model's 16-sample accuracy; the shipped
-                              `lead_stage2` set holds the unfiltered rates, up to 1.0)
+                              `lead_stage2` set holds the unfiltered rates, up to 1.0), or a stage-1 run's
+                              rollout accuracy <= 0.75 (`nemo_lead.pipeline.select`)
+
+The recipes' `select` stages apply them (`difficulty: ">= 2.5"`, `accuracy: "<= 0.75"`).
 
 A problem without the field a filter reads is an error, not a silent drop: filtering a set that has no
 difficulty ratings is a configuration mistake.
@@ -13,14 +16,25 @@ difficulty ratings is a configuration mistake.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from .problems import Problem
 from .readers import DataError
 
-STAGE1_MIN_DIFFICULTY = 2.5  # paper
-STAGE1_REFERENCE_MIN_DIFFICULTY = 3.5  # authors' preprocessing notebook
-STAGE2_MAX_PASS_RATE = 0.75
+STAGE1_DIFFICULTY = ">= 2.5"  # the paper's stage-1 set (a `select` stage's `difficulty:`)
+STAGE1_REFERENCE_DIFFICULTY = ">= 3.5"  # the authors' preprocessing notebook
+STAGE2_PASS_RATE = "<= 0.75"  # the paper's stage-2 set (`accuracy:` over a stage-1 run, or `pass_rate`)
+BOUND_RE = re.compile(r"^\s*(<=|>=|<|>|==)\s*(-?[0-9.]+(?:[eE][-+]?[0-9]+)?)\s*$")
+
+
+def parse_bound(text: str, key: str = "bound") -> Callable[[float], bool]:
+    """">= 2.5" -> a predicate (<, <=, >, >=, ==); a ValueError naming `key` for anything else."""
+    m = BOUND_RE.match(str(text))
+    if not m:
+        raise ValueError(f"{key}={text!r} must be a comparison like '>= 2.5' or '<= 0.75'")
+    op, value = m.group(1), float(m.group(2))
+    return {"<": lambda x: x < value, "<=": lambda x: x <= value, ">": lambda x: x > value,
+            ">=": lambda x: x >= value, "==": lambda x: x == value}[op]
 
 
 def _number(p: Problem, key: str) -> float:
@@ -31,23 +45,12 @@ def _number(p: Problem, key: str) -> float:
     return float(value)
 
 
-def filter_by_difficulty(
-    problems: Sequence[Problem], min_difficulty: float = STAGE1_MIN_DIFFICULTY, key: str = "difficulty"
-) -> list[Problem]:
-    """Problems with meta[key] >= min_difficulty."""
-    return [p for p in problems if _number(p, key) >= min_difficulty]
-
-
-def filter_by_pass_rate(
-    problems: Sequence[Problem],
-    max_pass_rate: float = STAGE2_MAX_PASS_RATE,
-    *,
-    min_pass_rate: float | None = None,
-    key: str = "pass_rate",
-) -> list[Problem]:
-    """Problems with min_pass_rate <= meta[key] <= max_pass_rate (both bounds inclusive)."""
-    lo = float("-inf") if min_pass_rate is None else min_pass_rate
-    return [p for p in problems if lo <= _number(p, key) <= max_pass_rate]
+def filter_by_bound(problems: Sequence[Problem], key: str, bound: str) -> list[Problem]:
+    """Problems whose meta[key] satisfies `bound` (">= 2.5", "<= 0.75", ...): the `select` stage's
+    `difficulty:` filter, and the paper's curricula (`STAGE1_DIFFICULTY` on `difficulty`, `STAGE2_PASS_RATE`
+    on `pass_rate`)."""
+    keep = parse_bound(bound, key)
+    return [p for p in problems if keep(_number(p, key))]
 
 
 # ----------------------------------------------------------------------------- "sympy can evaluate"

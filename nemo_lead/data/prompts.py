@@ -115,6 +115,16 @@ def format_prompt(tokenizer: Any, problem: Problem | str, cfg: PromptConfig | No
     return cfg.plain_template.format(system=system, user=user_turn(problem, cfg))
 
 
+def open_think(tokenizer: Any, cfg: PromptConfig | None = None) -> str:
+    """The open think block the rendered prompt ends inside (R1-Distill's generation prompt ends with
+    `<think>\\n`): its text from `<think>` on, or "" when the prompt opens none. Graders prepend it to a
+    response (a response that never closes it has no answer); distilled traces start with it."""
+    from nemo_lead.verify.extract import THINK_OPEN, ends_inside_think
+
+    prompt = format_prompt(tokenizer, "x", cfg)
+    return prompt[prompt.rfind(THINK_OPEN):] if ends_inside_think(prompt) else ""
+
+
 def prompt_token_ids(
     tokenizer: Any, problems: Sequence[Problem | str], cfg: PromptConfig | None = None
 ) -> list[list[int]]:

@@ -39,6 +39,12 @@ import numpy as np
 from nemo_lead.verify import canonical_answer
 from nemo_lead.verify.match import TimeUp, answers_match, time_limit
 
+# The names of the three scores wherever they are stored (eval summary.json, rl val.jsonl, the pipeline's
+# summary.json) and shown in TensorBoard (rl: val/pass@1, ...): one spelling.
+PASS_AT_1, CONS_AT_K, MEAN_LENGTH = "pass@1", "cons@k", "mean_length"
+# Spellings of eval summary.json files written before 2026-12-01, read back as the names above.
+OLD_SCORE_NAMES = {"pass_at_1": PASS_AT_1, "cons_at_k": CONS_AT_K, "len_avg": MEAN_LENGTH}
+
 # cons_at_k with k < n averages the vote over all C(n, k) subsets when there are at most this many,
 # else over CONS_SAMPLED_SUBSETS subsets drawn with a fixed seed per problem (so a score never changes
 # between runs, and one problem's estimate does not depend on the others).

@@ -18,8 +18,18 @@ from pathlib import Path
 from typing import Any
 
 from nemo_lead.data import Problem
+from nemo_lead.files import write_atomic
 
-from .metrics import accuracy_vs_budget, cons_at_k, mean_length, pass_at_k
+from .metrics import (
+    CONS_AT_K,
+    MEAN_LENGTH,
+    OLD_SCORE_NAMES,
+    PASS_AT_1,
+    accuracy_vs_budget,
+    cons_at_k,
+    mean_length,
+    pass_at_k,
+)
 
 SUMMARY_JSON = "summary.json"
 SUMMARY_MD = "summary.md"
@@ -41,9 +51,9 @@ def dataset_summary(name: str, problems: Sequence[Problem], records: dict, n: in
         "samples": len(flat),
         "samples_per_problem": n,
         "complete": all(len(r) == n for r in rows),
-        "cons_at_k": cons_at_k([[x["extracted"] for x in r] for _, r in scored], [p.answer for p, _ in scored]),
-        "pass_at_1": pass_at_k(correct, 1),
-        "len_avg": mean_length(lengths),
+        CONS_AT_K: cons_at_k([[x["extracted"] for x in r] for _, r in scored], [p.answer for p, _ in scored]),
+        PASS_AT_1: pass_at_k(correct, 1),
+        MEAN_LENGTH: mean_length(lengths),
         "truncated": sum(x["finish_reason"] == "length" for x in flat) / len(flat),
         "no_answer": sum(x["status"] in ("no_answer", "truncated") for x in flat) / len(flat),
         "accuracy_vs_budget": {str(b): v for b, v in accuracy_vs_budget(correct, lengths, budgets).items()},
@@ -79,7 +89,7 @@ def summary_markdown(summary: dict[str, Any]) -> str:
     for name, d in summary["datasets"].items():
         acc = d["accuracy_vs_budget"]
         rows.append([name, f"{d['problems_scored']}/{d['problems']}" if not d["complete"] else str(d["problems"]),
-                     f"{d['cons_at_k']:.3f}", f"{d['pass_at_1']:.3f}", _fmt_len(d["len_avg"]),
+                     f"{d[CONS_AT_K]:.3f}", f"{d[PASS_AT_1]:.3f}", _fmt_len(d[MEAN_LENGTH]),
                      *[f"{acc[str(b)]:.3f}" if str(b) in acc else "-" for b in budgets], f"{d['truncated']:.1%}"])
     k = summary["sampling"]["n"]
     return (f"# Evaluation of {Path(summary['model']).name}\n\n{settings_line(summary)}\n\n"
@@ -87,11 +97,8 @@ def summary_markdown(summary: dict[str, Any]) -> str:
 
 
 def write_summary(folder: Path, summary: dict[str, Any]) -> None:
-    for name, text in ((SUMMARY_JSON, json.dumps(summary, indent=2, sort_keys=True) + "\n"),
-                       (SUMMARY_MD, summary_markdown(summary))):
-        tmp = folder / (name + ".tmp")
-        tmp.write_text(text)
-        tmp.replace(folder / name)
+    write_atomic(folder / SUMMARY_JSON, json.dumps(summary, indent=2, sort_keys=True) + "\n")
+    write_atomic(folder / SUMMARY_MD, summary_markdown(summary))
 
 
 def read_summary(run: str) -> dict[str, Any]:
@@ -106,6 +113,10 @@ def read_summary(run: str) -> dict[str, Any]:
         summary = None
     if not isinstance(summary, dict) or not {"datasets", "sampling", "model"} <= summary.keys():
         raise ValueError(f"{path}: not a summary written by `nemo-lead eval`")
+    for scores in summary["datasets"].values():  # older spellings of the three scores
+        for old, new in OLD_SCORE_NAMES.items():
+            if old in scores:
+                scores.setdefault(new, scores.pop(old))
     return summary
 
 
@@ -128,7 +139,7 @@ def compare_markdown(runs: Sequence[str]) -> str:
         row = [label]
         for d in datasets:
             x = s["datasets"].get(d)
-            row += [f"{x['cons_at_k']:.3f}", f"{x['pass_at_1']:.3f}", _fmt_len(x["len_avg"])] if x else ["-"] * 3
+            row += [f"{x[CONS_AT_K]:.3f}", f"{x[PASS_AT_1]:.3f}", _fmt_len(x[MEAN_LENGTH])] if x else ["-"] * 3
         rows.append(row)
     notes = "".join(f"- {label}: {settings_line(s)}\n" for label, s in summaries)
     return markdown_table(header, rows) + "\n" + notes

@@ -35,14 +35,14 @@ from nemo_lead.algorithms import outcome_label
 from nemo_lead.data import (
     Problem,
     PromptConfig,
-    format_prompt,
+    open_think,
     prompt_settings,
     prompt_token_ids,
     resolve_prompt,
 )
 from nemo_lead.generation import SamplingParams
 from nemo_lead.models.source import ModelSource, model_source, resolve_precision
-from nemo_lead.verify.extract import THINK_OPEN, ends_inside_think
+from nemo_lead.verify.extract import THINK_OPEN
 
 from .config import ANSWER_REGION, EvalConfig, budget_points, dataset_specs, default_out
 from .plan import Chunk, load_datasets, plan_chunks
@@ -91,11 +91,10 @@ def prepare(cfg: EvalConfig) -> Prepared:
         "prompt": prompt_settings(prompt_cfg),
         "problems_per_call": cfg.problems_per_call,
     }
-    prompt = format_prompt(tokenizer, "x", prompt_cfg)
     return Prepared(
         out=Path(cfg.out or default_out(cfg)), source=source, precision=precision, tokenizer=tokenizer, datasets=datasets,
         chunks=plan_chunks(datasets, cfg.problems_per_call, params.seed), params=params, settings=settings,
-        think_open=ends_inside_think(prompt), prompt=prompt_cfg,
+        think_open=bool(open_think(tokenizer, prompt_cfg)), prompt=prompt_cfg,
     )
 
 

@@ -32,6 +32,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from nemo_lead.files import append_jsonl, jsonl_text, write_atomic
+
 SAMPLES_FILE = "samples.jsonl"
 RUN_FILE = "run.json"
 RECORD_KEYS = ("dataset", "problem_id", "sample", "run")
@@ -125,10 +127,8 @@ class SampleStore:
 
     def _write_run_file(self) -> None:
         run_file = self.folder / RUN_FILE
-        tmp = run_file.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps({"run": self.tag, "settings": self.settings, "problems": self.problems},
-                                  indent=2, sort_keys=True))
-        tmp.replace(run_file)
+        write_atomic(run_file, json.dumps({"run": self.tag, "settings": self.settings, "problems": self.problems},
+                                          indent=2, sort_keys=True))
 
     def _check_run_file(self) -> None:
         run_file = self.folder / RUN_FILE
@@ -192,11 +192,7 @@ class SampleStore:
         new = [r for r in records if record_key(r) not in self.records]
         if not new:
             return
-        text = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in new)
-        with open(self.samples_path, "a", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
+        append_jsonl(self.samples_path, new, fsync=True)
         for r in new:
             self.records[record_key(r)] = r
 
@@ -204,9 +200,4 @@ class SampleStore:
         """Replace records with the same keys (regrading), writing the whole file atomically."""
         for r in records:
             self.records[record_key(r)] = r
-        tmp = self.samples_path.with_suffix(".jsonl.tmp")
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in self.records.values()))
-            f.flush()
-            os.fsync(f.fileno())
-        tmp.replace(self.samples_path)
+        write_atomic(self.samples_path, jsonl_text(self.records.values()), fsync=True)

@@ -28,6 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from nemo_lead.files import write_atomic
+
 HF_DTYPES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
 PRECISIONS = ("fp32", "bf16", "fp16", "fp8")  # fp8: bf16 parameters + Transformer Engine FP8 GEMMs
 PRECISION_CHOICES = ("auto", *PRECISIONS)  # what a `precision` setting accepts
@@ -150,10 +152,7 @@ def content_hash(path: Path) -> str:
     cache = {k: v for k, v in cache.items() if not k.startswith(f"{path}|")}  # one entry per file
     cache[key] = digest
     try:
-        cache_path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = cache_path.with_name(f"{cache_path.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(cache))
-        tmp.replace(cache_path)
+        write_atomic(cache_path, json.dumps(cache))
     except OSError:  # a read-only home: hashes are recomputed next time, nothing else changes
         pass
     return digest

@@ -16,7 +16,6 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import re
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
@@ -24,12 +23,12 @@ from typing import Any, Optional
 import yaml
 
 from nemo_lead.config import ConfigError, load_config, to_yaml
+from nemo_lead.data.filters import parse_bound
 
 from .kinds import KINDS, schema
 from .recipe import Recipe, Ref, StageSpec, find_recipe, read_recipe, substitute
 
 KEEP_RULES = ("first", "shortest")
-BOUND_RE = re.compile(r"^\s*(<=|>=|<|>|==)\s*(-?[0-9.]+(?:[eE][-+]?[0-9]+)?)\s*$")
 
 
 @dataclass
@@ -106,16 +105,6 @@ class SelectConfig:
             raise ValueError("accuracy and from_run go together: the accuracy is the one measured in from_run")
         if self.limit is not None and self.limit < 1:
             raise ValueError(f"limit must be >= 1, got {self.limit}")
-
-
-def parse_bound(text: str, key: str = "bound") -> Callable[[float], bool]:
-    """">= 2.5" -> a predicate (<, <=, >, >=, ==)."""
-    m = BOUND_RE.match(str(text))
-    if not m:
-        raise ValueError(f"{key}={text!r} must be a comparison like '>= 2.5' or '<= 0.75'")
-    op, value = m.group(1), float(m.group(2))
-    return {"<": lambda x: x < value, "<=": lambda x: x <= value, ">": lambda x: x > value,
-            ">=": lambda x: x >= value, "==": lambda x: x == value}[op]
 
 
 @dataclass

@@ -12,7 +12,6 @@ folders' own summary.json.
 
 from __future__ import annotations
 
-import json
 import shlex
 from pathlib import Path
 from typing import Any
@@ -20,6 +19,8 @@ from typing import Any
 import yaml
 
 from nemo_lead.config import keys_where, load_config, to_yaml
+from nemo_lead.eval.metrics import CONS_AT_K, MEAN_LENGTH, PASS_AT_1
+from nemo_lead.files import write_atomic, write_json
 
 SUMMARY_JSON = "summary.json"
 SUMMARY_MD = "summary.md"
@@ -78,7 +79,7 @@ def eval_rows(stage_name: str, configs: dict[str, Any]) -> list[dict[str, Any]]:
             rows.append({
                 "name": name, "stage": stage_name, "dataset": dataset, "checkpoint": str(cfg.model), "data": data,
                 "n": s["n"], "temperature": s["temperature"], "top_p": s["top_p"], "max_tokens": s["max_tokens"],
-                "seed": s["seed"], "cons@k": d["cons_at_k"], "pass@1": d["pass_at_1"], "mean_length": d["len_avg"],
+                "seed": s["seed"], **{k: d[k] for k in (CONS_AT_K, PASS_AT_1, MEAN_LENGTH)},
                 "complete": d["complete"], "problems": d["problems"], "eval_folder": str(folder.resolve()),
                 "accuracy_vs_budget": d["accuracy_vs_budget"], "command": eval_command(cfg, data),
             })
@@ -100,7 +101,7 @@ def table_markdown(rows: list[dict[str, Any]]) -> str:
         line = [name]
         for d in datasets:
             r = next((r for r in rows if r["name"] == name and r["dataset"] == d), None)
-            line += ([f"{r['cons@k']:.3f}", f"{r['pass@1']:.3f}", f"{r['mean_length']:,.1f}"] if r else ["-"] * 3)
+            line += ([f"{r[CONS_AT_K]:.3f}", f"{r[PASS_AT_1]:.3f}", f"{r[MEAN_LENGTH]:,.1f}"] if r else ["-"] * 3)
         body.append(line)
     return markdown_table(header, body)
 
@@ -133,10 +134,11 @@ def plot_budget_curves(rows: list[dict[str, Any]], path: Path) -> Path:
 def write_summary(out: Path, recipe: str, rows: list[dict[str, Any]], rl_runs: list[tuple[str, str]],
                   stage_times: dict[str, float]) -> str:
     """Write summary.json / summary.md and the figures into `out`; returns the markdown."""
-    from nemo_lead.training.plot import VAL_FILE, plot_validation
+    from nemo_lead.training.plot import plot_validation
+    from nemo_lead.training.run_folder import VALIDATION_FILE
 
     figures: dict[str, str] = {}
-    with_val = [(name, run) for name, run in rl_runs if (Path(run) / VAL_FILE).is_file()]
+    with_val = [(name, run) for name, run in rl_runs if (Path(run) / VALIDATION_FILE).is_file()]
     if with_val:
         plot_validation([r for _, r in with_val], out / FIGURE2, labels=[n for n, _ in with_val], chain=True,
                         title="validation over the RL stages")
@@ -162,8 +164,6 @@ def write_summary(out: Path, recipe: str, rows: list[dict[str, Any]], rl_runs: l
     if stage_times:
         md.append("\nStage wall times: " + ", ".join(f"{k} {v:.0f} s" for k, v in stage_times.items()) + "\n")
     text = "".join(md)
-    for name, content in ((SUMMARY_JSON, json.dumps(summary, indent=2) + "\n"), (SUMMARY_MD, text)):
-        tmp = out / (name + ".tmp")
-        tmp.write_text(content)
-        tmp.replace(out / name)
+    write_json(out / SUMMARY_JSON, summary)
+    write_atomic(out / SUMMARY_MD, text)
     return text

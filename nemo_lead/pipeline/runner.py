@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from nemo_lead.config import ConfigError, drop_keys, keys_where, save_config
+from nemo_lead.files import write_json
 
 from .config import RunConfig, Stage, eval_row_config, load_recipe, resolve_stage
 from .kinds import run_function
@@ -57,10 +58,7 @@ def read_state(out: Path) -> dict[str, Any]:
 def write_state(out: Path, state: dict[str, Any]) -> None:
     if not is_writer():
         return
-    out.mkdir(parents=True, exist_ok=True)
-    tmp = out / (STATE_FILE + ".tmp")
-    tmp.write_text(json.dumps(state, indent=2) + "\n")
-    tmp.replace(out / STATE_FILE)
+    write_json(out / STATE_FILE, state)
 
 
 def is_writer() -> bool:

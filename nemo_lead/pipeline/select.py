@@ -9,36 +9,34 @@ Problems the run never drew have no accuracy and are not selected.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from nemo_lead.data import DataError, Problem, filter_evaluable_answers, load_problems
+from nemo_lead.data import (
+    DataError,
+    Problem,
+    filter_by_bound,
+    filter_evaluable_answers,
+    load_problems,
+    parse_bound,
+)
+from nemo_lead.files import jsonl_text, write_atomic
+from nemo_lead.training.run_folder import PROBLEM_STATS_FILE, read_problem_stats
 
-from .config import SelectConfig, parse_bound
-
-PROBLEM_STATS = "problem_stats.jsonl"
+from .config import SelectConfig
 
 
 def rollout_accuracy(run: str | Path) -> dict[str, float]:
     """{problem id: correct / samples over every visit} from an RL run folder's problem_stats.jsonl."""
-    path = Path(run) / PROBLEM_STATS
-    if not path.is_file():
-        raise FileNotFoundError(f"{path}: no per-problem statistics (is {run} an RL run folder of `nemo-lead rl`?)")
     samples: dict[str, int] = {}
     correct: dict[str, float] = {}
-    lines = path.read_text().splitlines()
-    for n, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
+    for n, row in enumerate(read_problem_stats(run), 1):
         try:
-            row = json.loads(line)
             pid, s, c = str(row["id"]), int(row["samples"]), float(row["correct"])
-        except (json.JSONDecodeError, KeyError, TypeError, ValueError):
-            if n == len(lines):  # a torn last line of an interrupted run
-                break
-            raise DataError(f"{path}:{n}: expected {{'id', 'samples', 'correct', ...}}, got {line[:120]!r}") from None
+        except (KeyError, TypeError, ValueError):
+            raise DataError(f"{Path(run) / PROBLEM_STATS_FILE}:{n}: expected {{'id', 'samples', 'correct', ...}}, "
+                            f"got {str(row)[:120]}") from None
         samples[pid] = samples.get(pid, 0) + s
         correct[pid] = correct.get(pid, 0.0) + c
     return {pid: correct[pid] / samples[pid] for pid in samples if samples[pid] > 0}
@@ -61,12 +59,10 @@ def select_problems(cfg: SelectConfig) -> tuple[list[Problem], dict[str, Any]]:
     problems = _load(cfg.problems, cfg)
     report: dict[str, Any] = {"candidates": len(problems)}
     if cfg.difficulty is not None:
-        keep = parse_bound(cfg.difficulty, "difficulty")
-        missing = [p.id for p in problems if not isinstance(p.meta.get(cfg.difficulty_key), (int, float))]
-        if missing:
-            raise DataError(f"problem {missing[0]!r} has no numeric {cfg.difficulty_key!r} "
-                            f"(difficulty: {cfg.difficulty!r} needs it on every problem)")
-        problems = [p for p in problems if keep(float(p.meta[cfg.difficulty_key]))]
+        try:
+            problems = filter_by_bound(problems, cfg.difficulty_key, cfg.difficulty)
+        except DataError as e:
+            raise DataError(f"{e} (difficulty: {cfg.difficulty!r} needs it on every problem)") from None
         report["after_difficulty"] = len(problems)
     if cfg.from_run is not None:
         keep = parse_bound(cfg.accuracy, "accuracy")
@@ -94,10 +90,5 @@ def select_problems(cfg: SelectConfig) -> tuple[list[Problem], dict[str, Any]]:
 
 def write_problems(problems: Sequence[Problem], path: Path) -> Path:
     """JSONL with id, problem, answer and every meta field (readable by `load_problems`), written atomically."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    with tmp.open("w") as f:
-        for p in problems:
-            f.write(json.dumps({**p.meta, "id": p.id, "problem": p.problem, "answer": p.answer}) + "\n")
-    tmp.replace(path)
+    write_atomic(path, jsonl_text({**p.meta, "id": p.id, "problem": p.problem, "answer": p.answer} for p in problems))
     return path

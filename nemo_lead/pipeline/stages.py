@@ -7,15 +7,15 @@ resume from their run folders; prepare and select simply run again).
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Any
 
+from nemo_lead.files import jsonl_text, read_jsonl, write_atomic, write_json
+from nemo_lead.training.run_folder import DONE_FILE, read_done
+
 from .config import Stage, eval_row_config
 from .select import select_problems, write_problems
-
-DONE_FILE = "done.json"  # written by the SFT and RL loops when a run has done all its steps
 
 
 class StageStopped(RuntimeError):
@@ -29,13 +29,6 @@ class StageStopped(RuntimeError):
 
 def say(msg: str) -> None:
     print(f"[run] {msg}", file=sys.stderr, flush=True)
-
-
-def _write_json(path: Path, data: Any) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2) + "\n")
-    tmp.replace(path)
 
 
 # ----------------------------------------------------------------------------- prepare (the demo task)
@@ -58,7 +51,7 @@ def run_select(stage: Stage) -> dict[str, str]:
     if not problems:
         raise ValueError(f"stage {stage.name!r}: the selection is empty ({report})")
     path = write_problems(problems, stage.folder / "problems.jsonl")
-    _write_json(stage.folder / "selection.json", report)
+    write_json(stage.folder / "selection.json", report)
     say(f"{stage.name}: {report['total']} problems ({', '.join(f'{k} {v}' for k, v in report.items())})")
     return {"data": str(path.resolve())}
 
@@ -86,35 +79,29 @@ def run_distill(stage: Stage) -> dict[str, str]:
     (`nemo-lead eval`'s job, so it is resumable and runs at any TP x PP), MathVerifier grades them, and one
     correct response per problem (`keep`) becomes its SFT trace: traces.jsonl with id, problem, response
     (the whole assistant text, think block included), answer, and the teacher's tokens and sample index."""
-    from nemo_lead.data import format_prompt
+    from nemo_lead.data import open_think
     from nemo_lead.eval.command import run_eval
     from nemo_lead.eval.runner import prepare
     from nemo_lead.eval.store import SAMPLES_FILE
-    from nemo_lead.verify.extract import THINK_OPEN, ends_inside_think
 
     cfg = stage.config
     status = run_eval(cfg)
     if status:
         raise StageStopped(f"stage {stage.name!r}: the teacher's sampling exited with status {status}", status)
     prep = prepare(cfg)
-    prompt = format_prompt(prep.tokenizer, "x", cfg.prompt)
-    opened = prompt[prompt.rfind(THINK_OPEN):] if ends_inside_think(prompt) else ""
+    opened = open_think(prep.tokenizer, prep.prompt)
     problems = {(name, p.id): p for name, ps in prep.datasets.items() for p in ps}
-    records = [json.loads(line) for line in (Path(cfg.out) / SAMPLES_FILE).read_text().splitlines() if line.strip()]
+    records = read_jsonl(Path(cfg.out) / SAMPLES_FILE, what="a sample line")
     records = [r for r in records if (r["dataset"], r["problem_id"]) in problems]
     chosen = keep_traces(records, stage.keep)
     kept = {key: (p, chosen[key]) for key, p in problems.items() if key in chosen}  # in problem order
     path = stage.folder / "traces.jsonl"
-    tmp = path.with_suffix(".jsonl.tmp")
-    with tmp.open("w") as f:
-        for p, r in kept.values():
-            f.write(json.dumps({"id": p.id, "problem": p.problem, "response": opened + r["response"],
-                                "answer": p.answer, "teacher_tokens": r["tokens"], "teacher_sample": r["sample"]})
-                    + "\n")
-    tmp.replace(path)
+    write_atomic(path, jsonl_text({"id": p.id, "problem": p.problem, "response": opened + r["response"],
+                                   "answer": p.answer, "teacher_tokens": r["tokens"], "teacher_sample": r["sample"]}
+                                  for p, r in kept.values()))
     report = {"problems": len(problems), "traces": len(kept), "samples": len(records),
               "correct_samples": sum(bool(r.get("correct")) for r in records), "keep": stage.keep}
-    _write_json(stage.folder / "distill.json", report)
+    write_json(stage.folder / "distill.json", report)
     say(f"{stage.name}: {len(kept)} traces from {len(problems)} problems "
         f"({report['correct_samples']}/{len(records)} samples verified correct; keep {stage.keep})")
     if not kept:
@@ -127,10 +114,10 @@ def _finished_run(stage: Stage, status: int) -> dict[str, str]:
     run = Path(stage.config.out)
     if status:
         raise StageStopped(f"stage {stage.name!r} exited with status {status}", status)
-    done = run / DONE_FILE
-    if not done.is_file():
-        raise StageStopped(f"stage {stage.name!r} stopped before its last step (no {done})", 0)
-    checkpoint = json.loads(done.read_text())["checkpoint"]
+    done = read_done(run)
+    if done is None:
+        raise StageStopped(f"stage {stage.name!r} stopped before its last step (no {run / DONE_FILE})", 0)
+    checkpoint = done["checkpoint"]
     return {"run": str(run.resolve()), "checkpoint": str(Path(checkpoint).resolve())}
 
 

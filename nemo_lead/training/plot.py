@@ -11,13 +11,14 @@ step, so the x axis counts RL steps from the start of the first.
 
 from __future__ import annotations
 
-import json
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-VAL_FILE = "val.jsonl"
+from nemo_lead.eval.metrics import MEAN_LENGTH, PASS_AT_1
+
+from .run_folder import VALIDATION_FILE, read_validation
 
 
 @dataclass
@@ -35,33 +36,23 @@ class PlotConfig:
             raise ValueError(f"labels: {len(self.labels)} given for {len(self.runs)} runs")
 
 
-def read_validation(run: str | Path) -> list[dict]:
-    """The rows of RUN/val.jsonl in step order (a torn last line of a running job is skipped)."""
-    path = Path(run) / VAL_FILE
-    if not path.is_file():
-        raise FileNotFoundError(f"{path}: no validation log (an RL run folder with validation.data set has one)")
-    rows = []
-    lines = path.read_text().splitlines()
-    for n, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError:
-            if n == len(lines):
-                break
-            raise ValueError(f"{path}:{n}: not a JSON line") from None
-    return sorted(rows, key=lambda r: r["step"])
+def validation_rows(run: str | Path) -> list[dict]:
+    """The rows of RUN/val.jsonl in step order (`run_folder.read_validation`); an error when there are none."""
+    rows = read_validation(run)
+    if not rows:
+        raise FileNotFoundError(f"{Path(run) / VALIDATION_FILE}: no validation log (an RL run folder with "
+                                "validation.data set has one)")
+    return rows
 
 
 def curves(runs: list[str], chain: bool = False) -> list[list[tuple[int, float, float]]]:
     """Per run: (x step, pass@1, mean length) points; with `chain`, x continues after the previous run."""
     out, offset = [], 0
     for run in runs:
-        rows = read_validation(run)
+        rows = validation_rows(run)
         if chain and out and out[-1] and rows and rows[0]["step"] == 0:
             rows = rows[1:]  # a stage's step-0 validation is the previous stage's final model again
-        points = [(offset + int(r["step"]), float(r["pass@1"]), float(r["mean_length"])) for r in rows]
+        points = [(offset + int(r["step"]), float(r[PASS_AT_1]), float(r[MEAN_LENGTH])) for r in rows]
         out.append(points)
         if chain and points:
             offset = points[-1][0]

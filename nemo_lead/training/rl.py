@@ -49,6 +49,7 @@ from nemo_lead.algorithms import (
     shape_rewards,
 )
 from nemo_lead.algorithms.rollout_correction import METRIC_KEYS as CORRECTION_KEYS
+from nemo_lead.eval.metrics import CONS_AT_K, MEAN_LENGTH, PASS_AT_1, cons_at_k, mean_length, pass_at_k
 from nemo_lead.generation import SamplingParams, logprob_mismatch
 from nemo_lead.parallel.local import run_command
 
@@ -73,8 +74,9 @@ from .rollouts import (
     sample_groups,
     training_batch,
 )
+from .run_folder import PROBLEM_STATS_FILE, VALIDATION_FILE
 
-LOGS = ("problem_stats.jsonl", "val.jsonl")
+LOGS = (PROBLEM_STATS_FILE, VALIDATION_FILE)  # per-step logs cut back on resume
 UPDATE_KEYS = ("loss", "pg_loss", "clip_frac", "ratio_mean", "approx_kl", "grad_norm")
 MISMATCH_KEYS = ("mismatch/logprob_abs_mean", "mismatch/logprob_abs_max")
 
@@ -276,7 +278,7 @@ def rl_step(s: RLState, step: int) -> dict[str, Any]:
     tokens = sum(sum(g.lengths) for g in seen)  # generated tokens
     metrics.update(times, **{"time/step": seconds, "tokens_per_s": tokens / max(seconds, 1e-9)})
     if s.run.is_writer:                                                   # 10: metrics and logs
-        s.run.folder.append("problem_stats.jsonl", problem_stats(step, seen))
+        s.run.folder.append(PROBLEM_STATS_FILE, problem_stats(step, seen))
         if s.cfg.log_rollouts:
             s.run.folder.write_rollouts(step, rollout_records(step, seen, s.run.tokenizer))
     return metrics
@@ -285,7 +287,6 @@ def rl_step(s: RLState, step: int) -> dict[str, Any]:
 # ----------------------------------------------------------------------------- validation
 def validate(s: RLState, step: int) -> dict[str, float]:
     """Pass@1, Cons@n, mean length and truncation share on the held-out problems (RUN/val.jsonl)."""
-    from nemo_lead.eval.metrics import cons_at_k, mean_length, pass_at_k
 
     v = s.cfg.validation
     stops = rollout_params(s, step, 0).stop_token_ids
@@ -296,15 +297,15 @@ def validate(s: RLState, step: int) -> dict[str, float]:
     groups = sample_groups(dataclasses.replace(s.ctx, check_repetition=False), s.val_problems, params)
     s.ctx.engine.sleep()
     out = {
-        "step": step, "pass@1": pass_at_k([[o == Outcome.CORRECT for o in g.outcomes] for g in groups]),
-        "cons@k": cons_at_k([g.extracted for g in groups], [g.problem.answer for g in groups]),
-        "mean_length": mean_length([g.lengths for g in groups]),
+        "step": step, PASS_AT_1: pass_at_k([[o == Outcome.CORRECT for o in g.outcomes] for g in groups]),
+        CONS_AT_K: cons_at_k([g.extracted for g in groups], [g.problem.answer for g in groups]),
+        MEAN_LENGTH: mean_length([g.lengths for g in groups]),
         "truncated_frac": sum(r.finish_reason == "length" for g in groups for r in g.rollouts) / (len(groups) * v.n),
         "n": v.n, "problems": len(groups), "seconds": time.monotonic() - t0,
     }
-    s.run.folder.append("val.jsonl", [out])
-    s.run.say(f"validation at step {step}: Pass@1 {out['pass@1']:.3f}, Cons@{v.n} {out['cons@k']:.3f}, "
-              f"mean length {out['mean_length']:.0f}")
+    s.run.folder.append(VALIDATION_FILE, [out])
+    s.run.say(f"validation at step {step}: Pass@1 {out[PASS_AT_1]:.3f}, Cons@{v.n} {out[CONS_AT_K]:.3f}, "
+              f"mean length {out[MEAN_LENGTH]:.0f}")
     return out
 
 
@@ -315,9 +316,8 @@ def _validation_due(s: RLState, step: int, steps: int) -> bool:
 # ----------------------------------------------------------------------------- the job
 def rl_job(cfg: RLConfig) -> None:
     """The RL loop on one rank (every rank of the job calls it)."""
-    from nemo_lead.data import format_prompt, load_problems
+    from nemo_lead.data import load_problems, open_think
     from nemo_lead.generation import build_engine, engine_config_for
-    from nemo_lead.verify.extract import ends_inside_think
 
     from .data_order import DataOrder
     from .rollouts import RolloutContext
@@ -337,7 +337,7 @@ def rl_job(cfg: RLConfig) -> None:
         engine_cfg = engine_config_for(cfg.engine, source)  # trtllm: a HF folder to build from; weights by refit
         ctx = RolloutContext(info=run.info, engine=build_engine(engine_cfg, run.actor), tokenizer=run.tokenizer,
                              prompt_cfg=cfg.prompt, verifier=verifier, check_repetition=cfg.lead.check_repetition,
-                             think_open=ends_inside_think(format_prompt(run.tokenizer, "x", cfg.prompt)))
+                             think_open=bool(open_think(run.tokenizer, cfg.prompt)))
         if cfg.prompts_per_step > len(problems):
             run.say(f"note: prompts_per_step={cfg.prompts_per_step} is more than the {len(problems)} problems of "
                     f"data.path: every step samples some problems twice (their groups are trained twice)")
@@ -353,7 +353,7 @@ def rl_job(cfg: RLConfig) -> None:
             check_finite(run, metrics, UPDATE_KEYS)
             if _validation_due(s, run.step, cfg.steps):
                 v = validate(s, run.step)
-                metrics.update({"val/pass@1": v["pass@1"], "val/cons@k": v["cons@k"], "val/mean_length": v["mean_length"]})
+                metrics.update({f"val/{k}": v[k] for k in (PASS_AT_1, CONS_AT_K, MEAN_LENGTH)})
             run.folder.log_metrics(metrics)
             run.progress.step(run.step, {"reward": f"{metrics['reward/mean']:+.3f}", "acc": f"{metrics['accuracy']:.3f}",
                                          "len": f"{metrics['response_length/mean']:.0f}"})

@@ -7,8 +7,14 @@
     RUN/tb/                    TensorBoard event files (the same scalars, under the same names)
     RUN/checkpoints/step_N/    training checkpoints (`nemo_lead.training.checkpoint`); the last K are kept
     RUN/done.json              {"step", "checkpoint"}: written when the run has done all its steps
-    RUN/*.jsonl                per-step logs of the loop (rl: problem_stats.jsonl, val.jsonl), and
-    RUN/rollouts/step_N.jsonl  every sampled response of a step (rl)
+    RUN/data.json              sft: what the data loader kept (traces dropped / truncated, held out)
+    RUN/problem_stats.jsonl    rl: per problem per visit: samples, correct, mean length (stage-2 selection)
+    RUN/val.jsonl              rl: one line per validation: pass@1, cons@k, mean_length, ... (Figure 2)
+    RUN/rollouts/step_N.jsonl  rl: every sampled response of a step
+
+This module is the folder's contract: the file names above and their readers (`read_done`,
+`read_problem_stats`, `read_validation`) are used by every other layer that reads a run (the pipeline's
+stage-2 selection, `nemo-lead plot`).
 
 Resume rule: a rerun into the same folder loads the latest complete checkpoint (step S) and cuts every
 per-step log back to step S: lines of later steps (written after that checkpoint by a run that then died)
@@ -31,7 +37,6 @@ branch on the rank.
 from __future__ import annotations
 
 import json
-import math
 import os
 import shutil
 from pathlib import Path
@@ -39,11 +44,16 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
+from nemo_lead.files import append_jsonl, json_safe, jsonl_text, read_jsonl, write_atomic, write_json
+
 CONFIG_FILE = "config.yaml"
 INPUTS_FILE = "inputs.json"
 CHANGES_FILE = "changes.jsonl"
 METRICS_FILE = "metrics.jsonl"
 DONE_FILE = "done.json"
+DATA_REPORT_FILE = "data.json"
+PROBLEM_STATS_FILE = "problem_stats.jsonl"
+VALIDATION_FILE = "val.jsonl"
 ROLLOUTS_DIR = "rollouts"
 
 
@@ -87,43 +97,12 @@ def _rule(rules: dict[str, dict], key: str) -> str:
     return rules.get(key, {"resume": "fixed"})["resume"]
 
 
-def read_jsonl(path: Path) -> list[dict]:
-    """The complete lines of a JSONL log (a torn last line, from a write cut short, is skipped)."""
-    if not path.is_file():
-        return []
-    rows = []
-    lines = path.read_text().splitlines()
-    for i, line in enumerate(lines):
-        if not line.strip():
-            continue
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError:
-            if i == len(lines) - 1:
-                break
-            raise RunFolderError(f"{path}:{i + 1}: not a JSON line (the file was edited by hand?)") from None
-    return rows
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    tmp.replace(path)
-
-
 def cut_jsonl(path: Path, last_step: int) -> None:
     """Keep the lines of steps <= last_step (and drop a torn last line); atomic rewrite."""
     if not path.is_file():
         return
     rows = [r for r in read_jsonl(path) if r.get("step", 0) <= last_step]
-    _write_atomic(path, "".join(json.dumps(r) + "\n" for r in rows))
-
-
-def _json_value(v: Any) -> Any:
-    """NaN / inf as null in JSON lines (strict JSON readers refuse them)."""
-    if isinstance(v, float) and not math.isfinite(v):
-        return None
-    return v
+    write_atomic(path, jsonl_text(rows))
 
 
 class RunFolder:
@@ -179,7 +158,7 @@ class RunFolder:
                     + f"\nUse another --out, or delete {self.path} to start over.")
             changes = [d for d in diff if _rule(rules, d[0]) == "flag"]
         save_config(cfg, saved_file)
-        _write_atomic(self.path / INPUTS_FILE, json.dumps(inputs, indent=1, sort_keys=True) + "\n")
+        write_json(self.path / INPUTS_FILE, dict(sorted(inputs.items())), indent=1)
         if changes:
             self.append(CHANGES_FILE, [{"step": step, "key": k, "from": a, "to": b} for k, a, b in changes])
 
@@ -216,7 +195,7 @@ class RunFolder:
         if not self.writer:
             return
         step = int(metrics["step"])
-        row = {"step": step, **{k: _json_value(v) for k, v in metrics.items() if k != "step"}}
+        row = {"step": step, **{k: json_safe(v) for k, v in metrics.items() if k != "step"}}
         self.append(METRICS_FILE, [row])
         tb = self._tb_writer()
         if tb is not None:
@@ -227,29 +206,18 @@ class RunFolder:
 
     def append(self, name: str, rows: list[dict[str, Any]]) -> None:
         """Append JSON lines to RUN/name (flushed: a killed process leaves at most a torn last line)."""
-        if not self.writer or not rows:
-            return
-        path = self.path / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with path.open("a") as f:
-            f.write("".join(json.dumps({k: _json_value(v) for k, v in r.items()}) + "\n" for r in rows))
-            f.flush()
+        if self.writer:
+            append_jsonl(self.path / name, rows)
 
     def write_rollouts(self, step: int, rows: list[dict[str, Any]]) -> None:
         if not self.writer:
             return
-        folder = self.path / ROLLOUTS_DIR
-        folder.mkdir(exist_ok=True)
-        tmp = folder / f".step_{step:06d}.jsonl.tmp"
-        tmp.write_text("".join(json.dumps(r) + "\n" for r in rows))
-        tmp.replace(folder / f"step_{step:06d}.jsonl")
+        write_atomic(self.path / ROLLOUTS_DIR / f"step_{step:06d}.jsonl", jsonl_text(rows))
 
     def mark_done(self, step: int, checkpoint: Path) -> None:
         if not self.writer:
             return
-        tmp = self.path / (DONE_FILE + ".tmp")
-        tmp.write_text(json.dumps({"step": step, "checkpoint": str(Path(checkpoint).resolve())}) + "\n")
-        tmp.replace(self.path / DONE_FILE)
+        write_json(self.path / DONE_FILE, {"step": step, "checkpoint": str(Path(checkpoint).resolve())}, indent=None)
 
     def prune_checkpoints(self, keep_last: int) -> None:
         """Rank 0: delete all but the newest `keep_last` complete checkpoints (0 keeps all)."""
@@ -270,3 +238,17 @@ def read_done(run_dir: str | os.PathLike) -> dict[str, Any] | None:
     """RUN/done.json of a finished run, or None."""
     path = Path(run_dir) / DONE_FILE
     return json.loads(path.read_text()) if path.is_file() else None
+
+
+def read_problem_stats(run_dir: str | os.PathLike) -> list[dict[str, Any]]:
+    """RUN/problem_stats.jsonl of an RL run: {"id", "step", "samples", "correct", "mean_length"} per problem
+    per visit (a torn last line of a running job skipped)."""
+    path = Path(run_dir) / PROBLEM_STATS_FILE
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no per-problem statistics (is {run_dir} an RL run folder of `nemo-lead rl`?)")
+    return read_jsonl(path, what="a line of per-problem statistics")
+
+
+def read_validation(run_dir: str | os.PathLike) -> list[dict[str, Any]]:
+    """RUN/val.jsonl of an RL run, in step order ([] when the run has no validation yet)."""
+    return sorted(read_jsonl(Path(run_dir) / VALIDATION_FILE, what="a validation line"), key=lambda r: r["step"])

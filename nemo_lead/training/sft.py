@@ -17,11 +17,11 @@ part of the checkpoint, so a resumed run sees the same traces in the same order.
 
 from __future__ import annotations
 
-import json
 import random
 import time
 from typing import Any
 
+from nemo_lead.files import write_json
 from nemo_lead.parallel.local import run_command
 
 from .loop import (
@@ -34,6 +34,7 @@ from .loop import (
     resolve_model,
     start_run,
 )
+from .run_folder import DATA_REPORT_FILE
 from .sft_config import SFTConfig
 
 SFT_METRIC_CHECKS = ("loss", "grad_norm")
@@ -104,7 +105,7 @@ def sft_job(cfg: SFTConfig) -> None:
         if run.loop_state.get("data"):
             order.load_state_dict(run.loop_state["data"])
         if run.is_writer:
-            (run.folder.path / "data.json").write_text(json.dumps(report, indent=1) + "\n")
+            write_json(run.folder.path / DATA_REPORT_FILE, report, indent=1)
         c = report["train"]
         run.say(f"{report['train_traces']} training traces ({c.get('dropped', 0)} dropped, {c.get('truncated', 0)} "
                 f"truncated at {cfg.data.max_seq_len} tokens), {report['val_traces']} held out")

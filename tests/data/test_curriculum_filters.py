@@ -5,12 +5,13 @@ from __future__ import annotations
 import pytest
 
 from nemo_lead.data import (
-    STAGE2_MAX_PASS_RATE,
+    STAGE1_DIFFICULTY,
+    STAGE1_REFERENCE_DIFFICULTY,
+    STAGE2_PASS_RATE,
     DataError,
     Problem,
     answer_allows_eval,
-    filter_by_difficulty,
-    filter_by_pass_rate,
+    filter_by_bound,
     filter_evaluable_answers,
     load_problems,
 )
@@ -22,15 +23,18 @@ def P(i, answer="1", **meta):
 
 def test_difficulty_threshold_is_inclusive():
     problems = [P(0, difficulty=2.0), P(1, difficulty=2.5), P(2, difficulty=7), P(3, difficulty=3.4)]
-    assert [p.id for p in filter_by_difficulty(problems)] == ["1", "2", "3"]  # paper: >= 2.5
-    assert [p.id for p in filter_by_difficulty(problems, 3.5)] == ["2"]  # authors' notebook: >= 3.5
-    assert [p.id for p in filter_by_difficulty([P(0, rating=9)], 5, key="rating")] == ["0"]
+    assert [p.id for p in filter_by_bound(problems, "difficulty", STAGE1_DIFFICULTY)] == ["1", "2", "3"]
+    assert [p.id for p in filter_by_bound(problems, "difficulty", STAGE1_REFERENCE_DIFFICULTY)] == ["2"]
+    assert [p.id for p in filter_by_bound([P(0, rating=9)], "rating", "> 5")] == ["0"]
+    assert [p.id for p in filter_by_bound(problems, "difficulty", "< 2.5")] == ["0"]
 
 
 def test_pass_rate_bounds_are_inclusive():
     problems = [P(i, pass_rate=r) for i, r in enumerate([0.0, 0.0625, 0.75, 0.8125, 1.0])]
-    assert [p.id for p in filter_by_pass_rate(problems)] == ["0", "1", "2"]  # stage 2: <= 0.75
-    assert [p.id for p in filter_by_pass_rate(problems, 1.0, min_pass_rate=0.0625)] == ["1", "2", "3", "4"]
+    assert [p.id for p in filter_by_bound(problems, "pass_rate", STAGE2_PASS_RATE)] == ["0", "1", "2"]
+    assert [p.id for p in filter_by_bound(problems, "pass_rate", "== 1")] == ["4"]
+    with pytest.raises(ValueError, match="pass_rate='about 0.7' must be a comparison"):
+        filter_by_bound(problems, "pass_rate", "about 0.7")
 
 
 @pytest.mark.parametrize(
@@ -41,12 +45,12 @@ def test_pass_rate_bounds_are_inclusive():
 )
 def test_filters_reject_problems_without_the_field(problem, message):
     with pytest.raises(DataError, match=message):
-        filter_by_difficulty([problem])
+        filter_by_bound([problem], "difficulty", STAGE1_DIFFICULTY)
 
 
 def test_stage2_filter_on_the_shipped_set():
     problems = load_problems("lead_stage2")
-    kept = filter_by_pass_rate(problems, STAGE2_MAX_PASS_RATE)
+    kept = filter_by_bound(problems, "pass_rate", STAGE2_PASS_RATE)
     assert len(kept) == 1720  # the count SOURCES.md states
     kept_ids = {p.id for p in kept}
     assert all((p.meta["pass_rate"] <= 0.75) == (p.id in kept_ids) for p in problems)

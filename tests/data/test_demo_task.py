@@ -12,7 +12,7 @@ import yaml
 
 from nemo_lead.algorithms import Outcome
 from nemo_lead.config import repo_root
-from nemo_lead.data import filter_by_difficulty, format_prompt, load_problems
+from nemo_lead.data import STAGE1_DIFFICULTY, filter_by_bound, format_prompt, load_problems
 from nemo_lead.data.demo_task import (
     DEMO_EXTRA_TOKENS,
     DEMO_FILLER,
@@ -138,7 +138,7 @@ def test_files_load_as_problem_sets(tmp_path):
         assert all(p.answer == answer_of(p.problem) for p in problems)
         assert all(p.meta["difficulty"] == (len(p.problem) + 1) // 2 for p in problems)
     stage1 = load_problems(paths["rl_stage1"])
-    assert filter_by_difficulty(stage1) == stage1  # already past the paper's stage-1 filter
+    assert filter_by_bound(stage1, "difficulty", STAGE1_DIFFICULTY) == stage1  # past the paper's stage-1 filter
     sft = load_problems(paths["sft_traces"])
     assert [p.id for p in sft] == [f"demo-sft-{i:05d}" for i in range(SMALL["sft_traces"])]
     assert {"response", "difficulty", "filler_lines", "slipped"} <= set(sft[0].meta)

@@ -58,12 +58,12 @@ def test_eval_writes_every_file_and_scores_match_the_samples(reference_run):
     flat = list(samples.values())
     per_problem = [[samples[("five", pid, s)] for s in range(N)] for pid, _, _ in PROBLEMS]
     assert d["problems"] == 5 and d["samples"] == 15 and d["complete"]
-    assert d["len_avg"] == pytest.approx(sum(r["tokens"] for r in flat) / 15)
-    assert d["pass_at_1"] == pytest.approx(sum(sum(r["correct"] for r in p) / N for p in per_problem) / 5)
+    assert d["mean_length"] == pytest.approx(sum(r["tokens"] for r in flat) / 15)
+    assert d["pass@1"] == pytest.approx(sum(sum(r["correct"] for r in p) / N for p in per_problem) / 5)
     assert d["truncated"] == pytest.approx(sum(r["finish_reason"] == "length" for r in flat) / 15)
     assert list(d["accuracy_vs_budget"]) == ["12", "4", "8"]  # JSON keys; the budgets given
     md = (out / "summary.md").read_text()
-    assert "| five " in md and "Cons@3" in md and "acc@8" in md and f"{d['len_avg']:,.0f}" in md
+    assert "| five " in md and "Cons@3" in md and "acc@8" in md and f"{d['mean_length']:,.0f}" in md
 
 
 def test_scores_follow_regraded_samples(run_copy, generate_calls, capsys):
@@ -87,10 +87,10 @@ def test_scores_follow_regraded_samples(run_copy, generate_calls, capsys):
     assert [after[k]["correct"] for k in fix] == [True, True, True, False, False, False]
     assert after[("five", "b", 0)]["status"] == "no_answer" and after[("five", "b", 1)]["extracted"] == "6"
     d = summary_of(run_copy)["datasets"]["five"]
-    assert d["pass_at_1"] == pytest.approx((2 / 3 + 1 / 3) / 5)
+    assert d["pass@1"] == pytest.approx((2 / 3 + 1 / 3) / 5)
     # votes: a -> "2" twice (right); b -> "5" vs "6", one each: the first seen, sample 1's "6", wins (wrong);
     # c -> "7" (wrong); d, e: nobody answered
-    assert d["cons_at_k"] == pytest.approx(1 / 5)
+    assert d["cons@k"] == pytest.approx(1 / 5)
 
 
 def _args_for(run):
@@ -141,6 +141,8 @@ def test_compare_prints_the_runs_side_by_side(reference_run, tmp_path, capsys):
     other = tmp_path / "other"
     other.mkdir()
     s = summary_of(reference_run)
+    for key in ("cons@k", "pass@1", "mean_length"):  # a summary written before the scores' names changed
+        del s["datasets"]["five"][key]
     s["datasets"]["five"].update(cons_at_k=0.8, pass_at_1=0.4375, len_avg=6990.4)
     s["datasets"]["aime25"] = dict(s["datasets"]["five"], samples_per_problem=32, cons_at_k=0.5)
     (other / "summary.json").write_text(json.dumps(s))
@@ -151,7 +153,7 @@ def test_compare_prints_the_runs_side_by_side(reference_run, tmp_path, capsys):
     rows = [[c.strip() for c in line.strip("|\n").split("|")] for line in out.splitlines() if line.startswith("|")]
     ref = summary_of(reference_run)["datasets"]["five"]
     assert rows[0] == ["run", "five Cons@3", "five Pass@1", "five Len", "aime25 Cons@32", "aime25 Pass@1", "aime25 Len"]
-    assert rows[2] == ["reference", f"{ref['cons_at_k']:.3f}", f"{ref['pass_at_1']:.3f}", f"{ref['len_avg']:,.0f}",
+    assert rows[2] == ["reference", f"{ref['cons@k']:.3f}", f"{ref['pass@1']:.3f}", f"{ref['mean_length']:,.0f}",
                        "-", "-", "-"]
     assert rows[3] == ["other", "0.800", "0.438", "6,990", "0.500", "0.438", "6,990"]
     assert "- other: model" in out and "T 0.6, top-p 0.95, n 3" in out

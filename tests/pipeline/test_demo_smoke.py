@@ -52,7 +52,7 @@ def test_demo_recipe_end_to_end(tmp_path):
                            capture_output=True, text=True, timeout=300, env=_env())
     assert again.returncode == 0, again.stderr[-3000:]
     got = json.loads((tmp_path / "again" / "summary.json").read_text())["datasets"]["heldout"]
-    assert (got["cons_at_k"], got["pass_at_1"], got["len_avg"]) == (rows[1]["cons@k"], rows[1]["pass@1"],
+    assert (got["cons@k"], got["pass@1"], got["mean_length"]) == (rows[1]["cons@k"], rows[1]["pass@1"],
                                                                    rows[1]["mean_length"])
     # and so does the bare command built from the row's fields (the checkpoint brings its training prompt)
     r = rows[2]
@@ -63,4 +63,4 @@ def test_demo_recipe_end_to_end(tmp_path):
                            timeout=300, env=_env())
     assert again.returncode == 0, again.stderr[-3000:]
     got = json.loads((tmp_path / "bare" / "summary.json").read_text())["datasets"]["heldout"]
-    assert (got["cons_at_k"], got["pass_at_1"], got["len_avg"]) == (r["cons@k"], r["pass@1"], r["mean_length"])
+    assert (got["cons@k"], got["pass@1"], got["mean_length"]) == (r["cons@k"], r["pass@1"], r["mean_length"])

@@ -102,7 +102,7 @@ def setup(tmp_path, monkeypatch):
             Path(cfg.out, "summary.json").write_text(json.dumps({
                 "model": cfg.model, "sampling": {"n": s.n, "temperature": s.temperature, "top_p": s.top_p,
                                                  "max_tokens": s.max_tokens, "seed": s.seed},
-                "datasets": {"heldout": {"cons_at_k": 0.5 + 0.1 * i, "pass_at_1": 0.4 + 0.1 * i, "len_avg": 40.0 - i,
+                "datasets": {"heldout": {"cons@k": 0.5 + 0.1 * i, "pass@1": 0.4 + 0.1 * i, "mean_length": 40.0 - i,
                                          "complete": True, "problems": 4,
                                          "accuracy_vs_budget": {"32": 0.2 + 0.1 * i, "64": 0.4 + 0.1 * i}}}}))
         return {"folder": str(stage.folder.resolve())}
