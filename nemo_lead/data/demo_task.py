@@ -79,9 +79,9 @@ RL_STAGE2_EXTRA_WEIGHTS = (0, 0, 0, 1, 2)  # the hard end, as the paper's extra 
 HELDOUT_PER_DIFFICULTY = 32
 
 # The recommended model: HF config overrides of conf/model/tiny-qwen2.yaml for write_tiny_model
-# (`extra_tokens=DEMO_EXTRA_TOKENS`). DESIGN.md measured a 0.82M-parameter GPT (d 128, 4 layers, 4 heads,
-# 4x GELU MLP) learning chains of one-digit operands in 3 minutes of SFT; a SwiGLU MLP of 352 has about the
-# same parameter count (0.83M with the ~104-token vocabulary). Prompt plus the longest gold trace stay under
+# (`extra_tokens=DEMO_EXTRA_TOKENS`). A plain-PyTorch prototype of a 0.82M-parameter GPT (d 128, 4 layers,
+# 4 heads, 4x GELU MLP) learned chains of one-digit operands in minutes of SFT on one CPU thread
+# (DESIGN.md, "Facts measured"); a SwiGLU MLP of 352 has about the same parameter count (0.83M with the ~104-token vocabulary). Prompt plus the longest gold trace stay under
 # 110 tokens.
 DEMO_MODEL: dict[str, Any] = {
     "hidden_size": 128,

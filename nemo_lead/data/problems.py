@@ -70,7 +70,7 @@ def load_problems(
 ) -> list[Problem]:
     """Problems of `spec` in file order; `limit` keeps the first N (after checking every row)."""
     roles = _field_roles(fields)
-    path = _resolve(spec)
+    path = resolve_data_path(spec)
     if name is None:
         name = str(spec) if str(spec) in BUILTIN_DATASETS else path.stem if path.is_file() else path.name
         if split is not None:
@@ -93,7 +93,7 @@ def load_problems(
 
 
 # ----------------------------------------------------------------------------- resolving the spec
-def _resolve(spec: str | os.PathLike) -> Path:
+def resolve_data_path(spec: str | os.PathLike) -> Path:
     if isinstance(spec, str) and spec in BUILTIN_DATASETS:
         return builtin_path(spec)
     path = Path(spec).expanduser()
@@ -130,7 +130,7 @@ def _lookup(record: dict, key: str) -> Any:
     return node
 
 
-def _first(record: dict, keys: tuple[str, ...]) -> tuple[str | None, Any]:
+def first_field(record: dict, keys: tuple[str, ...]) -> tuple[str | None, Any]:
     for key in keys:
         value = _lookup(record, key)
         if value is not _MISSING and value is not None and value != "":
@@ -138,7 +138,7 @@ def _first(record: dict, keys: tuple[str, ...]) -> tuple[str | None, Any]:
     return None, _MISSING
 
 
-def _tried(keys: tuple[str, ...]) -> str:
+def tried_names(keys: tuple[str, ...]) -> str:
     return " or ".join(repr(k) for k in keys)
 
 
@@ -163,30 +163,30 @@ def _answer_text(value: Any, where: str, key: str) -> str:
 
 
 def _answer_from_solution(record: dict, where: str, roles: dict[str, tuple[str, ...]]) -> tuple[str, str]:
-    key, solution = _first(record, roles["solution"])
+    key, solution = first_field(record, roles["solution"])
     if key is None:
-        raise DataError(f"{where}: missing field {_tried(roles['answer'])}")
+        raise DataError(f"{where}: missing field {tried_names(roles['answer'])}")
     from nemo_lead.verify import extract_answer  # lazy: math-verify is not needed to read answer fields
 
     answer = extract_answer(str(solution), region="all")
     if answer is None or not answer.strip():
         raise DataError(
-            f"{where}: missing field {_tried(roles['answer'])}, and no \\boxed{{}} answer in field {key!r}"
+            f"{where}: missing field {tried_names(roles['answer'])}, and no \\boxed{{}} answer in field {key!r}"
         )
     return key, answer.strip()
 
 
 def _to_problem(record: dict, where: str, default_id: str, roles: dict[str, tuple[str, ...]]) -> Problem:
-    p_key, text = _first(record, roles["problem"])
+    p_key, text = first_field(record, roles["problem"])
     if p_key is None:
-        raise DataError(f"{where}: missing field {_tried(roles['problem'])}")
+        raise DataError(f"{where}: missing field {tried_names(roles['problem'])}")
     text = _problem_text(text, where, p_key)
-    a_key, answer = _first(record, roles["answer"])
+    a_key, answer = first_field(record, roles["answer"])
     if a_key is None:
         _, answer = _answer_from_solution(record, where, roles)
     else:
         answer = _answer_text(answer, where, a_key)
-    id_key, pid = _first(record, roles["id"])
+    id_key, pid = first_field(record, roles["id"])
     if id_key is None:
         pid = default_id
     elif isinstance(pid, bool) or not isinstance(pid, (str, int)):

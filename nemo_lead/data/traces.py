@@ -46,7 +46,7 @@ from typing import Any
 
 from nemo_lead.verify.extract import THINK_OPEN, ends_inside_think
 
-from .problems import BUILTIN_DATASETS, _first, _resolve, _tried
+from .problems import BUILTIN_DATASETS, first_field, resolve_data_path, tried_names
 from .prompts import PromptConfig, format_prompt, uses_chat_template
 from .readers import DataError, read_records
 
@@ -85,7 +85,7 @@ def load_traces(
     the first N rows (after checking every row)."""
     cfg = prompt_cfg or PromptConfig()
     roles = _roles(fields)
-    path = _resolve(spec)
+    path = resolve_data_path(spec)
     name = str(spec) if str(spec) in BUILTIN_DATASETS else path.stem if path.is_file() else path.name
     eos = getattr(tokenizer, "eos_token_id", None)
     if eos is None:
@@ -126,24 +126,24 @@ def _roles(fields: Mapping[str, str] | None) -> dict[str, tuple[str, ...]]:
 def _render(record: dict, where: str, default_id: str, roles: dict, tokenizer: Any,
             cfg: PromptConfig) -> tuple[str, str, str, str]:
     """(id, prompt text, response text, where) of one row."""
-    id_key, tid = _first(record, roles["id"])
+    id_key, tid = first_field(record, roles["id"])
     if id_key is None:
         tid = default_id
     elif isinstance(tid, bool) or not isinstance(tid, (str, int)):
         raise DataError(f"{where}: field {id_key!r} must be a string or an integer, got {type(tid).__name__}")
-    m_key, messages = _first(record, roles["messages"])
+    m_key, messages = first_field(record, roles["messages"])
     if m_key is not None:
         prompt, response = _render_messages(messages, where, m_key, tokenizer, cfg)
     else:
-        p_key, problem = _first(record, roles["problem"])
-        r_key, response = _first(record, roles["response"])
+        p_key, problem = first_field(record, roles["problem"])
+        r_key, response = first_field(record, roles["response"])
         if p_key is None and r_key is None:
-            raise DataError(f"{where}: missing field {_tried(roles['messages'])}, or "
-                            f"{_tried(roles['problem'])} with {_tried(roles['response'])}")
+            raise DataError(f"{where}: missing field {tried_names(roles['messages'])}, or "
+                            f"{tried_names(roles['problem'])} with {tried_names(roles['response'])}")
         if p_key is None:
-            raise DataError(f"{where}: missing field {_tried(roles['problem'])} (the trace's problem)")
+            raise DataError(f"{where}: missing field {tried_names(roles['problem'])} (the trace's problem)")
         if r_key is None:
-            raise DataError(f"{where}: missing field {_tried(roles['response'])} (the trace's response)")
+            raise DataError(f"{where}: missing field {tried_names(roles['response'])} (the trace's response)")
         for key, value in ((p_key, problem), (r_key, response)):
             if not isinstance(value, str) or not value.strip():
                 raise DataError(f"{where}: field {key!r} is not a non-empty text")

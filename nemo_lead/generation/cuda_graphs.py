@@ -1,8 +1,8 @@
 """Fixed-shape decode steps for the megatron engine, captured as CUDA graphs on a GPU.
 
 Why: a decode step of a 28-layer model is ~1,500 small kernels. Launched one by one from Python through
-megatron's modules, the host is the bottleneck: measured on an H200 (bench/rollout_bench.py --gpu,
-Qwen2-1.5B shape, batch 256) a step took 84 ms, 1.2% of what HBM bandwidth allows. A CUDA graph replays
+megatron's modules, the host is the bottleneck, far from what HBM bandwidth allows (bench/RESULTS.md, "Design
+measurements"). A CUDA graph replays
 the whole step (embedding -> layers with the KV-cache writes -> logits) with one launch.
 
 A graph replays fixed shapes and fixed addresses, so a step here is shaped by a *bucket*, not by the live

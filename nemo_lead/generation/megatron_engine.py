@@ -49,7 +49,7 @@ from typing import Any
 
 import torch
 
-from nemo_lead.models import eval_mode
+from nemo_lead.models import eval_mode, model_info
 
 from .cuda_graphs import DecodeSteps
 from .kv_budget import GB, budget_rows
@@ -82,7 +82,7 @@ def resolve_model(actor: Any):
                     "with one model chunk, a wrapper with .module, or an object with .model")
 
 
-def _finish_param_gather(actor: Any) -> None:
+def finish_param_gather(actor: Any) -> None:
     """Megatron DDP with the distributed optimizer and overlap_param_gather all-gathers updated parameters
     lazily, in the next training forward's pre-hooks; the engine bypasses those hooks, so force it now."""
     for _ in range(8):
@@ -165,7 +165,7 @@ class MegatronEngine:
     cuda_graphs: decode steps as captured CUDA graphs (`nemo_lead.generation.cuda_graphs`): None = on a GPU
         with one pipeline stage and one TP rank, else off; True on a CPU runs the same fixed-shape
         (bucketed) steps without capture; True with TP or PP > 1 is an error.
-    vocab_size: the real vocabulary (default: `model.arch.vocab_size` from build_gpt); padding columns of
+    vocab_size: the real vocabulary (default: `model_info(model).arch.vocab_size` from build_gpt); padding columns of
         the output layer are never sampled.
     kv_cache_gb: bytes of K and V cache this rank may hold, in GB (1e9 bytes); None = no budget (the cache
         grows on demand up to max_batch_size rows). Reserve at admission (`nemo_lead.generation.kv_budget`).
@@ -200,10 +200,11 @@ class MegatronEngine:
     # ----------------------------------------------------------------------------- RolloutEngine
     def refit(self, actor: Any) -> None:
         """Point the engine at the actor's live modules (no copy; see the module docstring)."""
-        _finish_param_gather(actor)
+        finish_param_gather(actor)
         self.model = resolve_model(actor)
         self.runner = StageRunner(self.model)
-        arch = getattr(self.model, "arch", None)
+        info = model_info(self.model, required=False)  # None: a GPTModel not built by build_gpt
+        arch = info.arch if info is not None else None
         self.vocab_size = self._vocab_size or (arch.vocab_size if arch is not None else self.model.vocab_size)
         self.max_positions = getattr(self.model, "max_sequence_length", None)
 

@@ -62,18 +62,30 @@ def check_supported(model) -> None:
         raise UnsupportedModel("the megatron rollout engine does not support " + "; ".join(problems))
 
 
-def _plain_layer(layer) -> bool:
-    """A decoder layer whose linears are megatron's plain Column/RowParallelLinear (no Transformer Engine, no
-    FP8) and whose MLP is the local spec's two-GEMM SwiGLU: what `StageRunner`'s direct path computes."""
+def direct_path_types() -> dict[str, tuple[type, ...]]:
+    """The layer types `StageRunner`'s direct path computes itself, from their weights: the one place that
+    says which modules it supports. A layer qualifies when its attention, its MLP and their linears are of
+    these exact types (and the MLP takes its two-GEMM SwiGLU path); everything else runs the modules.
+    Norms are called as modules on either path, and core attention never is (the engine attends over its
+    own KV cache), so neither needs to be listed (tests/generation/test_megatron_engine.py checks every
+    layer type of nemo_lead.models against this)."""
     from megatron.core.tensor_parallel import ColumnParallelLinear, RowParallelLinear
     from megatron.core.transformer.attention import SelfAttention
 
     from nemo_lead.models.local_layers import RoPESelfAttention, SwiGLUMLP
 
+    return {"self_attention": (SelfAttention, RoPESelfAttention), "mlp": (SwiGLUMLP,),
+            "linear_qkv": (ColumnParallelLinear,), "linear_proj": (RowParallelLinear,),
+            "linear_fc2": (RowParallelLinear,)}
+
+
+def _plain_layer(layer) -> bool:
+    """A decoder layer the direct path can compute (`direct_path_types`)."""
+    types = direct_path_types()
     att, mlp = layer.self_attention, layer.mlp
-    return (type(att) in (SelfAttention, RoPESelfAttention) and type(att.linear_qkv) is ColumnParallelLinear
-            and type(att.linear_proj) is RowParallelLinear and isinstance(mlp, SwiGLUMLP)
-            and mlp._two_gemms(None) and type(mlp.linear_fc2) is RowParallelLinear)
+    return (type(att) in types["self_attention"] and type(att.linear_qkv) in types["linear_qkv"]
+            and type(att.linear_proj) in types["linear_proj"] and type(mlp) in types["mlp"]
+            and mlp.two_gemm_path(None) and type(mlp.linear_fc2) in types["linear_fc2"])
 
 
 class StageRunner:

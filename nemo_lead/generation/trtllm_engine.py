@@ -29,7 +29,9 @@ from typing import Any
 
 import torch
 
-from .megatron_engine import _finish_param_gather, resolve_model
+from nemo_lead.models import model_info
+
+from .megatron_engine import finish_param_gather, resolve_model
 from .params import Rollout, SamplingParams, check_prompts
 from .trtllm_plan import (
     SLEEP_TAGS,
@@ -141,7 +143,7 @@ class TrtllmEngine:
 
         if self._asleep:
             self.wake()
-        _finish_param_gather(actor)
+        finish_param_gather(actor)
         self.model = resolve_model(actor)
         staged: list[torch.Tensor] = []  # keeps the current bucket's GPU copies alive until the worker loaded them
 
@@ -154,7 +156,7 @@ class TrtllmEngine:
         stream = export_hf_weights(self.model, dtype=self.dtype)
         issue_refit(lambda method, args: self.llm._collective_rpc(method, args=args), self.device_uuid,
                     weight_buckets(stream, int(self.cfg.refit_bucket_mb * 2**20)),
-                    RefitChecker(hf_shapes(self.model.arch)), pack)
+                    RefitChecker(hf_shapes(model_info(self.model).arch)), pack)
         staged.clear()
 
     def sleep(self) -> None:
@@ -170,7 +172,7 @@ class TrtllmEngine:
     def generate(self, prompt_token_ids: list[list[int]], params: SamplingParams) -> list[Rollout]:
         import torch.distributed as dist
 
-        check_prompts(prompt_token_ids, self.model.arch.vocab_size)
+        check_prompts(prompt_token_ids, model_info(self.model).arch.vocab_size)
         group, size, rank = None, 1, 0
         if dist.is_initialized():
             from megatron.core import parallel_state as ps

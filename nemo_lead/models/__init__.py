@@ -10,11 +10,13 @@ Imports megatron-core, transformers and tokenizers only (megatron / transformers
 
 from .gpt import (
     PRECISIONS,
+    ModelInfo,
     build_gpt,
     eval_mode,
     forward_logits,
     gather_vocab_logits,
     mask_vocab_padding,
+    model_info,
     te_available,
     transformer_config,
     unwrap_model,
@@ -25,7 +27,7 @@ from .tiny import char_tokenizer, tiny_hf_config, write_tiny_model
 from .tokenizer import load_tokenizer, tokenizer_files
 
 __all__ = [
-    "PRECISIONS", "Arch", "HFReader", "ModelConfigError", "arch_from_hf", "build_gpt", "char_tokenizer", "eval_mode",
+    "PRECISIONS", "Arch", "ModelInfo", "model_info", "HFReader", "ModelConfigError", "arch_from_hf", "build_gpt", "char_tokenizer", "eval_mode",
     "export_hf_weights", "forward_logits", "gather_vocab_logits", "hf_names", "hf_shapes", "load_hf_weights", "save_hf_folder", "load_tokenizer",
     "mask_vocab_padding", "padded_vocab_size", "preset_names", "read_hf_config", "te_available",
     "tiny_hf_config", "tokenizer_files", "transformer_config", "unwrap_model", "write_tiny_model",

@@ -5,12 +5,10 @@ Why: without Transformer Engine (every CPU machine, and GPU boxes without TE) me
 computes attention unfused: it materialises the [b, heads, s, s] scores, masks them in place (which makes
 autograd copy the whole gradient of the scores again), softmaxes in fp32 and multiplies. torch's SDPA runs
 a fused, memory-efficient kernel instead (flash attention on CPU and on recent GPUs), with the same
-result. Measured on a 4-layer hidden-256 Qwen2 at 8 x 512 tokens, one CPU thread: a train step took 2.18 s
-with megatron's attention and 1.72 s with this one (bench/actor_bench.py). q, k and v are copied to
-contiguous [b, heads, s, hn] first on the CPU: torch's CPU flash kernel reads megatron's [s, b, ...] layout through a
-permuted view more slowly than it copies it (fwd + bwd of one layer's attention at 8 x 512 tokens: 106 ms
-from the view, 99 ms with the copies). GPU kernels take the views as they are; copies there would only add
-launches (the H200 runs in bench/RESULTS.md are partly host-bound).
+result, in a fraction of the time (bench/RESULTS.md, "Design measurements"). q, k and v are copied to
+contiguous [b, heads, s, hn] first on the CPU: torch's CPU flash kernel reads megatron's [s, b, ...] layout
+through a permuted view more slowly than it copies it. GPU kernels take the views as they are; copies there
+would only add launches (the H200 runs in bench/RESULTS.md are partly host-bound).
 
 Causal attention without dropout over 2 * CAUSAL_BLOCK to CAUSAL_BLOCK_MAX tokens runs block by block on
 the CPU (`block_causal_attention`): torch's CPU flash kernel does not skip the masked half of a causal
@@ -42,8 +40,8 @@ _GQA_KWARG = tuple(int(x) for x in torch.__version__.split("+")[0].split(".")[:2
 
 CAUSAL_BLOCK = 128  # query rows per block of `block_causal_attention` (on CPU)
 # longest sequence run in blocks: from 768 queries on torch's kernel takes 256-row query blocks and skips
-# key blocks a causal row cannot see, enough that the blocks stop paying (fwd + bwd, 4 / 2 heads of 64, one
-# thread: 1024 tokens 37 -> 34 ms with blocks; 2048 tokens 123 -> 128 ms, 4096 437 -> 476 ms)
+# key blocks a causal row cannot see, enough that the blocks stop paying (bench/RESULTS.md, "Design
+# measurements")
 CAUSAL_BLOCK_MAX = 1024
 
 
@@ -59,8 +57,7 @@ def block_causal_attention(q, k, v, block: int, **kwargs) -> torch.Tensor:
 
     Why: torch's CPU flash kernel (torch 2.13) takes key blocks of up to 512 and does not skip the masked
     half of a causal problem: at 512 tokens a causal attention costs what a full one does. Blocks of queries
-    against their visible prefix of keys skip it (3/8 of the work at 4 blocks): one layer's attention at 8 x
-    512 tokens, GQA 4 / 2 heads of 64, one thread, forward + backward: 100 ms -> 73 ms. The first block is
+    against their visible prefix of keys skip it (3/8 of the work at 4 blocks). The first block is
     plain causal; block i sees keys [0, end_i) with a lower-right causal mask on its last `block` keys. The
     blocks' outputs are concatenated straight into [s, b, heads, hn], the copy megatron's layout needs anyway.
     Same result as one causal SDPA up to float rounding (tests/models/test_attention.py)."""

@@ -60,7 +60,7 @@ from typing import Any
 
 import torch
 
-from .gpt import build_gpt, te_available, unwrap_model
+from .gpt import build_gpt, model_info, te_available, unwrap_model
 from .tokenizer import tokenizer_files
 
 FORMAT_VERSION = 1
@@ -210,18 +210,19 @@ def save_checkpoint(
     """
 
     model = unwrap_model(model)
+    info = model_info(model)
     path = Path(path)
     meta = {
         "format": FORMAT_VERSION,
         "step": step,
         "saved_layout": parallel_layout(),
         "precision": _precision(model),
-        "layer_spec": model.layer_spec_name,
-        "vocab_size": model.arch.vocab_size,
+        "layer_spec": info.layer_spec,
+        "vocab_size": info.arch.vocab_size,
         "padded_vocab_size": model.vocab_size,
-        "vocab_divisible_by": model.vocab_divisible_by,
+        "vocab_divisible_by": info.vocab_divisible_by,
         "parts": ["model", *(extra_parts or {})],
-        "hf_config": model.hf_config,
+        "hf_config": info.hf_config,
         **(extra_meta or {}),
     }
     with atomic_dir(path) as tmp:

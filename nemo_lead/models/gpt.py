@@ -29,6 +29,7 @@ import contextlib
 import importlib
 import logging
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -152,8 +153,9 @@ def build_gpt(
     precision: "fp32" | "bf16" | "fp16" | "fp8" (bf16 params + TE FP8 GEMMs; needs TE).
     spec: "auto" (TE if importable, else local) | "te" | "local".
     init: random-initialise the weights (False saves time when weights are loaded right after).
-    The model carries `model.hf_config` (the dict), `model.arch`, `model.layer_spec_name` and
-    `model.vocab_divisible_by` for the weight mapping and checkpoints; `model.vocab_size` is the padded size.
+    What nemo-lead knows of the model beyond megatron's config (its HF config, `Arch`, layer spec and
+    vocabulary padding, for the weight mapping, checkpoints and engines) is one `ModelInfo`: read it with
+    `model_info(model)` (works through DDP wrappers). `model.vocab_size` is megatron's padded size.
     """
     from megatron.core import parallel_state as ps
     from megatron.core.models.gpt import GPTModel
@@ -194,11 +196,29 @@ def build_gpt(
     _norms_to(model, _DTYPES[precision])
     if torch.cuda.is_available():
         model.cuda(torch.cuda.current_device())
-    model.hf_config = cfg
-    model.arch = arch
-    model.layer_spec_name = spec_name
-    model.vocab_divisible_by = vocab_divisible_by
+    model.nemo_lead_info = ModelInfo(hf_config=cfg, arch=arch, layer_spec=spec_name,
+                                     vocab_divisible_by=vocab_divisible_by)
     return model
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """What `build_gpt` knew when it built a GPTModel (megatron's own config aside)."""
+
+    hf_config: dict[str, Any]  # the HF config.json values
+    arch: Arch  # the architecture read from it (vocab_size: the real vocabulary)
+    layer_spec: str  # "local" | "te"
+    vocab_divisible_by: int  # the padding of the embedding / output layer rows
+
+
+def model_info(model, required: bool = True) -> ModelInfo | None:
+    """The `ModelInfo` of a model built by `build_gpt` (through DDP / Float16Module wrappers); for another
+    model an error, or None with `required=False`."""
+    info = getattr(unwrap_model(model), "nemo_lead_info", None)
+    if info is None and required:
+        raise TypeError(f"{type(unwrap_model(model)).__name__} was not built by nemo_lead.models.build_gpt "
+                        "(it has no ModelInfo)")
+    return info
 
 
 def _norms_to(model, dtype: torch.dtype) -> None:
@@ -327,7 +347,7 @@ def forward_logits(model, input_ids: torch.Tensor, position_ids: torch.Tensor | 
     from megatron.core.pipeline_parallel import get_forward_backward_func
 
     b, s = input_ids.shape
-    vocab_size = unwrap_model(model).arch.vocab_size
+    vocab_size = model_info(model).arch.vocab_size
     device = next(model.parameters()).device
     input_ids = input_ids.to(device)
     if position_ids is None:

@@ -37,7 +37,7 @@ from pathlib import Path
 
 import torch
 
-from .gpt import unwrap_model
+from .gpt import model_info, unwrap_model
 from .hf_config import Arch
 
 # ----------------------------------------------------------------------------- the mapping table
@@ -243,7 +243,7 @@ def load_hf_weights(model, hf_dir: str | Path) -> None:
     with the expected shape; otherwise this raises, naming the tensor. `model` may be wrapped (DDP).
     """
     model = unwrap_model(model)
-    arch = model.arch
+    arch = model_info(model).arch
     reader = HFReader(hf_dir)
     for name, shape in hf_shapes(arch).items():
         if name in reader.file_of and reader.shape(name) != shape:
@@ -313,7 +313,7 @@ def export_hf_weights(model, dtype: torch.dtype | None = None) -> Iterator[tuple
     from megatron.core import parallel_state as ps
 
     model = unwrap_model(model)
-    arch = model.arch
+    arch = model_info(model).arch
     pp, pp_rank = ps.get_pipeline_model_parallel_world_size(), ps.get_pipeline_model_parallel_rank()
     params = _local_params(model)
     param_dtype = next(iter(params.values())).dtype

@@ -69,7 +69,7 @@ class _GatedFc1(torch.autograd.Function):
 
     Forward: two GEMMs into contiguous gate and up tensors (two [tokens, ffn] tensors rather than one
     [tokens, 2 * ffn]: on the CPU machines glibc maps allocations of 32 MiB and more afresh each time, and
-    the page faults cost ~13 ms per such tensor). Backward: d_up = g * silu(gate) and
+    the page faults cost time per such tensor). Backward: d_up = g * silu(gate) and
     d_gate = silu'(gate) * g * up are written over up and gate (each slot is read before it is written), so no
     [tokens, ffn] gradient is allocated per half; then dW's two halves and dx = d_gate W_g + d_up W_u (one
     GEMM accumulating into the other). gate and up are saved for backward, so a second backward through the
@@ -105,7 +105,7 @@ class SwiGLUMLP(MLP):
     """megatron's MLP (same submodules, parameters, sharded state dict) computing plain SwiGLU through
     `_GatedFc1`; every other configuration runs megatron's forward."""
 
-    def _two_gemms(self, per_token_scale) -> bool:
+    def two_gemm_path(self, per_token_scale) -> bool:
         from megatron.core.tensor_parallel import ColumnParallelLinear
 
         c, fc1 = self.config, self.linear_fc1
@@ -118,7 +118,7 @@ class SwiGLUMLP(MLP):
                 and not fc1.explicit_expert_comm and not fc1.disable_grad_reduce)
 
     def forward(self, hidden_states, per_token_scale=None, **kwargs):
-        if not self._two_gemms(per_token_scale):
+        if not self.two_gemm_path(per_token_scale):
             return super().forward(hidden_states, per_token_scale=per_token_scale, **kwargs)
         fc1 = self.linear_fc1
         x = hidden_states

@@ -4,10 +4,9 @@ allocator keeps device memory on a GPU.
 Why: torch's CPU allocator is plain `malloc`. With glibc's defaults, a freed block of 32 MiB or more goes
 back to the kernel at once (mmap threshold), and after every backward pass, when the step's activations
 are freed, the free top of the heap is handed back too (trim threshold: at most twice the dynamic mmap
-threshold). The next forward pass then faults every page of its activations back in. Measured on the
-CPU machines (bench/actor_bench.py shapes, one thread, 4-layer hidden-256 Qwen2 at 8 x 512 tokens): ~21k
-to 37k minor page faults and ~35 ms more system time per train step, about 2% of the step and most of the
-step-to-step spread. With both thresholds raised the steady state has no faults at all.
+threshold). The next forward pass then faults every page of its activations back in: tens of thousands of
+minor page faults per train step, a few percent of the step and most of its step-to-step spread
+(bench/RESULTS.md, "Design measurements"). With both thresholds raised the steady state has no faults.
 
 `retain_freed_memory()` raises glibc's mmap threshold to 1 GiB (tensors below it come from the heap, whose
 pages are reused) and its trim threshold to 2 GiB - 1 (the most `mallopt` accepts: the freed heap stays

@@ -56,7 +56,7 @@ import torch.distributed as dist
 
 from nemo_lead.algorithms import LeadConfig, loss_denominator, policy_loss
 from nemo_lead.algorithms.rollout_correction import METRIC_KEYS as CORRECTION_KEYS
-from nemo_lead.models import eval_mode
+from nemo_lead.models import eval_mode, model_info
 
 from .actor_config import ActorConfig
 from .collectives import (
@@ -102,7 +102,7 @@ class Actor:
 
     @property
     def vocab_size(self) -> int:
-        return self.gpt.arch.vocab_size
+        return model_info(self.gpt).arch.vocab_size
 
     @property
     def device(self) -> torch.device:
@@ -229,7 +229,7 @@ def _run_schedule(actor: Actor, plan: _Plan, loss_fn: Callable, *, forward_only:
 
     device = actor.device
     packed = plan.batch.segments is not None and any(len(s) > 1 for s in plan.batch.segments)
-    if packed and getattr(actor.gpt, "layer_spec_name", "local") != "local":
+    if packed and model_info(actor.gpt).layer_spec != "local":
         # a dense [b, 1, S, S] mask is not Transformer Engine's path for packed sequences (that is THD with
         # megatron's PackedSeqParams, not implemented here)
         raise NotImplementedError("packed sequences need the local layer spec: set data.pack=false or "

@@ -22,7 +22,7 @@ from __future__ import annotations
 import re
 from fractions import Fraction
 
-from .extract import _braced_group, split_choice_label
+from .extract import braced_group, split_choice_label
 
 KINDS = ("auto", "integer")
 
@@ -53,7 +53,7 @@ def latex_from_unicode(s: str) -> str:
 def _unwrap_box(s: str) -> str:
     for macro in ("\\boxed", "\\fbox"):
         if s.startswith(macro + "{"):
-            inner = _braced_group(s, len(macro))
+            inner = braced_group(s, len(macro))
             if inner is not None and len(inner) == len(s) - len(macro) - 2:
                 return inner
     return s

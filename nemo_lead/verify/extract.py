@@ -73,7 +73,7 @@ def _last_box_start(text: str) -> tuple[int, int] | None:
     return best
 
 
-def _braced_group(text: str, open_at: int) -> str | None:
+def braced_group(text: str, open_at: int) -> str | None:
     """Content of the `{...}` group opening at `open_at`, or None when it never closes."""
     depth = 0
     for m in _BRACE_TOKEN.finditer(text, open_at):
@@ -101,7 +101,7 @@ def extract_answer(text: str, region: str = "after_think") -> str | None:
     while k < len(part) and part[k].isspace():
         k += 1
     if k < len(part) and part[k] == "{":
-        content = _braced_group(part, k)
+        content = braced_group(part, k)
     else:
         m = _BARE_TOKEN.match(part, k)
         content = m.group().rstrip(_TRAILING_PUNCT) if m else None

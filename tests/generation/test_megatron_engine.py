@@ -289,3 +289,21 @@ def test_kv_budget_arithmetic_and_bad_budgets_name_the_key():
         with pytest.raises(ValueError, match="engine.kv_cache_gb must be > 0"):
             EngineConfig(kv_cache_gb=bad)
     assert EngineConfig().kv_cache_gb is None
+
+
+def test_every_local_layer_type_is_either_on_the_direct_path_or_handled_by_modules():
+    """A new layer type in nemo_lead.models must be classified here, or the engine's direct (module-free)
+    decode path could compute a layer it does not know (`stage.direct_path_types`)."""
+    import inspect
+
+    import nemo_lead.models.attention as attention
+    import nemo_lead.models.local_layers as local_layers
+    from nemo_lead.generation.stage import direct_path_types
+
+    direct = {t for types in direct_path_types().values() for t in types}
+    # called as modules on both paths (norms), or never called by the engine (core attention)
+    by_module = {local_layers.RMSNorm, attention.SDPAttention}
+    for module in (local_layers, attention):
+        for _, cls in inspect.getmembers(module, inspect.isclass):
+            if cls.__module__ == module.__name__ and issubclass(cls, torch.nn.Module):
+                assert cls in direct or cls in by_module, f"{cls.__qualname__}: not classified for the direct path"

@@ -31,7 +31,7 @@ from nemo_lead.generation.trtllm_plan import (
     trtllm_requests,
     weight_buckets,
 )
-from nemo_lead.models import write_tiny_model
+from nemo_lead.models import model_info, write_tiny_model
 
 
 def test_weight_buckets_bound_bytes_and_keep_order():
@@ -53,7 +53,7 @@ def _export_job(hf_dir):
     with torch.no_grad():  # a "training step": the stream must carry the new weights, not the folder's
         for p in model.parameters():
             p.add_(0.01 * torch.randn(p.shape, generator=torch.Generator().manual_seed(p.numel())))
-    checker = RefitChecker(hf_shapes(model.arch))
+    checker = RefitChecker(hf_shapes(model_info(model).arch))
     received = {}
     sizes = []
     for bucket in weight_buckets(export_hf_weights(model), max_bytes=64 * 1024):

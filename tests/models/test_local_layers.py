@@ -42,7 +42,7 @@ def _mlp_job():
                 if p.dim() == 1:
                     p.normal_(generator=torch.Generator().manual_seed(3))
         ours.load_state_dict(theirs.state_dict())
-        assert ours._two_gemms(None)
+        assert ours.two_gemm_path(None)
         x = torch.randn(5, 2, 16, generator=torch.Generator().manual_seed(2))
         for name, module in ((f"theirs{with_bias}", theirs), (f"ours{with_bias}", ours)):
             xr = x.clone().requires_grad_(True)
@@ -57,7 +57,7 @@ def _mlp_job():
         clamped = TransformerConfig(**common, activation_func_clamp_value=0.5)
         a, b = (cls(clamped, sub, ffn_hidden_size=24) for cls in (MLP, SwiGLUMLP))
         b.load_state_dict(a.state_dict())
-        out[(tp, f"clamped{with_bias}")] = (b._two_gemms(None), torch.equal(a(x)[0], b(x)[0]))
+        out[(tp, f"clamped{with_bias}")] = (b.two_gemm_path(None), torch.equal(a(x)[0], b(x)[0]))
         destroy_parallel(keep_process_group=True)
     destroy_parallel()
     return out

@@ -46,7 +46,8 @@ def test_ablation_rungs_differ_only_in_the_lead_preset():
         assert rl == {**base["rl"]["settings"], "lead": None, "out": None} and stages["eval"] == base["eval"]
         assert (rl["actor"]["optim"]["lr"], rl["prompts_per_step"], rl["rollout"]["n"], rl["rollout"]["max_tokens"]) \
             == (1e-6, 32, 8, 8192)
-        assert rl["lead"] is None and rl.get("kl_coef", 0) == 0
+        lead = stages["rl"]["settings"]["lead"]
+        assert (lead["kl_coeff"], lead["clip_eps_low"], lead["clip_eps_high"]) == (0.0, 0.2, 0.2)  # no KL, clip 0.2
     assert list(presets.values()) == ["grpo", "grpo_length", "grpo_length_reweight", "lead"]
     wrong = resolve("ablation-7b-grpo-length").resolved["rl"]["settings"]["lead"]
     assert wrong["length_reward"] and wrong["wrong_reward"] == 0.0  # the preset's values, not just its name
