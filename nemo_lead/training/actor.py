@@ -42,7 +42,7 @@ checkpoints: `nemo_lead.training.checkpoint`. What is tested where: tests/traini
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any
 
@@ -52,7 +52,7 @@ import torch.distributed as dist
 from nemo_lead.algorithms import LeadConfig, loss_denominator, policy_loss
 from nemo_lead.models import eval_mode
 
-from .actor_config import ActorConfig, model_source, resolve_precision
+from .actor_config import ActorConfig, micro_batch_tokens_for_device, model_source, resolve_precision
 from .collectives import (
     broadcast_from_last_stage,
     collective_device,
@@ -133,6 +133,7 @@ def build_actor(cfg: ActorConfig, parallel: Any = None) -> Actor:
         raise ValueError(f"actor.tp={cfg.tp} actor.pp={cfg.pp}, but the parallel state was initialised with "
                          f"tp={tp} pp={pp}")
     precision = resolve_precision(cfg.precision)
+    cfg = replace(cfg, micro_batch_tokens=micro_batch_tokens_for_device(cfg.micro_batch_tokens))
     kind, source = model_source(cfg.model)
     build = partial(build_gpt, parallel=parallel, precision=precision, spec=cfg.layer_spec,
                     config_overrides=cfg.megatron_overrides())

@@ -94,7 +94,9 @@ class ActorConfig:
     precision: str = "auto"  # auto (bf16 on GPU, fp32 on CPU) | fp32 | bf16 | fp16 | fp8 (needs TE)
     layer_spec: str = "auto"  # auto (TE when importable) | te | local
     optim: ActorOptimConfig = field(default_factory=ActorOptimConfig)
-    micro_batch_tokens: int = 16384  # padded tokens per micro-batch at most (rows x longest row)
+    # padded tokens per micro-batch at most (rows x longest row); None: per device at build time
+    # (`micro_batch_tokens_for_device`: 16384 on a GPU, 4096 on a CPU, whose RAM holds the fp32 logits)
+    micro_batch_tokens: Optional[int] = None
     micro_batch_overhead_tokens: int = 256  # what one more micro-batch costs, in tokens: where to cut (microbatch.py)
     recompute_granularity: Optional[str] = None  # None | full | selective (megatron activation recomputation)
     recompute_method: Optional[str] = None  # full only: uniform | block
@@ -105,7 +107,7 @@ class ActorConfig:
         if isinstance(self.optim, dict):
             self.optim = ActorOptimConfig(**self.optim)
         for key in ("tp", "pp", "micro_batch_tokens"):
-            if getattr(self, key) < 1:
+            if getattr(self, key) is not None and getattr(self, key) < 1:
                 raise ValueError(f"actor.{key}={getattr(self, key)} must be >= 1")
         if self.micro_batch_overhead_tokens < 0:
             raise ValueError(f"actor.micro_batch_overhead_tokens={self.micro_batch_overhead_tokens} must be >= 0")
@@ -140,6 +142,20 @@ class ActorConfig:
         if self.recompute_granularity == "full":
             out.update(recompute_method=self.recompute_method, recompute_num_layers=self.recompute_num_layers)
         return out
+
+
+# actor.micro_batch_tokens=None: a micro-batch's full-vocabulary fp32 logits (and their gradient) dominate
+# its memory for a real vocabulary (49k-152k tokens); a GPU's budget took a 135M model with a 49k vocabulary
+# to 11.9 GB of host RAM on a CPU (4.8 GB at 1024 tokens, at the same speed)
+GPU_MICRO_BATCH_TOKENS = 16384
+CPU_MICRO_BATCH_TOKENS = 4096
+
+
+def micro_batch_tokens_for_device(micro_batch_tokens: int | None) -> int:
+    """`actor.micro_batch_tokens` as set, or when None the device's default (GPU 16384, CPU 4096)."""
+    if micro_batch_tokens is not None:
+        return micro_batch_tokens
+    return GPU_MICRO_BATCH_TOKENS if torch.cuda.is_available() else CPU_MICRO_BATCH_TOKENS
 
 
 def resolve_precision(precision: str) -> str:
