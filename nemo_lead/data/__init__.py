@@ -18,7 +18,14 @@ from .filters import (
     filter_evaluable_answers,
 )
 from .problems import BUILTIN_DATASETS, Problem, builtin_path, load_problems
-from .prompts import LEAD_INSTRUCTION, PromptConfig, chat_messages, format_prompt, prompt_token_ids
+from .prompts import (
+    LEAD_INSTRUCTION,
+    PromptConfig,
+    chat_messages,
+    format_prompt,
+    prompt_token_ids,
+    template_system_turn,
+)
 from .readers import DataError
 from .traces import Trace, check_vocab_covers, fit_traces, load_traces
 
@@ -48,6 +55,7 @@ __all__ = [
     "load_problems",
     "load_traces",
     "prompt_token_ids",
+    "template_system_turn",
     "trace_stats",
     "write_demo_data",
 ]
