@@ -36,7 +36,7 @@ class EvalConfig:
     tp: int = 1
     pp: int = 1
     precision: str = "auto"  # auto (the HF config's torch_dtype / the checkpoint's) | fp32 | bf16 | fp16
-    stop_at_eos: bool = True  # the tokenizer's EOS token ends a response
+    stop_at_eos: bool = True  # the end tokens (tokenizer EOS + generation_config.json eos_token_id) end a response
     problems_per_call: int = 8  # problems per engine call: the unit of seeding and of resume (see runner.py)
     sampling: SamplingParams = field(default_factory=_paper_sampling)
     prompt: PromptConfig = field(default_factory=PromptConfig)

@@ -34,7 +34,7 @@ from typing import Any
 
 from nemo_lead.data import Problem, PromptConfig, format_prompt, prompt_token_ids
 from nemo_lead.generation import SamplingParams
-from nemo_lead.models.policy import PolicySource, policy_source
+from nemo_lead.models.policy import PolicySource, policy_source, with_end_tokens
 from nemo_lead.verify.extract import THINK_OPEN, ends_inside_think
 
 from .config import EvalConfig, budget_points, dataset_specs, default_out
@@ -69,10 +69,7 @@ def prepare(cfg: EvalConfig) -> Prepared:
     source = policy_source(cfg.model, cfg.precision, cfg.tokenizer)
     tokenizer = load_tokenizer(source.tokenizer_dir)
     datasets = load_datasets(dataset_specs(cfg.data), limit=cfg.limit, split=cfg.split, fields=dict(cfg.fields))
-    params = cfg.sampling
-    eos = tokenizer.eos_token_id
-    if cfg.stop_at_eos and eos is not None and eos not in params.stop_token_ids:
-        params = dataclasses.replace(params, stop_token_ids=[*params.stop_token_ids, eos])
+    params = with_end_tokens(cfg.sampling, tokenizer, source) if cfg.stop_at_eos else cfg.sampling
     prompt_cfg = training_prompt(source) if cfg.prompt_from_checkpoint and cfg.prompt == PromptConfig() else None
     prompt_cfg = prompt_cfg or cfg.prompt
     settings = {

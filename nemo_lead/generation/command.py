@@ -5,8 +5,8 @@
 
 Prompts: `prompts` (texts) and / or `prompts_file` (JSONL, one object per line with a "prompt" or
 "problem" field). Each text becomes one user turn of the tokenizer's chat template (with the generation
-prompt) when it has one and `chat_template` is true, else it is tokenised as it is. The tokenizer's EOS
-token is a stop token unless `stop_at_eos` is false. One output line per sample: prompt_index,
+prompt) when it has one and `chat_template` is true, else it is tokenised as it is. The model's end tokens
+(the tokenizer's EOS and generation_config.json's eos_token_id) are stop tokens unless `stop_at_eos` is false. One output line per sample: prompt_index,
 sample_index, prompt, text, token_ids, num_tokens, finish_reason (and logprobs / policy_logprobs with
 `logprobs=true`). `--model` is read by `nemo_lead.models.policy` (a checkpoint brings its own tokenizer/).
 Started as one process with tp x pp > 1 it runs itself on tp x pp local ranks (as `convert` does).
@@ -31,7 +31,7 @@ class GenerateConfig:
     prompts_file: Optional[str] = None  # JSONL with a "prompt" or "problem" field per line
     out: str = "-"  # JSONL file, or - for stdout
     chat_template: bool = True
-    stop_at_eos: bool = True
+    stop_at_eos: bool = True  # the end tokens (tokenizer EOS + generation_config.json eos_token_id) end a sample
     logprobs: bool = False  # also write both log-prob lists per sample
     tp: int = 1
     pp: int = 1
@@ -83,12 +83,10 @@ def encode(tokenizer, text: str, chat_template: bool) -> list[int]:
 
 def generate_rank(cfg: GenerateConfig) -> None:
     """The job on one rank (every rank of the TP x PP group calls it; rank 0 writes)."""
-    import dataclasses
-
     import torch.distributed as dist
 
     from nemo_lead.models import load_tokenizer
-    from nemo_lead.models.policy import load_policy, policy_source
+    from nemo_lead.models.policy import load_policy, policy_source, with_end_tokens
     from nemo_lead.parallel import destroy_parallel, init_parallel
 
     from .engine import build_engine
@@ -97,9 +95,7 @@ def generate_rank(cfg: GenerateConfig) -> None:
     tokenizer = load_tokenizer(source.tokenizer_dir)
     texts = read_prompts(cfg)
     ids = [encode(tokenizer, t, cfg.chat_template) for t in texts]
-    params = cfg.sampling
-    if cfg.stop_at_eos and tokenizer.eos_token_id is not None and tokenizer.eos_token_id not in params.stop_token_ids:
-        params = dataclasses.replace(params, stop_token_ids=[*params.stop_token_ids, tokenizer.eos_token_id])
+    params = with_end_tokens(cfg.sampling, tokenizer, source) if cfg.stop_at_eos else cfg.sampling
     info = init_parallel(cfg.tp, cfg.pp, model_config=source.hf_config)
     try:
         if info.dp != 1:

@@ -74,6 +74,18 @@ def policy_source(model: str, precision: str = "auto", tokenizer: str | None = N
                         precision=auto if precision == "auto" else precision, step=step)
 
 
+def with_end_tokens(params: Any, tokenizer: Any, source: PolicySource) -> Any:
+    """`params` (a `SamplingParams`) with the model's end tokens added to its stop tokens: the tokenizer's EOS
+    and generation_config.json's eos_token_id (`nemo_lead.models.tokenizer.end_token_ids`; a checkpoint
+    carries the file in tokenizer/). Used by eval and generate."""
+    import dataclasses
+
+    from .tokenizer import end_token_ids, generation_config_dir
+
+    ends = end_token_ids(tokenizer, [generation_config_dir(source.path), source.tokenizer_dir])
+    return dataclasses.replace(params, stop_token_ids=list(dict.fromkeys([*params.stop_token_ids, *ends])))
+
+
 def load_policy(source: PolicySource | str, parallel: Any = None, precision: str | None = None):
     """Collective: this rank's part of the policy (a megatron GPTModel for `parallel`'s layout), weights loaded.
     `precision` None: the source's."""

@@ -35,7 +35,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -76,6 +76,7 @@ class RLState:
     problems: list
     order: Any  # DataOrder
     val_problems: list
+    end_tokens: list[int] = field(default_factory=list)  # stop tokens: nemo_lead.models.end_token_ids
 
     @property
     def cfg(self) -> RLConfig:
@@ -100,9 +101,8 @@ def next_prompts(s: RLState) -> list:
 
 def rollout_params(s: RLState, step: int, round_: int) -> SamplingParams:
     r = s.cfg.rollout
-    stops = [s.run.tokenizer.eos_token_id] if r.stop_at_eos and s.run.tokenizer.eos_token_id is not None else []
     return SamplingParams(n=r.n, temperature=r.temperature, top_p=r.top_p, max_tokens=r.max_tokens,
-                          stop_token_ids=stops, seed=_seed(s.cfg.seed, step, round_))
+                          stop_token_ids=list(s.end_tokens) if r.stop_at_eos else [], seed=_seed(s.cfg.seed, step, round_))
 
 
 def generate_and_verify(s: RLState, problems: list, params: SamplingParams, times: dict[str, float]) -> list[Group]:
@@ -294,6 +294,7 @@ def rl_job(cfg: RLConfig) -> None:
     """The RL loop on one rank (every rank of the job calls it)."""
     from nemo_lead.data import format_prompt, load_problems
     from nemo_lead.generation import build_engine
+    from nemo_lead.models import end_token_ids, generation_config_dir
     from nemo_lead.verify import MathVerifier
     from nemo_lead.verify.extract import ends_inside_think
 
@@ -322,7 +323,8 @@ def rl_job(cfg: RLConfig) -> None:
         order = DataOrder(len(problems), cfg.seed, shuffle=d.shuffle)
         if run.loop_state.get("data"):
             order.load_state_dict(run.loop_state["data"])
-        s = RLState(run=run, ctx=ctx, problems=problems, order=order, val_problems=val)
+        ends = end_token_ids(run.tokenizer, [generation_config_dir(cfg.actor.model), run.tokenizer_dir])
+        s = RLState(run=run, ctx=ctx, problems=problems, order=order, val_problems=val, end_tokens=ends)
         if run.step == 0 and val:
             validate(s, 0)
         while run.step < cfg.steps:
