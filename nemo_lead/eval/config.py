@@ -13,6 +13,7 @@ from typing import Optional
 
 from nemo_lead.data import PromptConfig
 from nemo_lead.generation import EngineConfig, SamplingParams
+from nemo_lead.progress import check_progress_mode
 
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 ANSWER_REGIONS = ("after_think", "before_think", "all")  # nemo_lead.verify.extract.REGIONS
@@ -49,6 +50,7 @@ class EvalConfig:
     budgets: list[int] = field(default_factory=list)  # accuracy-vs-budget points; []: 16 steps to max_tokens
     report_budgets: list[int] = field(default_factory=lambda: list(PAPER_BUDGETS))  # columns of the table
     plot: bool = True  # write accuracy_vs_budget.png
+    progress: str = "auto"  # auto (a bar on a terminal, log lines otherwise) | bar | lines | none (nemo_lead.progress)
 
     def __post_init__(self) -> None:
         if not self.model and not self.compare:
@@ -70,6 +72,7 @@ class EvalConfig:
         if self.sampling.seed is None:
             raise ValueError("sampling.seed must be an integer: each group of problems gets a seed derived from it, "
                              "which is what makes a resumed run equal an uninterrupted one")
+        check_progress_mode(self.progress)
         bad = [b for b in [*self.budgets, *self.report_budgets] if b < 1]
         if bad:
             raise ValueError(f"budgets and report_budgets must be token counts >= 1, got {bad}")

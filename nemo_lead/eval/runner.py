@@ -25,7 +25,6 @@ with that `<think>` in front, so a response that never closes it has no answer, 
 from __future__ import annotations
 
 import dataclasses
-import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -41,10 +40,6 @@ from .config import EvalConfig, budget_points, dataset_specs, default_out
 from .plan import Chunk, load_datasets, plan_chunks
 from .report import FIGURE, dataset_summary, plot_accuracy_vs_budget, summary_markdown, write_summary
 from .store import SampleStore
-
-
-def _say(msg: str) -> None:
-    print(f"[eval] {msg}", file=sys.stderr, flush=True)
 
 
 @dataclass
@@ -144,11 +139,11 @@ class Grader:
             for p, (_, s, ids, finish), text, g in zip(problems, rollouts, texts, grades)
         ]
 
-    def regrade_stale(self, store: SampleStore) -> int:
+    def regrade_stale(self, store: SampleStore, say) -> int:
         """Regrade stored samples graded in another answer region (no generation); their count."""
         stale = [r for r in store.records.values() if r.get("grading") != self.region]
         if stale:
-            _say(f"regrading {len(stale)} stored samples (answer_region {self.region})")
+            say(f"regrading {len(stale)} stored samples (answer_region {self.region})")
             grades = self._grade([r["response"] for r in stale], [r["gold"] for r in stale],
                                  [r["finish_reason"] == "stop" for r in stale])
             store.rewrite({**r, "extracted": g.extracted, "correct": g.correct, "status": g.status,
@@ -156,27 +151,35 @@ class Grader:
         return len(stale)
 
 
-class Progress:
-    """Log lines with counts, throughput and an estimate of the time left (writer rank)."""
+class EvalProgress:
+    """Per finished chunk: counts, throughput, Pass@1 so far and the time left, shown the way `progress` says
+    (`nemo_lead.progress`: a bar, log lines, or nothing); only the writer rank shows anything."""
 
-    def __init__(self, total_samples: int, total_chunks: int):
-        self.total, self.chunks = total_samples, total_chunks
+    def __init__(self, cfg: EvalConfig, total_samples: int, total_chunks: int, active: bool):
+        from nemo_lead.progress import LoopProgress
+
+        self.shown = LoopProgress("eval", total_chunks, mode=cfg.progress, active=active, unit="chunk")
+        self.total = total_samples
         self.done = self.chunks_done = self.tokens = 0
         self.start = time.monotonic()
+
+    def say(self, message: str) -> None:
+        self.shown.say(message)
 
     def update(self, chunk: Chunk, records: list[dict[str, Any]], store: SampleStore, problems: int) -> None:
         self.done += len(records)
         self.chunks_done += 1
         self.tokens += sum(r["tokens"] for r in records)
         elapsed = time.monotonic() - self.start
-        left = elapsed / self.done * (self.total - self.done) if self.done else 0.0
         mine = [r for r in store.records.values() if r["dataset"] == chunk.dataset]
         acc = sum(r["correct"] for r in mine) / len(mine)
         have = len({r["problem_id"] for r in mine})
-        _say(f"{chunk.dataset} chunk {chunk.index + 1}: {have}/{problems} problems with samples | "
-             f"{self.done}/{self.total} samples, {self.chunks_done}/{self.chunks} chunks this run | "
-             f"{self.tokens:,} tokens, {self.tokens / max(elapsed, 1e-9):,.0f} tok/s | "
-             f"{chunk.dataset} Pass@1 so far {acc:.3f} | left ~{left / 60:.1f} min")
+        self.shown.step(self.chunks_done, {
+            chunk.dataset: f"{have}/{problems} problems", "samples": f"{self.done}/{self.total}",
+            "tok/s": f"{self.tokens / max(elapsed, 1e-9):,.0f}", "Pass@1 so far": f"{acc:.3f}"})
+
+    def close(self) -> None:
+        self.shown.close()
 
 
 # ----------------------------------------------------------------------------- distributed plumbing
@@ -230,7 +233,7 @@ def eval_rank(cfg: EvalConfig) -> None:
 
     prep = prepare(cfg)
     info = init_parallel(cfg.tp, cfg.pp, model_config=prep.source.hf_config)
-    grader = None
+    grader = progress = None
     try:
         store = None
         if info.rank == 0:
@@ -238,35 +241,37 @@ def eval_rank(cfg: EvalConfig) -> None:
 
             store = SampleStore.open(prep.out, prep.settings, write=True)
             save_config(cfg, prep.out / "config.yaml")
-            grader = Grader(cfg, prep, store.tag)
-            grader.regrade_stale(store)
         n = prep.params.n
         pending = _broadcast([i for i, c in enumerate(prep.chunks) if missing_samples(store, c, n)]
                              if store is not None else None)
+        total = sum(missing_samples(store, prep.chunks[i], n) for i in pending) if store is not None else 0
+        progress = EvalProgress(cfg, total, len(pending), active=info.rank == 0)
         if info.rank == 0:
-            total = sum(missing_samples(store, prep.chunks[i], n) for i in pending)
-            _say(f"{prep.source.kind} model {prep.source.path} ({prep.source.precision}; tp {info.tp}, pp {info.pp}, "
-                 f"dp {info.dp}) | {', '.join(f'{k} ({len(v)})' for k, v in prep.datasets.items())} | n {n}, "
-                 f"T {prep.params.temperature:g}, top-p {prep.params.top_p:g}, max_tokens {prep.params.max_tokens} | "
-                 f"{len(store.records)} samples already in {prep.out}; {total} to generate in {len(pending)} chunks")
+            grader = Grader(cfg, prep, store.tag)
+            grader.regrade_stale(store, progress.say)
+            progress.say(f"{prep.source.kind} model {prep.source.path} ({prep.source.precision}; tp {info.tp}, "
+                         f"pp {info.pp}, dp {info.dp}) | {', '.join(f'{k} ({len(v)})' for k, v in prep.datasets.items())}"
+                         f" | n {n}, T {prep.params.temperature:g}, top-p {prep.params.top_p:g}, max_tokens "
+                         f"{prep.params.max_tokens} | {len(store.records)} samples already in {prep.out}; {total} to "
+                         f"generate in {len(pending)} chunks")
         if pending:
-            _generate_pending(cfg, prep, info, pending, store, grader)
+            _generate_pending(cfg, prep, info, pending, store, grader, progress)
         if info.rank == 0:
-            _write_reports(cfg, prep, store)
+            _write_reports(cfg, prep, store, progress.say)
         dist.barrier()
     finally:
+        if progress is not None:
+            progress.close()
         if grader is not None:
             grader.close()
         destroy_parallel()
 
 
-def _generate_pending(cfg, prep: Prepared, info, pending: list[int], store, grader) -> None:
+def _generate_pending(cfg, prep: Prepared, info, pending: list[int], store, grader, progress: EvalProgress) -> None:
     from nemo_lead.generation import build_engine
     from nemo_lead.models.policy import load_policy
 
     engine = build_engine(engine_config_for(cfg.engine, prep.source), load_policy(prep.source, info, prep.source.precision))
-    progress = Progress(sum(missing_samples(store, prep.chunks[i], prep.params.n) for i in pending),
-                        len(pending)) if store is not None else None
     for start in range(0, len(pending), info.dp):
         batch = pending[start:start + info.dp]  # one chunk per data-parallel replica
         mine = batch[info.dp_rank] if info.dp_rank < len(batch) else None
@@ -284,7 +289,7 @@ def _generate_pending(cfg, prep: Prepared, info, pending: list[int], store, grad
             progress.update(chunk, new, store, len(prep.datasets[chunk.dataset]))
 
 
-def _write_reports(cfg: EvalConfig, prep: Prepared, store: SampleStore) -> dict[str, Any]:
+def _write_reports(cfg: EvalConfig, prep: Prepared, store: SampleStore, say) -> dict[str, Any]:
     budgets = budget_points(cfg)
     summary = {
         "model": prep.source.path, "model_kind": prep.source.kind, "model_step": prep.source.step,
@@ -298,5 +303,5 @@ def _write_reports(cfg: EvalConfig, prep: Prepared, store: SampleStore) -> dict[
     if cfg.plot:
         plot_accuracy_vs_budget(summary, prep.out / FIGURE)
     print(summary_markdown(summary), flush=True)
-    _say(f"wrote {prep.out}")
+    say(f"wrote {prep.out}")
     return summary

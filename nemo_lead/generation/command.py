@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
+from nemo_lead.progress import LoopProgress, check_progress_mode
+
 from .engine import EngineConfig
 from .params import SamplingParams
 
@@ -38,8 +40,10 @@ class GenerateConfig:
     precision: str = "auto"  # auto (the model's own) | fp32 | bf16 | fp16
     sampling: SamplingParams = field(default_factory=lambda: SamplingParams(max_tokens=256, seed=1234))
     engine: EngineConfig = field(default_factory=EngineConfig)
+    progress: str = "auto"  # auto (a bar on a terminal, log lines otherwise) | bar | lines | none (nemo_lead.progress)
 
     def __post_init__(self) -> None:
+        check_progress_mode(self.progress)
         if not self.model:
             raise ValueError("model must name a HF model folder or a checkpoint (--model DIR)")
         if not self.prompts and not self.prompts_file:
@@ -101,19 +105,22 @@ def generate_rank(cfg: GenerateConfig) -> None:
         if info.dp != 1:
             raise ValueError(f"generate runs on exactly tp x pp = {cfg.tp * cfg.pp} ranks, got {info.world_size}")
         model = load_policy(source, info)
-        if info.rank == 0:
-            print(f"[generate] {len(ids)} prompts x {params.n} samples, max_tokens {params.max_tokens}, "
-                  f"engine {cfg.engine.kind} (tp {info.tp}, pp {info.pp})", file=sys.stderr, flush=True)
+        progress = LoopProgress("generate", 1, mode=cfg.progress, active=info.rank == 0, unit="call")
+        progress.say(f"{len(ids)} prompts x {params.n} samples, max_tokens {params.max_tokens}, "
+                     f"engine {cfg.engine.kind} (tp {info.tp}, pp {info.pp})")
         rollouts = build_engine(cfg.engine, model).generate(ids, params)
+        tokens = sum(r.num_tokens for r in rollouts)
+        progress.step(1, {"samples": str(len(rollouts)), "tokens": f"{tokens:,}"})
+        progress.close()
         if info.rank == 0:
-            _write(cfg, texts, rollouts, tokenizer)
+            _write(cfg, texts, rollouts, tokenizer, progress.say)
         if dist.is_initialized():
             dist.barrier()
     finally:
         destroy_parallel()
 
 
-def _write(cfg: GenerateConfig, texts: list[str], rollouts, tokenizer) -> None:
+def _write(cfg: GenerateConfig, texts: list[str], rollouts, tokenizer, say) -> None:
     lines = []
     for r in rollouts:
         row = {"prompt_index": r.prompt_index, "sample_index": r.sample_index, "prompt": texts[r.prompt_index],
@@ -128,7 +135,7 @@ def _write(cfg: GenerateConfig, texts: list[str], rollouts, tokenizer) -> None:
     else:
         Path(cfg.out).parent.mkdir(parents=True, exist_ok=True)
         Path(cfg.out).write_text(text)
-        print(f"[generate] wrote {len(rollouts)} samples to {cfg.out}", file=sys.stderr)
+        say(f"wrote {len(rollouts)} samples to {cfg.out}")
 
 
 def run_generate(cfg: GenerateConfig) -> int:

@@ -23,9 +23,9 @@ from typing import Any
 
 from nemo_lead.launch.signals import StopRequest, install_stop_handlers
 from nemo_lead.parallel.local import JobError
+from nemo_lead.progress import LoopProgress
 from nemo_lead.quiet import backend_note, hide_import_noise
 
-from .progress import LoopProgress
 from .run_folder import RunFolder
 
 
@@ -54,6 +54,9 @@ class Run:
 
     def say(self, message: str) -> None:
         self.progress.say(message)
+
+    def warn(self, message: str) -> None:
+        self.progress.warn(message)
 
 
 def tokenizer_dir_of(model: str, tokenizer: str | None) -> str:
@@ -146,9 +149,7 @@ def start_run(cfg: Any, name: str, total_steps: int, log_names: tuple[str, ...] 
         progress.say(f"starting {cfg.out} ({total_steps} steps; tp {info.tp}, pp {info.pp}, dp {info.dp}); "
                      + backend_note())
     folder.rewind(step if latest is not None else -1, log_names)
-    progress.start = step
-    if progress._bar is not None:
-        progress._bar.update(progress._task, completed=step)
+    progress.restart_at(step)
     return Run(cfg=cfg, name=name, info=info, actor=actor, folder=folder, tokenizer=tokenizer, tokenizer_dir=tok_dir,
                stop=install_stop_handlers(), progress=progress, step=step, loop_state=loop_state)
 

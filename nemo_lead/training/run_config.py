@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
+from nemo_lead.progress import check_progress_mode
+
 
 @dataclass
 class RunSettings:
@@ -27,5 +29,4 @@ class RunSettings:
         for key in ("save_every", "keep_last"):
             if getattr(self, key) < 0:
                 raise ValueError(f"{key} must be >= 0, got {getattr(self, key)}")
-        if self.progress not in ("auto", "bar", "lines", "none"):
-            raise ValueError(f"progress must be auto, bar, lines or none, got {self.progress!r}")
+        check_progress_mode(self.progress)

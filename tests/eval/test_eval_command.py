@@ -165,3 +165,21 @@ def test_checkpoint_folder_as_model_gives_the_hf_samples(tiny, problems_file, re
     ours, ref = read_samples(out), read_samples(reference_run)
     assert {k: r["response"] for k, r in ours.items()} == {k: r["response"] for k, r in ref.items()}
     assert summary["datasets"] == summary_of(reference_run)["datasets"]
+
+
+def test_progress_modes_show_lines_or_nothing(tiny, problems_file, reference_run, tmp_path, capsys):
+    """`progress=none`: no progress or log lines (the table still goes to stdout); `lines`: a line per chunk;
+    neither changes the samples. A bad value names the key."""
+    out = tmp_path / "quiet"
+    assert main(eval_args(tiny, problems_file, out, "progress=none")) == 0
+    err = capsys.readouterr().err
+    assert "[eval]" not in err
+    ours, ref = read_samples(out), read_samples(reference_run)
+    assert {k: r["response"] for k, r in ours.items()} == {k: r["response"] for k, r in ref.items()}
+    (out / "samples.jsonl").write_text("".join((out / "samples.jsonl").read_text().splitlines(keepends=True)[:6]))
+    assert main(eval_args(tiny, problems_file, out, "progress=lines")) == 0  # progress may change on resume
+    err = capsys.readouterr().err
+    assert "[eval] chunk 1/2 | five 4/5 problems | samples 6/9 |" in err and "s/chunk" in err
+    assert "[eval] chunk 2/2" in err and "6 samples already in" in err
+    assert main(eval_args(tiny, problems_file, out, "progress=loud")) == 2
+    assert "progress must be auto, bar, lines or none, got 'loud'" in capsys.readouterr().err
