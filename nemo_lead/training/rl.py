@@ -50,6 +50,7 @@ from nemo_lead.algorithms import (
 from nemo_lead.generation import SamplingParams, logprob_mismatch
 from nemo_lead.parallel.local import run_command
 
+from .no_signal import NoSignalWarnings, signal_metrics
 from .rl_config import RLConfig
 from .rollouts import (
     Group,
@@ -77,6 +78,7 @@ class RLState:
     order: Any  # DataOrder
     val_problems: list
     end_tokens: list[int] = field(default_factory=list)  # stop tokens: nemo_lead.models.end_token_ids
+    no_signal: NoSignalWarnings = field(default_factory=NoSignalWarnings)  # warns when steps cannot learn
 
     @property
     def cfg(self) -> RLConfig:
@@ -222,6 +224,7 @@ def step_metrics(step: int, seen: list[Group], selected: list[Group], rounds: in
         "repetition_frac": float((outcome == Outcome.REPETITION).float().mean()),
         "groups/kept_frac": len(selected) / len(seen), "groups/kept": len(selected), "rounds": rounds,
         "samples": len(outcome), "advantage/abs_mean": float(adv.abs().mean()) if adv.numel() else 0.0,
+        **signal_metrics(seen, selected),
     }
 
 
@@ -252,6 +255,9 @@ def rl_step(s: RLState, step: int) -> dict[str, Any]:
     seconds = time.monotonic() - t_step
     tokens = sum(sum(g.lengths) for g in seen)  # generated tokens
     metrics.update(times, **{"time/step": seconds, "tokens_per_s": tokens / max(seconds, 1e-9)})
+    warning = s.no_signal.check(step, metrics)
+    if warning:
+        s.run.warn(warning)
     if s.run.is_writer:                                                   # 10: metrics and logs
         s.run.folder.append("problem_stats.jsonl", problem_stats(step, seen))
         if s.cfg.log_rollouts:
@@ -276,6 +282,7 @@ def validate(s: RLState, step: int) -> dict[str, float]:
         "step": step, "pass@1": pass_at_k([[o == Outcome.CORRECT for o in g.outcomes] for g in groups]),
         "cons@k": cons_at_k([g.extracted for g in groups], [g.problem.answer for g in groups]),
         "mean_length": mean_length([g.lengths for g in groups]),
+        "answer_extracted_frac": sum(a is not None for g in groups for a in g.extracted) / (len(groups) * v.n),
         "truncated_frac": sum(r.finish_reason == "length" for g in groups for r in g.rollouts) / (len(groups) * v.n),
         "n": v.n, "problems": len(groups), "seconds": time.monotonic() - t0,
     }

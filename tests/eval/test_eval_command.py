@@ -87,6 +87,9 @@ def test_scores_follow_regraded_samples(run_copy, generate_calls, capsys):
     assert after[("five", "b", 0)]["status"] == "no_answer" and after[("five", "b", 1)]["extracted"] == "6"
     d = summary_of(run_copy)["datasets"]["five"]
     assert d["pass_at_1"] == pytest.approx((2 / 3 + 1 / 3) / 5)
+    assert d["answer_extracted"] == pytest.approx(sum(r["extracted"] is not None for r in after.values()) / 15)
+    assert d["answer_extracted"] >= 5 / 15  # the five fixed answers read after </think>
+    assert f"| {d['answer_extracted']:.1%}" in (run_copy / "summary.md").read_text()
     # votes: a -> "2" twice (right); b -> "5" vs "6", one each: the first seen, sample 1's "6", wins (wrong);
     # c -> "7" (wrong); d, e: nobody answered
     assert d["cons_at_k"] == pytest.approx(1 / 5)
