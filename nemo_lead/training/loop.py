@@ -47,6 +47,7 @@ class Run:
     step: int  # optimizer steps done
     loop_state: dict[str, Any]  # what the checkpoint held (empty for a fresh run)
     last_saved: int = -1
+    total_steps: int = 0
 
     @property
     def is_writer(self) -> bool:
@@ -119,11 +120,11 @@ def start_run(cfg: Any, name: str, total_steps: int, log_names: tuple[str, ...] 
     hide_import_noise()
     from nemo_lead.data.traces import check_vocab_covers
     from nemo_lead.models import load_tokenizer
-    from nemo_lead.models.checkpoint import latest_checkpoint
+    from nemo_lead.models.checkpoint import load_checkpoint
     from nemo_lead.parallel import init_parallel
 
     from .actor import build_actor
-    from .checkpoint import load_actor_state
+    from .checkpoint import load_actor_state, resume_point
 
     tok_dir = tokenizer_dir_of(cfg.actor.model, cfg.tokenizer)
     tokenizer = tokenizer if tokenizer is not None else load_tokenizer(tok_dir)
@@ -134,14 +135,15 @@ def start_run(cfg: Any, name: str, total_steps: int, log_names: tuple[str, ...] 
         raise ValueError(f"actor.model={cfg.actor.model} with tokenizer {tok_dir}: {e}") from None
     info = init_parallel(cfg.actor.tp, cfg.actor.pp, seed=cfg.seed, model_config=hf_config)
     folder = RunFolder(cfg.out, writer=info.rank == 0, tensorboard=cfg.tensorboard)
-    latest = _on_writer_then_share(info, lambda: (folder.prepare(cfg), latest_checkpoint(cfg.out))[1])
+    latest, weights_only = _on_writer_then_share(info, lambda: (folder.prepare(cfg), resume_point(cfg.out, total_steps))[1])
     actor_cfg = dataclasses.replace(cfg.actor, optim=cfg.actor.optim.for_run(total_steps))
     actor = build_actor(actor_cfg, info)
     progress = LoopProgress(name, total_steps, mode=cfg.progress, active=info.rank == 0)
     step, loop_state = 0, {}
     if latest is not None:
-        meta = load_actor_state(actor, latest)
-        step, loop_state = int(meta["step"]), meta["loop"]
+        # a weights-only final checkpoint (final_checkpoint=weights) is only ever a finished run's
+        meta = {**load_checkpoint(latest, actor.model), "rng_restored": True} if weights_only else load_actor_state(actor, latest)
+        step, loop_state = int(meta["step"]), meta.get("loop", {})
         if not meta["rng_restored"]:
             progress.say("note: the checkpoint was written by another parallel layout; RNG streams start afresh")
         progress.say(f"resuming from {latest} (step {step} of {total_steps})")
@@ -151,19 +153,26 @@ def start_run(cfg: Any, name: str, total_steps: int, log_names: tuple[str, ...] 
     folder.rewind(step if latest is not None else -1, log_names)
     progress.restart_at(step)
     return Run(cfg=cfg, name=name, info=info, actor=actor, folder=folder, tokenizer=tokenizer, tokenizer_dir=tok_dir,
-               stop=install_stop_handlers(), progress=progress, step=step, loop_state=loop_state)
+               stop=install_stop_handlers(), progress=progress, step=step, loop_state=loop_state,
+               last_saved=step if weights_only else -1, total_steps=total_steps)
 
 
-def save(run: Run, loop_state: dict[str, Any]) -> Path:
-    """Collective: checkpoint the run at its current step (atomic), then keep the newest `keep_last`."""
+def _final_weights_only(run: Run) -> bool:
+    return getattr(run.cfg, "final_checkpoint", "full") == "weights" and run.step >= run.total_steps
+
+
+def save(run: Run, loop_state: dict[str, Any], weights_only: bool = False) -> Path:
+    """Collective: checkpoint the run at its current step (atomic), then keep the newest `keep_last`.
+    `weights_only`: the model and tokenizer without the optimizer and RNG states (not resumable)."""
     from nemo_lead.models.checkpoint import checkpoint_dir
 
-    from .checkpoint import save_actor_state
+    from .checkpoint import save_actor_state, save_actor_weights
 
     path = checkpoint_dir(run.cfg.out, run.step)
     # the prompt format goes along: `nemo-lead eval` of the checkpoint uses it (nemo_lead.eval.runner)
-    save_actor_state(run.actor, path, step=run.step, loop_state=loop_state, tokenizer_dir=run.tokenizer_dir,
-                     extra_meta={"prompt": dataclasses.asdict(run.cfg.prompt)})
+    write = save_actor_weights if weights_only else save_actor_state
+    write(run.actor, path, step=run.step, loop_state=loop_state, tokenizer_dir=run.tokenizer_dir,
+          extra_meta={"prompt": dataclasses.asdict(run.cfg.prompt)})
     run.folder.prune_checkpoints(run.cfg.keep_last)
     run.last_saved = run.step
     return path
@@ -183,7 +192,7 @@ def end_of_step(run: Run, loop_state: dict[str, Any]) -> bool:
     """Collective, after each step: checkpoint when `save_every` says so, and on a stop signal (then True:
     the loop must return; a SIGUSR1 under SLURM also requeues the job)."""
     every = run.cfg.save_every
-    if every and run.step % every == 0:
+    if every and run.step % every == 0 and not _final_weights_only(run):  # finish_run writes that one
         save(run, loop_state)
     if run.stop.agreed():
         if run.last_saved != run.step:
@@ -207,7 +216,7 @@ def finish_run(run: Run, loop_state: dict[str, Any], stopped: bool) -> None:
     try:
         if not stopped:
             if run.last_saved != run.step:
-                save(run, loop_state)
+                save(run, loop_state, weights_only=_final_weights_only(run))
             run.folder.mark_done(run.step, checkpoint_dir(run.cfg.out, run.step))
             run.say(f"done: {run.step} steps; final checkpoint {checkpoint_dir(run.cfg.out, run.step)}")
     finally:

@@ -17,6 +17,9 @@ class RunSettings:
     steps: Optional[int] = None  # optimizer steps in all (a rerun may raise it to extend the run)
     save_every: int = 0  # checkpoint every N steps (0: only at the end); also on SIGTERM / SIGUSR1 / SIGINT
     keep_last: int = 2  # complete checkpoints kept (the newest); 0 keeps all
+    # the final checkpoint: full (model, optimizer, RNG: resumable, ~3x the fp32 weights) | weights (model and
+    # tokenizer only: what eval / convert / a next stage read; a finished run cannot be extended from it alone)
+    final_checkpoint: str = "full"
     seed: int = 1234  # data order, sampling seeds, dropout
     progress: str = "auto"  # auto (a bar on a terminal, log lines otherwise) | bar | lines | none
     tensorboard: bool = True  # also write TensorBoard event files to RUN/tb/
@@ -30,3 +33,5 @@ class RunSettings:
             if getattr(self, key) < 0:
                 raise ValueError(f"{key} must be >= 0, got {getattr(self, key)}")
         check_progress_mode(self.progress)
+        if self.final_checkpoint not in ("full", "weights"):
+            raise ValueError(f"final_checkpoint must be full or weights, got {self.final_checkpoint!r}")

@@ -34,7 +34,7 @@ METRICS_FILE = "metrics.jsonl"
 DONE_FILE = "done.json"
 ROLLOUTS_DIR = "rollouts"
 # settings a rerun may change: they decide how far, how visibly or where the run goes, not what it computes
-RESUMABLE_CHANGES = ("steps", "progress", "out")  # out: a run folder may be moved
+RESUMABLE_CHANGES = ("steps", "progress", "out", "final_checkpoint")  # out: a run folder may be moved
 
 
 class RunFolderError(ValueError):

@@ -158,6 +158,46 @@ def test_sft_resume_after_kill_equals_uninterrupted_run(data, sft_ref, tmp_path)
     assert _strip_timing(_metrics(out)) == _strip_timing(_metrics(ref))
 
 
+def _size(folder: Path) -> int:
+    return sum(f.stat().st_size for f in folder.rglob("*") if f.is_file())
+
+
+def test_sft_final_checkpoint_weights_only(data, tmp_path, capsys):
+    """final_checkpoint=weights: the last checkpoint holds the model and tokenizer only (about a third of a full
+    fp32 one: Adam's two moments go), evaluates like any; a rerun of the finished run trains nothing; extending
+    it continues from the last full checkpoint, and without one says why it cannot."""
+    from nemo_lead.cli import main
+    from nemo_lead.models.checkpoint import read_checkpoint_meta
+
+    root, model = data
+    out = tmp_path / "weights"
+    args = _sft_args(root, model, out, steps=8, extra=["final_checkpoint=weights"])
+    res = _run(args)
+    assert res.returncode == 0, res.stderr
+    full, final = out / "checkpoints" / "step_000004", out / "checkpoints" / "step_000008"
+    assert sorted(p.name for p in full.iterdir()) == ["meta.json", "model", "optim", "rng", "tokenizer"]
+    assert sorted(p.name for p in final.iterdir()) == ["meta.json", "model", "tokenizer"]
+    assert read_checkpoint_meta(final)["parts"] == ["model"] and read_checkpoint_meta(final)["prompt"]["suffix"] == ""
+    assert 2.5 * _size(final / "model") < _size(full) < 3.5 * _size(final / "model")
+    assert json.loads((out / "done.json").read_text())["checkpoint"] == str(final)
+    assert main(["generate", "--model", str(final), 'prompts=["1+2"]', "--max-tokens", "4", "--out",
+                 str(tmp_path / "g.jsonl")]) == 0, capsys.readouterr().err
+    first = _strip_timing(_metrics(out))
+    res = _run(args)  # finished: nothing to train, the same logs and checkpoints
+    assert res.returncode == 0 and "resuming from" in res.stderr and _strip_timing(_metrics(out)) == first
+    res = _run(_sft_args(root, model, out, steps=10, extra=["final_checkpoint=weights"]))
+    assert res.returncode == 0, res.stderr
+    assert f"resuming from {full}" in res.stderr
+    rows = _strip_timing(_metrics(out))
+    assert [r["step"] for r in rows] == list(range(1, 11)) and rows[:4] == first[:4]
+    assert read_checkpoint_meta(out / "checkpoints" / "step_000010")["parts"] == ["model"]
+    import shutil
+
+    shutil.rmtree(out / "checkpoints" / "step_000008")  # as keep_last=1 leaves it: the weights-only one alone
+    res = _run(_sft_args(root, model, out, steps=12, extra=["final_checkpoint=weights"]))
+    assert res.returncode == 2 and "holds the weights only (final_checkpoint=weights)" in res.stderr
+
+
 def _rl_args(root, ckpt, out, steps=6, extra=()):
     return ["rl", "--model", str(ckpt), "--data", str(root / "problems.jsonl"), "--val-data", str(root / "val.jsonl"),
             "--out", str(out), "--steps", str(steps), "--save-every", "2", *RL_ARGS, *extra]
