@@ -207,28 +207,20 @@ def save_actor_state(
     loop_state: dict[str, Any] | None = None,
     tokenizer_dir: str | Path | None = None,
     extra_meta: dict[str, Any] | None = None,
+    weights_only: bool = False,
 ) -> Path:
     """Collective: the actor's full training state (model, optimizer, LR schedule, RNG) and the caller's
-    `loop_state` as one atomic checkpoint folder (`nemo_lead.training.checkpoint.save_train_state`)."""
+    `loop_state` as one atomic checkpoint folder (`nemo_lead.training.checkpoint.save_train_state`).
+
+    `weights_only`: the model part, tokenizer and meta.json (with the loop state) alone, without the optimizer
+    and RNG states: about a third of a full fp32 checkpoint (Adam keeps two moments per weight), a seventh
+    with bf16 weights and fp32 master copies. What eval, convert, generate and a next stage read; a run
+    cannot be resumed from it (`final_checkpoint=weights`)."""
+    if weights_only:
+        return save_checkpoint(path, actor.model, step=step, tokenizer_dir=tokenizer_dir,
+                               extra_meta={"loop": dict(loop_state or {}), **(extra_meta or {})})
     return save_train_state(path, actor.model, actor.optimizer, step=step, loop_state=loop_state,
                             scheduler=actor.scheduler, tokenizer_dir=tokenizer_dir, extra_meta=extra_meta)
-
-
-def save_actor_weights(
-    actor: Actor,
-    path: str | Path,
-    *,
-    step: int,
-    loop_state: dict[str, Any] | None = None,
-    tokenizer_dir: str | Path | None = None,
-    extra_meta: dict[str, Any] | None = None,
-) -> Path:
-    """Collective: the actor's weights only (model part, tokenizer, meta.json with the loop state), without
-    the optimizer and RNG states: about a third of a full fp32 checkpoint (Adam keeps two moments per
-    weight), a seventh with bf16 weights and fp32 master copies. What eval, convert, generate and a next
-    stage read; a run cannot be resumed from it (`final_checkpoint=weights`)."""
-    return save_checkpoint(path, actor.model, step=step, tokenizer_dir=tokenizer_dir,
-                           extra_meta={"loop": dict(loop_state or {}), **(extra_meta or {})})
 
 
 def is_training_checkpoint(path: str | Path) -> bool:
@@ -242,7 +234,7 @@ def resume_point(run_dir: str | Path, total_steps: int) -> tuple[Path | None, bo
     The newest checkpoint, when it is a training one. A weights-only checkpoint (a finished run's final one,
     `final_checkpoint=weights`) is taken when it is at or past `total_steps`: the run is done and a rerun only
     finishes it again. A rerun that extends the run continues from the newest training checkpoint before it
-    (the steps after it are done again, the same way); without one it cannot continue, and says so."""
+    (the steps after it are trained again); without one it cannot continue, and says so."""
     from nemo_lead.models.checkpoint import list_checkpoints
 
     found = list_checkpoints(run_dir)

@@ -166,13 +166,12 @@ def save(run: Run, loop_state: dict[str, Any], weights_only: bool = False) -> Pa
     `weights_only`: the model and tokenizer without the optimizer and RNG states (not resumable)."""
     from nemo_lead.models.checkpoint import checkpoint_dir
 
-    from .checkpoint import save_actor_state, save_actor_weights
+    from .checkpoint import save_actor_state
 
     path = checkpoint_dir(run.cfg.out, run.step)
     # the prompt format goes along: `nemo-lead eval` of the checkpoint uses it (nemo_lead.eval.runner)
-    write = save_actor_weights if weights_only else save_actor_state
-    write(run.actor, path, step=run.step, loop_state=loop_state, tokenizer_dir=run.tokenizer_dir,
-          extra_meta={"prompt": dataclasses.asdict(run.cfg.prompt)})
+    save_actor_state(run.actor, path, step=run.step, loop_state=loop_state, tokenizer_dir=run.tokenizer_dir,
+                     extra_meta={"prompt": dataclasses.asdict(run.cfg.prompt)}, weights_only=weights_only)
     run.folder.prune_checkpoints(run.cfg.keep_last)
     run.last_saved = run.step
     return path

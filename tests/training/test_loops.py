@@ -166,6 +166,8 @@ def test_sft_final_checkpoint_weights_only(data, tmp_path, capsys):
     """final_checkpoint=weights: the last checkpoint holds the model and tokenizer only (about a third of a full
     fp32 one: Adam's two moments go), evaluates like any; a rerun of the finished run trains nothing; extending
     it continues from the last full checkpoint, and without one says why it cannot."""
+    import shutil
+
     from nemo_lead.cli import main
     from nemo_lead.models.checkpoint import read_checkpoint_meta
 
@@ -178,21 +180,18 @@ def test_sft_final_checkpoint_weights_only(data, tmp_path, capsys):
     assert sorted(p.name for p in full.iterdir()) == ["meta.json", "model", "optim", "rng", "tokenizer"]
     assert sorted(p.name for p in final.iterdir()) == ["meta.json", "model", "tokenizer"]
     assert read_checkpoint_meta(final)["parts"] == ["model"] and read_checkpoint_meta(final)["prompt"]["suffix"] == ""
-    assert 2.5 * _size(final / "model") < _size(full) < 3.5 * _size(final / "model")
+    assert 2.5 * _size(final / "model") < _size(full) < 3.5 * _size(final / "model")  # Adam: two moments per weight
     assert json.loads((out / "done.json").read_text())["checkpoint"] == str(final)
     assert main(["generate", "--model", str(final), 'prompts=["1+2"]', "--max-tokens", "4", "--out",
                  str(tmp_path / "g.jsonl")]) == 0, capsys.readouterr().err
     first = _strip_timing(_metrics(out))
-    res = _run(args)  # finished: nothing to train, the same logs and checkpoints
+    res = _run(args)  # finished: nothing to train, the same logs
     assert res.returncode == 0 and "resuming from" in res.stderr and _strip_timing(_metrics(out)) == first
     res = _run(_sft_args(root, model, out, steps=10, extra=["final_checkpoint=weights"]))
-    assert res.returncode == 0, res.stderr
-    assert f"resuming from {full}" in res.stderr
+    assert res.returncode == 0 and f"resuming from {full}" in res.stderr, res.stderr
     rows = _strip_timing(_metrics(out))
     assert [r["step"] for r in rows] == list(range(1, 11)) and rows[:4] == first[:4]
     assert read_checkpoint_meta(out / "checkpoints" / "step_000010")["parts"] == ["model"]
-    import shutil
-
     shutil.rmtree(out / "checkpoints" / "step_000008")  # as keep_last=1 leaves it: the weights-only one alone
     res = _run(_sft_args(root, model, out, steps=12, extra=["final_checkpoint=weights"]))
     assert res.returncode == 2 and "holds the weights only (final_checkpoint=weights)" in res.stderr
@@ -373,9 +372,9 @@ def test_rl_stops_at_every_end_token_and_warns_when_no_answer_is_extracted(data,
     root, _ = data
     ckpt = tmp_path / "ckpt"
     shutil.copytree(sft_run / "checkpoints" / "step_000080", ckpt)
-    gen = ckpt / "tokenizer" / "generation_config.json"  # the HF folder's, copied with the tokenizer
     from nemo_lead.models import load_tokenizer
 
+    gen = ckpt / "tokenizer" / "generation_config.json"  # the HF folder's, copied with the tokenizer
     equals = load_tokenizer(ckpt / "tokenizer").convert_tokens_to_ids("=")
     gen.write_text(json.dumps({**json.loads(gen.read_text()), "eos_token_id": [0, equals]}))
     out = tmp_path / "stops"
