@@ -164,10 +164,16 @@ def report(rows: dict[str, Path], out: Path, sizes: list[str], rl_lines: list[st
         f"Wall time: {wall / 60:.1f} min in all ({stages or 'every stage finished before'}).",
         f"Peak resident memory of the largest process so far, after each stage (default actor.micro_batch_tokens, "
         f"4096 on a CPU): {rss or '-'}.",
-        "", "Command: `OMP_NUM_THREADS=" + os.environ.get("OMP_NUM_THREADS", "unset") + " python bench/real_model.py "
-        + " ".join(argv) + "`; the stages ran:", "",
-        *[f"    {' '.join(str(c) for c in cmd[2:])}" for cmd in commands.values()],
+        "", f"Command: `OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')} "
+        + " ".join(["python", "bench/real_model.py", *argv]) + "`; the stages ran (nemo-lead = python -m nemo_lead.cli):",
+        "", *[f"    nemo-lead {' '.join(short(c) for c in cmd[3:])}" for cmd in commands.values()],
     ]) + "\n"
+
+
+def short(arg) -> str:
+    """A command-line argument with the repository and home folders written as . and ~ (a record readable
+    on any machine)."""
+    return str(arg).replace(str(REPO) + "/", "").replace(str(Path.home()), "~")
 
 
 def write_md(block: str) -> None:
