@@ -26,6 +26,7 @@ from .prompts import (
     prompt_settings,
     prompt_token_ids,
     resolve_prompt,
+    template_system_turn,
 )
 from .readers import DataError
 from .traces import Trace, check_vocab_covers, fit_traces, load_traces
@@ -58,6 +59,7 @@ __all__ = [
     "load_problems",
     "load_traces",
     "prompt_token_ids",
+    "template_system_turn",
     "trace_stats",
     "write_demo_data",
 ]

@@ -9,6 +9,16 @@ with no system prompt, rendered by the model's own chat template with the genera
 sees `<｜begin▁of▁sentence｜><｜User｜>...<｜Assistant｜><think>\\n`. Tokenizers without a chat template
 (base models, the tiny demo model) get the plain template instead.
 
+The system turn (`PromptConfig.system`), the same in SFT traces, RL rollouts and evaluation:
+- null (the default; "template_default" and "template default" mean the same and are stored as null): no
+  system message is given to the chat template, which may then write one of its own. R1-Distill's template and the tiny models'
+  write none (the authors' setting); SmolLM2's and Qwen2.5's insert a default one ("You are a helpful AI
+  assistant named SmolLM, trained by Hugging Face", "You are Qwen, created by Alibaba Cloud. ..."):
+  `template_system_turn` shows what a tokenizer's template adds.
+- "none": no system turn at all. A template that inserts its own default when given none cannot render
+  that, so formatting fails with the default it would insert and what to set instead.
+- any other text: that system message.
+
 Token ids: a chat template writes its own BOS, so the rendered text is tokenised without special
 tokens (no double BOS); the plain template is tokenised with the tokenizer's default special tokens.
 The tokenizer is duck-typed (anything with `apply_chat_template`, `chat_template` and `__call__`, such as
@@ -24,6 +34,7 @@ seeing the format it learned (the demo's "=?" suffix, a recipe's own). Setting a
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -32,6 +43,8 @@ from .problems import Problem
 LEAD_INSTRUCTION = "\nLet's think step by step and put the final answer within \\boxed{}"
 PLAIN_TEMPLATE = "{system}User: {user}\nAssistant:"
 CHAT_TEMPLATE_MODES = ("auto", "model", "plain")
+TEMPLATE_DEFAULT = "template_default"  # PromptConfig.system (stored as None): the chat template's own choice
+NO_SYSTEM = "none"  # PromptConfig.system: no system turn at all
 
 
 @dataclasses.dataclass
@@ -40,7 +53,9 @@ class PromptConfig:
 
     suffix: str = LEAD_INSTRUCTION  # appended to the problem text in the user turn
     prefix: str = ""  # prepended to the problem text in the user turn
-    system: str | None = None  # a system turn; None = no system turn (the authors' setting)
+    # null (= template_default): no system message, the chat template may add its default; none: no system
+    # turn (an error if the template adds one); else the system message's text (see the module docstring)
+    system: str | None = None
     # "auto": the tokenizer's chat template when it has one, else `plain_template`;
     # "model": require the tokenizer's template; "plain": always `plain_template`.
     chat_template: str = "auto"
@@ -52,6 +67,8 @@ class PromptConfig:
     from_checkpoint: bool = True
 
     def __post_init__(self) -> None:
+        if self.system in (TEMPLATE_DEFAULT, "template default"):
+            self.system = None  # stored as null, as configs and checkpoints written before the choice have it
         if self.chat_template not in CHAT_TEMPLATE_MODES:
             raise ValueError(f"chat_template must be one of {CHAT_TEMPLATE_MODES}, got {self.chat_template!r}")
         if "{user}" not in self.plain_template:
@@ -88,10 +105,50 @@ def user_turn(problem: Problem | str, cfg: PromptConfig) -> str:
     return f"{cfg.prefix}{text}{cfg.suffix}"
 
 
+def system_text(cfg: PromptConfig) -> str | None:
+    """The system message we give (None for the template default and for "none": we give none)."""
+    return None if cfg.system == NO_SYSTEM else cfg.system
+
+
 def chat_messages(problem: Problem | str, cfg: PromptConfig) -> list[dict[str, str]]:
     """The conversation handed to a chat template: an optional system turn and one user turn."""
-    messages = [{"role": "system", "content": cfg.system}] if cfg.system is not None else []
+    system = system_text(cfg)
+    messages = [{"role": "system", "content": system}] if system is not None else []
     return messages + [{"role": "user", "content": user_turn(problem, cfg)}]
+
+
+SYSTEM_SENTINEL = "\u27e6system\u27e7"  # a system text no template default begins or ends like
+
+
+def template_system_turn(tokenizer: Any, user: str = "x") -> str | None:
+    """The system text a tokenizer's chat template writes for a conversation without a system message -- its
+    default system turn -- or None when it writes none.
+
+    Found by rendering [user] and [system SENTINEL, user]: what the first has where the second has the
+    sentinel is the template's own text. A template that only writes a system turn when given one leaves
+    nothing there (its [user] rendering is the other with the system block cut out)."""
+    if not getattr(tokenizer, "chat_template", None):
+        return None
+
+    def render(messages: list[dict[str, str]]) -> str:
+        return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+
+    bare = render([{"role": "user", "content": user}])
+    marked = render([{"role": "system", "content": SYSTEM_SENTINEL}, {"role": "user", "content": user}])
+    head = len(os.path.commonprefix([bare, marked]))
+    tail = len(os.path.commonprefix([bare[head:][::-1], marked[head:][::-1]]))
+    return bare[head:len(bare) - tail] or None
+
+
+def check_system_turn(tokenizer: Any, cfg: PromptConfig, messages: list[dict[str, Any]]) -> None:
+    """With `system: none`, refuse a chat template that would insert a system turn of its own."""
+    if cfg.system != NO_SYSTEM or any(m["role"] == "system" for m in messages):
+        return
+    default = template_system_turn(tokenizer)
+    if default is not None:
+        raise ValueError(f"prompt.system=none, but this chat template inserts a system turn of its own when none "
+                         f"is given ({default.strip()[:120]!r}): set prompt.system=template_default to keep it, "
+                         "prompt.system='<text>' for your own, or prompt.chat_template=plain")
 
 
 def uses_chat_template(tokenizer: Any, cfg: PromptConfig) -> bool:
@@ -108,10 +165,11 @@ def format_prompt(tokenizer: Any, problem: Problem | str, cfg: PromptConfig | No
     """The prompt text the model sees (ending where its response begins)."""
     cfg = cfg or PromptConfig()
     if uses_chat_template(tokenizer, cfg):
-        return tokenizer.apply_chat_template(
-            chat_messages(problem, cfg), tokenize=False, add_generation_prompt=True
-        )
-    system = f"{cfg.system}\n\n" if cfg.system is not None else ""
+        messages = chat_messages(problem, cfg)
+        check_system_turn(tokenizer, cfg, messages)
+        return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    text = system_text(cfg)
+    system = f"{text}\n\n" if text is not None else ""
     return cfg.plain_template.format(system=system, user=user_turn(problem, cfg))
 
 

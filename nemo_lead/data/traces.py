@@ -47,7 +47,7 @@ from typing import Any
 from nemo_lead.verify.extract import THINK_OPEN, ends_inside_think
 
 from .problems import BUILTIN_DATASETS, first_field, resolve_data_path, tried_names
-from .prompts import PromptConfig, format_prompt, uses_chat_template
+from .prompts import PromptConfig, check_system_turn, format_prompt, system_text, uses_chat_template
 from .readers import DataError, read_records
 
 TRACE_FIELDS: dict[str, tuple[str, ...]] = {
@@ -165,9 +165,10 @@ def _render_messages(messages: Any, where: str, key: str, tokenizer: Any, cfg: P
     if not users or not isinstance(users[-1], str) or not users[-1].strip():
         raise DataError(f"{where}: field {key!r} has no user turn with text before its last assistant turn")
     systems = [m["content"] for m in turns if m["role"] == "system"]
-    if not systems and cfg.system is not None:
-        turns.insert(0, {"role": "system", "content": cfg.system})
+    if not systems and system_text(cfg) is not None:
+        turns.insert(0, {"role": "system", "content": system_text(cfg)})
     if uses_chat_template(tokenizer, cfg):
+        check_system_turn(tokenizer, cfg, turns)
         prompt = tokenizer.apply_chat_template(turns, tokenize=False, add_generation_prompt=True)
     else:  # the plain template has one user turn: the last one, verbatim
         system = systems[-1] if systems else cfg.system

@@ -15,6 +15,7 @@ from nemo_lead.config import setting
 from nemo_lead.data import PromptConfig
 from nemo_lead.generation import EngineConfig, SamplingParams
 from nemo_lead.models.source import PRECISION_CHOICES
+from nemo_lead.progress import check_progress_mode
 from nemo_lead.verify import VerifyConfig
 
 ANSWER_REGION = "after_think"  # the paper's protocol: R1-style models think first, then answer
@@ -38,7 +39,7 @@ class EvalConfig:
     tp: int = 1
     pp: int = 1
     precision: str = "auto"  # auto (fp32 on CPU; on a GPU bf16, fp16 for fp16 weights) | fp32 | bf16 | fp16 | fp8
-    stop_at_eos: bool = True  # the tokenizer's EOS token ends a response
+    stop_at_eos: bool = True  # the end tokens (tokenizer EOS + generation_config.json eos_token_id) end a response
     problems_per_call: int = 8  # problems per engine call: the unit of seeding and of resume (see runner.py)
     sampling: SamplingParams = field(default_factory=_paper_sampling)
     prompt: PromptConfig = field(default_factory=PromptConfig)  # a checkpoint's training prompt wins at defaults
@@ -47,6 +48,8 @@ class EvalConfig:
     budgets: list[int] = setting(default_factory=list, results=False)  # accuracy-vs-budget points; []: 16 steps to max_tokens
     report_budgets: list[int] = setting(default_factory=lambda: list(PAPER_BUDGETS), results=False)  # table columns
     plot: bool = setting(True, results=False)  # write accuracy_vs_budget.png
+    # auto (a bar on a terminal, log lines otherwise) | bar | lines | none (nemo_lead.progress)
+    progress: str = setting("auto", results=False)
 
     def __post_init__(self) -> None:
         if not self.model and not self.compare:
@@ -64,6 +67,7 @@ class EvalConfig:
         if self.sampling.seed is None:
             raise ValueError("sampling.seed must be an integer: each group of problems gets a seed derived from it, "
                              "which is what makes a resumed run equal an uninterrupted one")
+        check_progress_mode(self.progress)
         bad = [b for b in [*self.budgets, *self.report_budgets] if b < 1]
         if bad:
             raise ValueError(f"budgets and report_budgets must be token counts >= 1, got {bad}")

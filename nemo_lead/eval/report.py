@@ -6,6 +6,8 @@ Per dataset (metrics.py has the definitions):
     Len_avg   mean response tokens over all samples (counted as the engine's max_tokens counts them:
               every generated token, the EOS that ended the response included)
     acc@b     Pass@1 when a sample also needs length <= b to count (the accuracy-vs-budget curve)
+    answer_extracted  share of samples with an answer the grader could read (`answer_region`): a model that
+              never writes a final \\boxed{} scores 0 whatever it knows (SFT it on boxed traces first)
 A problem with fewer than n samples (an unfinished run) is scored on what it has and the dataset is
 marked `complete: false`.
 """
@@ -56,6 +58,7 @@ def dataset_summary(name: str, problems: Sequence[Problem], records: dict, n: in
         MEAN_LENGTH: mean_length(lengths),
         "truncated": sum(x["finish_reason"] == "length" for x in flat) / len(flat),
         "no_answer": sum(x["status"] in ("no_answer", "truncated") for x in flat) / len(flat),
+        "answer_extracted": sum(x["extracted"] is not None for x in flat) / len(flat),
         "accuracy_vs_budget": {str(b): v for b, v in accuracy_vs_budget(correct, lengths, budgets).items()},
     }
 
@@ -84,13 +87,15 @@ def settings_line(summary: dict[str, Any]) -> str:
 
 def summary_markdown(summary: dict[str, Any]) -> str:
     budgets = [b for b in summary["report_budgets"] if b <= summary["sampling"]["max_tokens"]]
-    header = ["dataset", "problems", "Cons@k", "Pass@1", "Len_avg", *[f"acc@{b}" for b in budgets], "truncated"]
+    header = ["dataset", "problems", "Cons@k", "Pass@1", "Len_avg", *[f"acc@{b}" for b in budgets], "truncated",
+              "answer extracted"]
     rows = []
     for name, d in summary["datasets"].items():
         acc = d["accuracy_vs_budget"]
         rows.append([name, f"{d['problems_scored']}/{d['problems']}" if not d["complete"] else str(d["problems"]),
                      f"{d[CONS_AT_K]:.3f}", f"{d[PASS_AT_1]:.3f}", _fmt_len(d[MEAN_LENGTH]),
-                     *[f"{acc[str(b)]:.3f}" if str(b) in acc else "-" for b in budgets], f"{d['truncated']:.1%}"])
+                     *[f"{acc[str(b)]:.3f}" if str(b) in acc else "-" for b in budgets], f"{d['truncated']:.1%}",
+                     f"{d['answer_extracted']:.1%}"])
     k = summary["sampling"]["n"]
     return (f"# Evaluation of {Path(summary['model']).name}\n\n{settings_line(summary)}\n\n"
             + markdown_table(header, rows).replace("Cons@k", f"Cons@{k}"))

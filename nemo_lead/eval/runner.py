@@ -25,7 +25,6 @@ with that `<think>` in front, so a response that never closes it has no answer, 
 from __future__ import annotations
 
 import dataclasses
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,6 +40,7 @@ from nemo_lead.data import (
     resolve_prompt,
 )
 from nemo_lead.generation import SamplingParams
+from nemo_lead.models.policy import with_end_tokens
 from nemo_lead.models.source import ModelSource, model_source, resolve_precision
 from nemo_lead.verify.extract import THINK_OPEN
 
@@ -48,10 +48,6 @@ from .config import ANSWER_REGION, EvalConfig, budget_points, dataset_specs, def
 from .plan import Chunk, load_datasets, plan_chunks
 from .report import FIGURE, dataset_summary, plot_accuracy_vs_budget, summary_markdown, write_summary
 from .store import SampleStore
-
-
-def _say(msg: str) -> None:
-    print(f"[eval] {msg}", file=sys.stderr, flush=True)
 
 
 @dataclass
@@ -80,10 +76,7 @@ def prepare(cfg: EvalConfig) -> Prepared:
     precision = resolve_precision(cfg.precision, source)
     tokenizer = load_tokenizer(source.require_tokenizer())
     datasets = load_datasets(dataset_specs(cfg.data), limit=cfg.limit, split=cfg.split, fields=dict(cfg.fields))
-    params = cfg.sampling
-    eos = tokenizer.eos_token_id
-    if cfg.stop_at_eos and eos is not None and eos not in params.stop_token_ids:
-        params = dataclasses.replace(params, stop_token_ids=[*params.stop_token_ids, eos])
+    params = with_end_tokens(cfg.sampling, tokenizer, source) if cfg.stop_at_eos else cfg.sampling
     prompt_cfg = resolve_prompt(cfg.prompt, source.prompt)
     settings = {
         "model": {**source.fingerprint(), "precision": precision},
@@ -144,11 +137,11 @@ class Grader:
             for p, (_, s, ids, finish), text, g in zip(problems, rollouts, texts, grades)
         ]
 
-    def regrade_stale(self, store: SampleStore) -> int:
+    def regrade_stale(self, store: SampleStore, say) -> int:
         """Regrade stored samples graded in another answer region (no generation); their count."""
         stale = [r for r in store.records.values() if r.get("grading") != self.region]
         if stale:
-            _say(f"regrading {len(stale)} stored samples (verify.answer_region {self.region})")
+            say(f"regrading {len(stale)} stored samples (verify.answer_region {self.region})")
             grades = self._grade([r["response"] for r in stale], [r["gold"] for r in stale],
                                  [r["finish_reason"] == "stop" for r in stale])
             store.rewrite({**r, "extracted": g.extracted, "correct": g.correct, "status": g.status,
@@ -157,27 +150,35 @@ class Grader:
         return len(stale)
 
 
-class Progress:
-    """Log lines with counts, throughput and an estimate of the time left (writer rank)."""
+class EvalProgress:
+    """Per finished chunk: counts, throughput, Pass@1 so far and the time left, shown the way `progress` says
+    (`nemo_lead.progress`: a bar, log lines, or nothing); only the writer rank shows anything."""
 
-    def __init__(self, total_samples: int, total_chunks: int):
-        self.total, self.chunks = total_samples, total_chunks
+    def __init__(self, cfg: EvalConfig, total_samples: int, total_chunks: int, active: bool):
+        from nemo_lead.progress import LoopProgress
+
+        self.shown = LoopProgress("eval", total_chunks, mode=cfg.progress, active=active, unit="chunk")
+        self.total = total_samples
         self.done = self.chunks_done = self.tokens = 0
         self.start = time.monotonic()
+
+    def say(self, message: str) -> None:
+        self.shown.say(message)
 
     def update(self, chunk: Chunk, records: list[dict[str, Any]], store: SampleStore, problems: int) -> None:
         self.done += len(records)
         self.chunks_done += 1
         self.tokens += sum(r["tokens"] for r in records)
         elapsed = time.monotonic() - self.start
-        left = elapsed / self.done * (self.total - self.done) if self.done else 0.0
         mine = [r for r in store.records.values() if r["dataset"] == chunk.dataset]
         acc = sum(r["correct"] for r in mine) / len(mine)
         have = len({r["problem_id"] for r in mine})
-        _say(f"{chunk.dataset} chunk {chunk.index + 1}: {have}/{problems} problems with samples | "
-             f"{self.done}/{self.total} samples, {self.chunks_done}/{self.chunks} chunks this run | "
-             f"{self.tokens:,} tokens, {self.tokens / max(elapsed, 1e-9):,.0f} tok/s | "
-             f"{chunk.dataset} Pass@1 so far {acc:.3f} | left ~{left / 60:.1f} min")
+        self.shown.step(self.chunks_done, {
+            chunk.dataset: f"{have}/{problems} problems", "samples": f"{self.done}/{self.total}",
+            "tok/s": f"{self.tokens / max(elapsed, 1e-9):,.0f}", "Pass@1 so far": f"{acc:.3f}"})
+
+    def close(self) -> None:
+        self.shown.close()
 
 
 # ----------------------------------------------------------------------------- distributed plumbing
@@ -212,7 +213,7 @@ def eval_rank(cfg: EvalConfig) -> None:
 
     prep = prepare(cfg)
     info = init_parallel(cfg.tp, cfg.pp, model_config=prep.source.hf_config)
-    grader = None
+    grader = progress = None
     try:
         store = None
         if info.rank == 0:
@@ -220,35 +221,37 @@ def eval_rank(cfg: EvalConfig) -> None:
 
             store = SampleStore.open(prep.out, prep.settings, write=True, problems=prep.datasets)
             save_config(cfg, prep.out / "config.yaml")
-            grader = Grader(cfg, prep, store.tag)
-            grader.regrade_stale(store)
         n = prep.params.n
         pending = _broadcast([i for i, c in enumerate(prep.chunks) if missing_samples(store, c, n)]
                              if store is not None else None)
+        total = sum(missing_samples(store, prep.chunks[i], n) for i in pending) if store is not None else 0
+        progress = EvalProgress(cfg, total, len(pending), active=info.rank == 0)
         if info.rank == 0:
-            total = sum(missing_samples(store, prep.chunks[i], n) for i in pending)
-            _say(f"{prep.source.kind} model {prep.source.path} ({prep.precision}; tp {info.tp}, pp {info.pp}, "
-                 f"dp {info.dp}) | {', '.join(f'{k} ({len(v)})' for k, v in prep.datasets.items())} | n {n}, "
-                 f"T {prep.params.temperature:g}, top-p {prep.params.top_p:g}, max_tokens {prep.params.max_tokens} | "
-                 f"{len(store.records)} samples already in {prep.out}; {total} to generate in {len(pending)} chunks")
+            grader = Grader(cfg, prep, store.tag)
+            grader.regrade_stale(store, progress.say)
+            progress.say(f"{prep.source.kind} model {prep.source.path} ({prep.precision}; tp {info.tp}, "
+                         f"pp {info.pp}, dp {info.dp}) | {', '.join(f'{k} ({len(v)})' for k, v in prep.datasets.items())}"
+                         f" | n {n}, T {prep.params.temperature:g}, top-p {prep.params.top_p:g}, max_tokens "
+                         f"{prep.params.max_tokens} | {len(store.records)} samples already in {prep.out}; {total} to "
+                         f"generate in {len(pending)} chunks")
         if pending:
-            _generate_pending(cfg, prep, info, pending, store, grader)
+            _generate_pending(cfg, prep, info, pending, store, grader, progress)
         if info.rank == 0:
-            _write_reports(cfg, prep, store)
+            _write_reports(cfg, prep, store, progress.say)
         dist.barrier()
     finally:
+        if progress is not None:
+            progress.close()
         if grader is not None:
             grader.close()
         destroy_parallel()
 
 
-def _generate_pending(cfg, prep: Prepared, info, pending: list[int], store, grader) -> None:
+def _generate_pending(cfg, prep: Prepared, info, pending: list[int], store, grader, progress: EvalProgress) -> None:
     from nemo_lead.generation import build_engine, engine_config_for
     from nemo_lead.models.policy import load_policy
 
     engine = build_engine(engine_config_for(cfg.engine, prep.source), load_policy(prep.source, info, prep.precision))
-    progress = Progress(sum(missing_samples(store, prep.chunks[i], prep.params.n) for i in pending),
-                        len(pending)) if store is not None else None
     for start in range(0, len(pending), info.dp):
         batch = pending[start:start + info.dp]  # one chunk per data-parallel replica
         mine = batch[info.dp_rank] if info.dp_rank < len(batch) else None
@@ -266,7 +269,7 @@ def _generate_pending(cfg, prep: Prepared, info, pending: list[int], store, grad
             progress.update(chunk, new, store, len(prep.datasets[chunk.dataset]))
 
 
-def _write_reports(cfg: EvalConfig, prep: Prepared, store: SampleStore) -> dict[str, Any]:
+def _write_reports(cfg: EvalConfig, prep: Prepared, store: SampleStore, say) -> dict[str, Any]:
     budgets = budget_points(cfg)
     summary = {
         "model": prep.source.path, "model_kind": prep.source.kind, "model_step": prep.source.step,
@@ -280,5 +283,5 @@ def _write_reports(cfg: EvalConfig, prep: Prepared, store: SampleStore) -> dict[
     if cfg.plot:
         plot_accuracy_vs_budget(summary, prep.out / FIGURE)
     print(summary_markdown(summary), flush=True)
-    _say(f"wrote {prep.out}")
+    say(f"wrote {prep.out}")
     return summary

@@ -5,8 +5,8 @@
 
 Prompts: `prompts` (texts) and / or `prompts_file` (JSONL, one object per line with a "prompt" or
 "problem" field). Each text becomes one user turn of the tokenizer's chat template (with the generation
-prompt) when it has one and `chat_template` is true, else it is tokenised as it is. The tokenizer's EOS
-token is a stop token unless `stop_at_eos` is false. One output line per sample: prompt_index,
+prompt) when it has one and `chat_template` is true, else it is tokenised as it is. The model's end tokens
+(the tokenizer's EOS and generation_config.json's eos_token_id) are stop tokens unless `stop_at_eos` is false. One output line per sample: prompt_index,
 sample_index, prompt, text, token_ids, num_tokens, finish_reason (and logprobs / policy_logprobs with
 `logprobs=true`). `--model` is read by `nemo_lead.models.source` (a checkpoint brings its own tokenizer/).
 Started as one process with tp x pp > 1 it runs itself on tp x pp local ranks (as `convert` does).
@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
+from nemo_lead.progress import LoopProgress, check_progress_mode
+
 from .engine import EngineConfig
 from .params import SamplingParams
 
@@ -31,15 +33,17 @@ class GenerateConfig:
     prompts_file: Optional[str] = None  # JSONL with a "prompt" or "problem" field per line
     out: str = "-"  # JSONL file, or - for stdout
     chat_template: bool = True
-    stop_at_eos: bool = True
+    stop_at_eos: bool = True  # the end tokens (tokenizer EOS + generation_config.json eos_token_id) end a sample
     logprobs: bool = False  # also write both log-prob lists per sample
     tp: int = 1
     pp: int = 1
     precision: str = "auto"  # auto (fp32 on CPU; on a GPU bf16, fp16 for fp16 weights) | fp32 | bf16 | fp16
     sampling: SamplingParams = field(default_factory=lambda: SamplingParams(max_tokens=256, seed=1234))
     engine: EngineConfig = field(default_factory=EngineConfig)
+    progress: str = "auto"  # auto (a bar on a terminal, log lines otherwise) | bar | lines | none (nemo_lead.progress)
 
     def __post_init__(self) -> None:
+        check_progress_mode(self.progress)
         if not self.model:
             raise ValueError("model must name a HF model folder or a checkpoint (--model DIR)")
         if not self.prompts and not self.prompts_file:
@@ -85,12 +89,10 @@ def encode(tokenizer, text: str, chat_template: bool) -> list[int]:
 
 def generate_rank(cfg: GenerateConfig) -> None:
     """The job on one rank (every rank of the TP x PP group calls it; rank 0 writes)."""
-    import dataclasses
-
     import torch.distributed as dist
 
     from nemo_lead.models import load_tokenizer
-    from nemo_lead.models.policy import load_policy
+    from nemo_lead.models.policy import load_policy, with_end_tokens
     from nemo_lead.models.source import model_source, resolve_precision
     from nemo_lead.parallel import destroy_parallel, init_parallel
 
@@ -100,27 +102,28 @@ def generate_rank(cfg: GenerateConfig) -> None:
     tokenizer = load_tokenizer(source.require_tokenizer())
     texts = read_prompts(cfg)
     ids = [encode(tokenizer, t, cfg.chat_template) for t in texts]
-    params = cfg.sampling
-    if cfg.stop_at_eos and tokenizer.eos_token_id is not None and tokenizer.eos_token_id not in params.stop_token_ids:
-        params = dataclasses.replace(params, stop_token_ids=[*params.stop_token_ids, tokenizer.eos_token_id])
+    params = with_end_tokens(cfg.sampling, tokenizer, source) if cfg.stop_at_eos else cfg.sampling
     info = init_parallel(cfg.tp, cfg.pp, model_config=source.hf_config)
     try:
         if info.dp != 1:
             raise ValueError(f"generate runs on exactly tp x pp = {cfg.tp * cfg.pp} ranks, got {info.world_size}")
         model = load_policy(source, info, resolve_precision(cfg.precision, source))
-        if info.rank == 0:
-            print(f"[generate] {len(ids)} prompts x {params.n} samples, max_tokens {params.max_tokens}, "
-                  f"engine {cfg.engine.kind} (tp {info.tp}, pp {info.pp})", file=sys.stderr, flush=True)
+        progress = LoopProgress("generate", 1, mode=cfg.progress, active=info.rank == 0, unit="call")
+        progress.say(f"{len(ids)} prompts x {params.n} samples, max_tokens {params.max_tokens}, "
+                     f"engine {cfg.engine.kind} (tp {info.tp}, pp {info.pp})")
         rollouts = build_engine(cfg.engine, model).generate(ids, params)
+        tokens = sum(r.num_tokens for r in rollouts)
+        progress.step(1, {"samples": str(len(rollouts)), "tokens": f"{tokens:,}"})
+        progress.close()
         if info.rank == 0:
-            _write(cfg, texts, rollouts, tokenizer)
+            _write(cfg, texts, rollouts, tokenizer, progress.say)
         if dist.is_initialized():
             dist.barrier()
     finally:
         destroy_parallel()
 
 
-def _write(cfg: GenerateConfig, texts: list[str], rollouts, tokenizer) -> None:
+def _write(cfg: GenerateConfig, texts: list[str], rollouts, tokenizer, say) -> None:
     lines = []
     for r in rollouts:
         row = {"prompt_index": r.prompt_index, "sample_index": r.sample_index, "prompt": texts[r.prompt_index],
@@ -135,7 +138,7 @@ def _write(cfg: GenerateConfig, texts: list[str], rollouts, tokenizer) -> None:
     else:
         Path(cfg.out).parent.mkdir(parents=True, exist_ok=True)
         Path(cfg.out).write_text(text)
-        print(f"[generate] wrote {len(rollouts)} samples to {cfg.out}", file=sys.stderr)
+        say(f"wrote {len(rollouts)} samples to {cfg.out}")
 
 
 def run_generate(cfg: GenerateConfig) -> int:

@@ -24,10 +24,11 @@ from .gpt import (
 from .hf_config import Arch, ModelConfigError, arch_from_hf, padded_vocab_size, preset_names, read_hf_config
 from .hf_weights import HFReader, export_hf_weights, hf_names, hf_shapes, load_hf_weights, save_hf_folder
 from .tiny import char_tokenizer, tiny_hf_config, write_tiny_model
-from .tokenizer import load_tokenizer, tokenizer_files
+from .tokenizer import end_token_ids, generation_config_dir, load_tokenizer, tokenizer_files
 
 __all__ = [
-    "PRECISIONS", "Arch", "ModelInfo", "model_info", "HFReader", "ModelConfigError", "arch_from_hf", "build_gpt", "char_tokenizer", "eval_mode",
+    "PRECISIONS", "Arch", "ModelInfo", "model_info", "HFReader", "ModelConfigError", "arch_from_hf", "build_gpt",
+    "char_tokenizer", "end_token_ids", "eval_mode", "generation_config_dir",
     "export_hf_weights", "forward_logits", "gather_vocab_logits", "hf_names", "hf_shapes", "load_hf_weights", "save_hf_folder", "load_tokenizer",
     "mask_vocab_padding", "padded_vocab_size", "preset_names", "read_hf_config", "te_available",
     "tiny_hf_config", "tokenizer_files", "transformer_config", "unwrap_model", "write_tiny_model",

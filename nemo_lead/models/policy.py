@@ -15,6 +15,18 @@ from typing import Any
 from .source import ModelSource, ModelSourceError, resolve_precision
 
 
+def with_end_tokens(params: Any, tokenizer: Any, source: ModelSource) -> Any:
+    """`params` (a `SamplingParams`) with the model's end tokens added to its stop tokens: the tokenizer's EOS
+    and generation_config.json's eos_token_id (`nemo_lead.models.tokenizer.end_token_ids`; a checkpoint
+    carries the file in tokenizer/). Used by eval and generate."""
+    import dataclasses
+
+    from .tokenizer import end_token_ids, generation_config_dir
+
+    ends = end_token_ids(tokenizer, [generation_config_dir(source.path), source.require_tokenizer()])
+    return dataclasses.replace(params, stop_token_ids=list(dict.fromkeys([*params.stop_token_ids, *ends])))
+
+
 def load_policy(source: ModelSource, parallel: Any = None, precision: str = "auto"):
     """Collective: this rank's part of the policy (a megatron GPTModel for `parallel`'s layout), weights loaded,
     in `precision` (resolved by `resolve_precision`)."""

@@ -47,7 +47,7 @@ checkpoints: `nemo_lead.training.checkpoint`. What is tested where: tests/traini
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any
 
@@ -58,7 +58,7 @@ from nemo_lead.algorithms import LeadConfig, loss_denominator, policy_loss
 from nemo_lead.algorithms.rollout_correction import METRIC_KEYS as CORRECTION_KEYS
 from nemo_lead.models import eval_mode, model_info
 
-from .actor_config import ActorConfig
+from .actor_config import ActorConfig, micro_batch_tokens_for_device
 from .collectives import (
     broadcast_from_last_stage,
     collective_device,
@@ -141,6 +141,7 @@ def build_actor(cfg: ActorConfig, parallel: Any = None) -> Actor:
                          f"tp={tp} pp={pp}")
     source = model_source(cfg.model, key="actor.model")
     precision = resolve_precision(cfg.precision, source)
+    cfg = replace(cfg, micro_batch_tokens=micro_batch_tokens_for_device(cfg.micro_batch_tokens))
     build = partial(build_gpt, parallel=parallel, precision=precision, spec=cfg.layer_spec,
                     config_overrides=cfg.megatron_overrides())
     if source.kind == "checkpoint":

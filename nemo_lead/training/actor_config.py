@@ -8,12 +8,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+import torch
+
 from nemo_lead.config import setting
 from nemo_lead.models.source import PRECISION_CHOICES
 
 RECOMPUTE_GRANULARITIES = ("full", "selective")
 RECOMPUTE_METHODS = ("uniform", "block")
 LR_DECAY_STYLES = ("constant", "linear", "cosine")
+
 
 @dataclass
 class ActorOptimConfig:
@@ -94,7 +97,9 @@ class ActorConfig:
     precision: str = "auto"  # auto (fp32 on CPU; on a GPU bf16, fp16 for fp16 weights) | fp32 | bf16 | fp16 | fp8 (TE)
     layer_spec: str = "auto"  # auto (TE when importable) | te | local
     optim: ActorOptimConfig = field(default_factory=ActorOptimConfig)
-    micro_batch_tokens: int = 16384  # padded tokens per micro-batch at most (rows x longest row)
+    # padded tokens per micro-batch at most (rows x longest row); None: per device at build time
+    # (`micro_batch_tokens_for_device`: 16384 on a GPU, 4096 on a CPU, whose RAM holds the fp32 logits)
+    micro_batch_tokens: Optional[int] = None
     micro_batch_overhead_tokens: int = 256  # what one more micro-batch costs, in tokens: where to cut (microbatch.py)
     # tokens per chunk of the output layer + log-probs / entropy, forward and backward (0 = unchunked: the whole
     # micro-batch's [tokens, vocab / tp] fp32 logits at once). 2048 bounds those temporaries at 2 x 2048 x
@@ -111,7 +116,7 @@ class ActorConfig:
         if isinstance(self.optim, dict):
             self.optim = ActorOptimConfig(**self.optim)
         for key in ("tp", "pp", "micro_batch_tokens"):
-            if getattr(self, key) < 1:
+            if getattr(self, key) is not None and getattr(self, key) < 1:
                 raise ValueError(f"actor.{key}={getattr(self, key)} must be >= 1")
         if self.micro_batch_overhead_tokens < 0:
             raise ValueError(f"actor.micro_batch_overhead_tokens={self.micro_batch_overhead_tokens} must be >= 0")
@@ -146,3 +151,17 @@ class ActorConfig:
         if self.recompute_granularity == "full":
             out.update(recompute_method=self.recompute_method, recompute_num_layers=self.recompute_num_layers)
         return out
+
+
+# actor.micro_batch_tokens=None: the device's budget. A GPU's budget took a 135M model with a 49k vocabulary
+# to several times the host RAM of a smaller one on a CPU, at the same speed (bench/RESULTS.md, "Design
+# measurements")
+GPU_MICRO_BATCH_TOKENS = 16384
+CPU_MICRO_BATCH_TOKENS = 4096
+
+
+def micro_batch_tokens_for_device(micro_batch_tokens: int | None) -> int:
+    """`actor.micro_batch_tokens` as set, or when None the device's default (GPU 16384, CPU 4096)."""
+    if micro_batch_tokens is not None:
+        return micro_batch_tokens
+    return GPU_MICRO_BATCH_TOKENS if torch.cuda.is_available() else CPU_MICRO_BATCH_TOKENS

@@ -18,6 +18,7 @@ from nemo_lead.models.checkpoint import (
     dist_world_size,
     load_checkpoint,
     parallel_layout,
+    read_checkpoint_meta,
     save_checkpoint,
     save_strategy,
 )
@@ -206,11 +207,50 @@ def save_actor_state(
     loop_state: dict[str, Any] | None = None,
     tokenizer_dir: str | Path | None = None,
     extra_meta: dict[str, Any] | None = None,
+    weights_only: bool = False,
 ) -> Path:
     """Collective: the actor's full training state (model, optimizer, LR schedule, RNG) and the caller's
-    `loop_state` as one atomic checkpoint folder (`nemo_lead.training.checkpoint.save_train_state`)."""
+    `loop_state` as one atomic checkpoint folder (`nemo_lead.training.checkpoint.save_train_state`).
+
+    `weights_only`: the model part, tokenizer and meta.json (with the loop state) alone, without the optimizer
+    and RNG states: about a third of a full fp32 checkpoint (Adam keeps two moments per weight), a seventh
+    with bf16 weights and fp32 master copies. What eval, convert, generate and a next stage read; a run
+    cannot be resumed from it (`final_checkpoint=weights`)."""
+    if weights_only:
+        return save_checkpoint(path, actor.model, step=step, tokenizer_dir=tokenizer_dir,
+                               extra_meta={"loop": dict(loop_state or {}), **(extra_meta or {})})
     return save_train_state(path, actor.model, actor.optimizer, step=step, loop_state=loop_state,
                             scheduler=actor.scheduler, tokenizer_dir=tokenizer_dir, extra_meta=extra_meta)
+
+
+def is_training_checkpoint(path: str | Path) -> bool:
+    """True when the checkpoint holds the training state (optimizer and RNG), not the weights alone."""
+    return {"optim", "rng"} <= set(read_checkpoint_meta(path)["parts"])
+
+
+def resume_point(run_dir: str | Path, total_steps: int) -> tuple[Path | None, bool]:
+    """(the checkpoint a rerun into `run_dir` continues from, whether it holds the weights only).
+
+    The newest checkpoint, when it is a training one. A weights-only checkpoint (a finished run's final one,
+    `final_checkpoint=weights`) is taken when it is at or past `total_steps`: the run is done and a rerun only
+    finishes it again. A rerun that extends the run continues from the newest training checkpoint before it
+    (the steps after it are trained again); without one it cannot continue, and says so."""
+    from nemo_lead.models.checkpoint import list_checkpoints
+
+    found = list_checkpoints(run_dir)
+    if not found:
+        return None, False
+    step, newest = found[-1]
+    if is_training_checkpoint(newest):
+        return newest, False
+    if step >= total_steps:
+        return newest, True
+    full = [p for _, p in found if is_training_checkpoint(p)]
+    if full:
+        return full[-1], False
+    raise ValueError(f"{newest} holds the weights only (final_checkpoint=weights) and the run has no earlier "
+                     f"training checkpoint, so it cannot be extended to {total_steps} steps: start a new run from "
+                     f"it (actor.model={newest}), or keep full checkpoints (final_checkpoint=full, keep_last >= 2)")
 
 
 def load_actor_state(actor: Actor, path: str | Path, *, load_optimizer: bool = True,

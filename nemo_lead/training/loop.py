@@ -24,9 +24,9 @@ from typing import Any
 
 from nemo_lead.launch.signals import StopRequest, install_stop_handlers
 from nemo_lead.parallel.local import JobError
+from nemo_lead.progress import LoopProgress
 from nemo_lead.quiet import backend_note, hide_import_noise
 
-from .progress import LoopProgress
 from .run_folder import RunFolder
 
 
@@ -49,6 +49,7 @@ class Run:
     loop_state: dict[str, Any]  # what the checkpoint held (empty for a fresh run)
     last_saved: int = -1
     last_saved_at: float = dataclasses.field(default_factory=time.monotonic)  # or the run's start
+    total_steps: int = 0
 
     @property
     def is_writer(self) -> bool:
@@ -56,6 +57,9 @@ class Run:
 
     def say(self, message: str) -> None:
         self.progress.say(message)
+
+    def warn(self, message: str) -> None:
+        self.progress.warn(message)
 
 
 def preflight_if_relaunching(ranks: int, check):
@@ -114,11 +118,11 @@ def start_run(cfg: Any, name: str, total_steps: int, log_names: tuple[str, ...] 
     hide_import_noise()
     from nemo_lead.data.traces import check_vocab_covers
     from nemo_lead.models import load_tokenizer
-    from nemo_lead.models.checkpoint import latest_checkpoint
+    from nemo_lead.models.checkpoint import load_checkpoint
     from nemo_lead.parallel import init_parallel
 
     from .actor import build_actor
-    from .checkpoint import load_actor_state
+    from .checkpoint import load_actor_state, resume_point
 
     tok_dir = source.require_tokenizer()
     tokenizer = tokenizer if tokenizer is not None else load_tokenizer(tok_dir)
@@ -132,20 +136,21 @@ def start_run(cfg: Any, name: str, total_steps: int, log_names: tuple[str, ...] 
     folder = RunFolder(cfg.out, writer=info.rank == 0, tensorboard=cfg.tensorboard)
 
     def open_folder():
-        latest = latest_checkpoint(cfg.out)
+        latest, weights_only = resume_point(cfg.out, total_steps)
         step = int(latest.name.split("_")[-1]) if latest is not None else 0
         folder.prepare(cfg, inputs, step=step)
-        return latest
+        return latest, weights_only
 
-    latest = _on_writer_then_share(info, open_folder)
+    latest, weights_only = _on_writer_then_share(info, open_folder)
     actor_cfg = dataclasses.replace(cfg.actor, optim=cfg.actor.optim.for_run(total_steps))
     actor = build_actor(actor_cfg, info)
     progress = LoopProgress(name, total_steps, mode=cfg.progress, active=info.rank == 0,
                             on_lost_output=lambda: stop.request("SIGPIPE"))
     step, loop_state = 0, {}
     if latest is not None:
-        meta = load_actor_state(actor, latest)
-        step, loop_state = int(meta["step"]), meta["loop"]
+        # a weights-only final checkpoint (final_checkpoint=weights) is only ever a finished run's
+        meta = {**load_checkpoint(latest, actor.model), "rng_restored": True} if weights_only else load_actor_state(actor, latest)
+        step, loop_state = int(meta["step"]), meta.get("loop", {})
         if not meta["rng_restored"]:
             progress.say("note: the checkpoint was written by another parallel layout; RNG streams start afresh")
         progress.say(f"resuming from {latest} (step {step} of {total_steps})")
@@ -153,13 +158,19 @@ def start_run(cfg: Any, name: str, total_steps: int, log_names: tuple[str, ...] 
         progress.say(f"starting {cfg.out} ({total_steps} steps; tp {info.tp}, pp {info.pp}, dp {info.dp}); "
                      + backend_note())
     folder.rewind(step if latest is not None else -1, log_names)
-    progress.begin_at(step)
+    progress.restart_at(step)
     return Run(cfg=cfg, name=name, info=info, actor=actor, folder=folder, tokenizer=tokenizer, tokenizer_dir=tok_dir,
-               stop=stop, progress=progress, step=step, loop_state=loop_state)
+               stop=stop, progress=progress, step=step, loop_state=loop_state,
+               last_saved=step if weights_only else -1, total_steps=total_steps)
 
 
-def save(run: Run, loop_state: dict[str, Any]) -> Path:
-    """Collective: checkpoint the run at its current step (atomic), then keep the newest `keep_last`."""
+def _final_weights_only(run: Run) -> bool:
+    return getattr(run.cfg, "final_checkpoint", "full") == "weights" and run.step >= run.total_steps
+
+
+def save(run: Run, loop_state: dict[str, Any], weights_only: bool = False) -> Path:
+    """Collective: checkpoint the run at its current step (atomic), then keep the newest `keep_last`.
+    `weights_only`: the model and tokenizer without the optimizer and RNG states (not resumable)."""
     from nemo_lead.data import prompt_settings
     from nemo_lead.models.checkpoint import checkpoint_dir
 
@@ -168,7 +179,7 @@ def save(run: Run, loop_state: dict[str, Any]) -> Path:
     path = checkpoint_dir(run.cfg.out, run.step)
     # the prompt format goes along: `nemo-lead eval` of the checkpoint uses it (nemo_lead.eval.runner)
     save_actor_state(run.actor, path, step=run.step, loop_state=loop_state, tokenizer_dir=run.tokenizer_dir,
-                     extra_meta={"prompt": prompt_settings(run.cfg.prompt)})
+                     extra_meta={"prompt": prompt_settings(run.cfg.prompt)}, weights_only=weights_only)
     run.folder.prune_checkpoints(run.cfg.keep_last)
     run.last_saved = run.step
     run.last_saved_at = time.monotonic()
@@ -201,7 +212,7 @@ def _save_due(run: Run) -> bool:
 def end_of_step(run: Run, loop_state: dict[str, Any]) -> bool:
     """Collective, after each step: checkpoint when due (`_save_due`), and on a stop signal (then True: the
     loop must return; a SIGUSR1 under SLURM also requeues the job)."""
-    if _save_due(run):
+    if _save_due(run) and not _final_weights_only(run):  # finish_run writes that one
         save(run, loop_state)
     if run.stop.agreed():
         if run.last_saved != run.step:
@@ -225,7 +236,7 @@ def finish_run(run: Run, loop_state: dict[str, Any], stopped: bool) -> None:
     try:
         if not stopped:
             if run.last_saved != run.step:
-                save(run, loop_state)
+                save(run, loop_state, weights_only=_final_weights_only(run))
             run.folder.mark_done(run.step, checkpoint_dir(run.cfg.out, run.step))
             run.say(f"done: {run.step} steps; final checkpoint {checkpoint_dir(run.cfg.out, run.step)}")
     finally:

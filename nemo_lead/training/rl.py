@@ -36,7 +36,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -63,6 +63,7 @@ from .loop import (
     resolve_model,
     start_run,
 )
+from .no_signal import NoSignalWarnings, signal_metrics
 from .rl_config import RLConfig
 from .rollouts import (
     Group,
@@ -95,6 +96,8 @@ class RLState:
     problems: list
     order: Any  # DataOrder
     val_problems: list
+    end_tokens: list[int] = field(default_factory=list)  # stop tokens: nemo_lead.models.end_token_ids
+    no_signal: NoSignalWarnings = field(default_factory=NoSignalWarnings)  # warns when steps cannot learn
 
     @property
     def cfg(self) -> RLConfig:
@@ -119,9 +122,8 @@ def next_prompts(s: RLState) -> list:
 
 def rollout_params(s: RLState, step: int, round_: int) -> SamplingParams:
     r = s.cfg.rollout
-    stops = [s.run.tokenizer.eos_token_id] if r.stop_at_eos and s.run.tokenizer.eos_token_id is not None else []
     return SamplingParams(n=r.n, temperature=r.temperature, top_p=r.top_p, max_tokens=r.max_tokens,
-                          stop_token_ids=stops, seed=_seed(s.cfg.seed, step, round_))
+                          stop_token_ids=list(s.end_tokens) if r.stop_at_eos else [], seed=_seed(s.cfg.seed, step, round_))
 
 
 def generate_and_verify(s: RLState, problems: list, params: SamplingParams, times: dict[str, float]) -> list[Group]:
@@ -247,6 +249,7 @@ def step_metrics(step: int, seen: list[Group], selected: list[Group], rounds: in
         "repetition_frac": float((outcome == Outcome.REPETITION).float().mean()),
         "groups/kept_frac": len(selected) / len(seen), "groups/kept": len(selected), "rounds": rounds,
         "samples": len(outcome), "advantage/abs_mean": float(adv.abs().mean()) if adv.numel() else 0.0,
+        **signal_metrics(seen, selected),
     }
 
 
@@ -277,6 +280,9 @@ def rl_step(s: RLState, step: int) -> dict[str, Any]:
     seconds = time.monotonic() - t_step
     tokens = sum(sum(g.lengths) for g in seen)  # generated tokens
     metrics.update(times, **{"time/step": seconds, "tokens_per_s": tokens / max(seconds, 1e-9)})
+    warning = s.no_signal.check(step, metrics)
+    if warning:
+        s.run.warn(warning)
     if s.run.is_writer:                                                   # 10: metrics and logs
         s.run.folder.append(PROBLEM_STATS_FILE, problem_stats(step, seen))
         if s.cfg.log_rollouts:
@@ -300,6 +306,7 @@ def validate(s: RLState, step: int) -> dict[str, float]:
         "step": step, PASS_AT_1: pass_at_k([[o == Outcome.CORRECT for o in g.outcomes] for g in groups]),
         CONS_AT_K: cons_at_k([g.extracted for g in groups], [g.problem.answer for g in groups]),
         MEAN_LENGTH: mean_length([g.lengths for g in groups]),
+        "answer_extracted_frac": sum(a is not None for g in groups for a in g.extracted) / (len(groups) * v.n),
         "truncated_frac": sum(r.finish_reason == "length" for g in groups for r in g.rollouts) / (len(groups) * v.n),
         "n": v.n, "problems": len(groups), "seconds": time.monotonic() - t0,
     }
@@ -318,6 +325,7 @@ def rl_job(cfg: RLConfig) -> None:
     """The RL loop on one rank (every rank of the job calls it)."""
     from nemo_lead.data import load_problems, open_think
     from nemo_lead.generation import build_engine, engine_config_for
+    from nemo_lead.models import end_token_ids, generation_config_dir
 
     from .data_order import DataOrder
     from .rollouts import RolloutContext
@@ -344,7 +352,8 @@ def rl_job(cfg: RLConfig) -> None:
         order = DataOrder(len(problems), cfg.seed, shuffle=d.shuffle)
         if run.loop_state.get("data"):
             order.load_state_dict(run.loop_state["data"])
-        s = RLState(run=run, ctx=ctx, problems=problems, order=order, val_problems=val)
+        ends = end_token_ids(run.tokenizer, [generation_config_dir(source.path), run.tokenizer_dir])
+        s = RLState(run=run, ctx=ctx, problems=problems, order=order, val_problems=val, end_tokens=ends)
         if run.step == 0 and val:
             validate(s, 0)
         while run.step < cfg.steps:

@@ -38,7 +38,7 @@ class RolloutConfig:
     temperature: float = 0.8  # training temperature of the authors' code (the paper does not state one)
     top_p: float = 1.0  # 1: the actor's log-probs and the sampling distribution are the same
     max_tokens: int = 8192  # response budget (paper: 8k for 7B, 14k for 14B)
-    stop_at_eos: bool = True
+    stop_at_eos: bool = True  # the end tokens (tokenizer EOS + generation_config.json eos_token_id) end a response
 
 
 @dataclass

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from nemo_lead.config import setting
+from nemo_lead.progress import check_progress_mode
 
 
 @dataclass
@@ -24,6 +25,9 @@ class RunSettings:
     # an OOM or kill -9 can lose, whatever a step costs
     save_every_minutes: float = setting(30.0, resume="flag", results=False)
     keep_last: int = setting(2, resume="flag", results=False)  # complete checkpoints kept (the newest); 0 keeps all
+    # the final checkpoint: full (model, optimizer, RNG: resumable, ~3x the fp32 weights) | weights (model and
+    # tokenizer only: what eval / convert / a next stage read; a finished run cannot be extended from it alone)
+    final_checkpoint: str = setting("full", resume="free", results=False)
     seed: int = 1234  # data order, sampling seeds, dropout
     # auto (a bar on a terminal, log lines otherwise) | bar | lines | none
     progress: str = setting("auto", resume="free", results=False)
@@ -43,5 +47,6 @@ class RunSettings:
         for key in ("save_every", "keep_last", "save_every_minutes"):
             if getattr(self, key) < 0:
                 raise ValueError(f"{key} must be >= 0, got {getattr(self, key)}")
-        if self.progress not in ("auto", "bar", "lines", "none"):
-            raise ValueError(f"progress must be auto, bar, lines or none, got {self.progress!r}")
+        check_progress_mode(self.progress)
+        if self.final_checkpoint not in ("full", "weights"):
+            raise ValueError(f"final_checkpoint must be full or weights, got {self.final_checkpoint!r}")

@@ -89,3 +89,58 @@ def test_prompt_token_ids_have_exactly_one_bos_in_both_modes():
 def test_prompt_config_validation(kwargs, match):
     with pytest.raises(ValueError, match=match):
         PromptConfig(**kwargs)
+
+
+# SmolLM2-Instruct's template, shortened: without a system message it writes a default one
+DEFAULT_SYSTEM = "You are a helpful AI assistant named SmolLM, trained by Hugging Face"
+DEFAULT_SYSTEM_TEMPLATE = (
+    "{% for m in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"
+    "<|system|>" + DEFAULT_SYSTEM + "\n{% endif %}<|{{ m['role'] }}|>{{ m['content'] }}\n{% endfor %}"
+    "{% if add_generation_prompt %}<|assistant|>{% endif %}"
+)
+
+
+def test_template_default_system_turn_is_found_and_kept_by_default():
+    tok = char_tokenizer(DEFAULT_SYSTEM_TEMPLATE)
+    from nemo_lead.data import template_system_turn
+
+    assert template_system_turn(tok) == DEFAULT_SYSTEM
+    assert template_system_turn(char_tokenizer(CHAT_TEMPLATE)) is None  # R1-style: nothing of its own
+    assert template_system_turn(char_tokenizer(None)) is None
+    default = format_prompt(tok, "1+1?", PromptConfig(suffix=""))
+    assert default == f"<|system|>{DEFAULT_SYSTEM}\n<|user|>1+1?\n<|assistant|>"
+    for spelling in ("template_default", "template default", None):  # one setting, stored as null
+        cfg = PromptConfig(suffix="", system=spelling)
+        assert cfg.system is None and format_prompt(tok, "1+1?", cfg) == default
+
+
+def test_system_none_refuses_a_template_that_inserts_one_and_text_replaces_it():
+    tok = char_tokenizer(DEFAULT_SYSTEM_TEMPLATE)
+    with pytest.raises(ValueError, match=r"prompt.system=none, but this chat template inserts a system turn .*SmolLM"):
+        format_prompt(tok, "1+1?", PromptConfig(system="none"))
+    assert format_prompt(tok, "1+1?", PromptConfig(suffix="", system="Be brief.")) == (
+        "<|system|>Be brief.\n<|user|>1+1?\n<|assistant|>")
+    # where the template adds nothing, or without a template, "none" is the plain conversation
+    r1 = char_tokenizer(CHAT_TEMPLATE)
+    assert format_prompt(r1, PROBLEM, PromptConfig(system="none")) == format_prompt(r1, PROBLEM)
+    plain = char_tokenizer(None)
+    assert format_prompt(plain, "1+1?", PromptConfig(suffix="", system="none")) == "User: 1+1?\nAssistant:"
+
+
+def test_sft_traces_get_the_same_system_turn_as_rl_and_eval_prompts(tmp_path):
+    """Both kinds of trace rows are rendered with the prompt RL and eval start from, system turn included."""
+    import json
+
+    from nemo_lead.data import load_traces
+
+    tok = char_tokenizer(DEFAULT_SYSTEM_TEMPLATE)
+    rows = [{"problem": "1+1?", "response": "2"},
+            {"messages": [{"role": "user", "content": "1+1?"}, {"role": "assistant", "content": "2"}]}]
+    path = tmp_path / "t.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    for system in (None, "Be brief."):
+        cfg = PromptConfig(suffix="", system=system)
+        expected = prompt_token_ids(tok, ["1+1?"], cfg)[0]
+        assert [t.prompt_ids for t in load_traces(path, tok, cfg)] == [expected, expected]
+    with pytest.raises(ValueError, match="prompt.system=none"):
+        load_traces(path, tok, PromptConfig(suffix="", system="none"))

@@ -88,6 +88,9 @@ def test_scores_follow_regraded_samples(run_copy, generate_calls, capsys):
     assert after[("five", "b", 0)]["status"] == "no_answer" and after[("five", "b", 1)]["extracted"] == "6"
     d = summary_of(run_copy)["datasets"]["five"]
     assert d["pass@1"] == pytest.approx((2 / 3 + 1 / 3) / 5)
+    assert d["answer_extracted"] == pytest.approx(sum(r["extracted"] is not None for r in after.values()) / 15)
+    assert d["answer_extracted"] >= 5 / 15  # the five fixed answers read after </think>
+    assert f"| {d['answer_extracted']:.1%}" in (run_copy / "summary.md").read_text()
     # votes: a -> "2" twice (right); b -> "5" vs "6", one each: the first seen, sample 1's "6", wins (wrong);
     # c -> "7" (wrong); d, e: nobody answered
     assert d["cons@k"] == pytest.approx(1 / 5)
@@ -173,3 +176,21 @@ def test_checkpoint_folder_as_model_gives_the_hf_samples(tiny, problems_file, re
     ours, ref = read_samples(out), read_samples(reference_run)
     assert {k: r["response"] for k, r in ours.items()} == {k: r["response"] for k, r in ref.items()}
     assert summary["datasets"] == summary_of(reference_run)["datasets"]
+
+
+def test_progress_modes_show_lines_or_nothing(tiny, problems_file, reference_run, tmp_path, capsys):
+    """`progress=none`: no progress or log lines (the table still goes to stdout); `lines`: a line per chunk;
+    neither changes the samples. A bad value names the key."""
+    out = tmp_path / "quiet"
+    assert main(eval_args(tiny, problems_file, out, "progress=none")) == 0
+    err = capsys.readouterr().err
+    assert "[eval]" not in err
+    ours, ref = read_samples(out), read_samples(reference_run)
+    assert {k: r["response"] for k, r in ours.items()} == {k: r["response"] for k, r in ref.items()}
+    (out / "samples.jsonl").write_text("".join((out / "samples.jsonl").read_text().splitlines(keepends=True)[:6]))
+    assert main(eval_args(tiny, problems_file, out, "progress=lines")) == 0  # progress may change on resume
+    err = capsys.readouterr().err
+    assert "[eval] chunk 1/2 | five 4/5 problems | samples 6/9 |" in err and "s/chunk" in err
+    assert "[eval] chunk 2/2" in err and "6 samples already in" in err
+    assert main(eval_args(tiny, problems_file, out, "progress=loud")) == 2
+    assert "progress must be auto, bar, lines or none, got 'loud'" in capsys.readouterr().err

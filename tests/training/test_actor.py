@@ -446,3 +446,26 @@ def test_torch_adam_inside_megatron_optimizers_is_switched_to_the_fused_kernel()
         p.grad = torch.tensor([0.5, -1.0, 2.0])
         opt.step()
     assert torch.allclose(w, reference, atol=1e-7, rtol=0)  # the fused kernel's update is the loop's
+
+
+def _default_budget_job(hf_dir):
+    from nemo_lead.parallel import destroy_parallel, init_parallel
+    from nemo_lead.training.actor import build_actor
+
+    init_parallel(1, 1, seed=0)
+    try:
+        return build_actor(ActorConfig(model=hf_dir)).cfg.micro_batch_tokens
+    finally:
+        destroy_parallel()
+
+
+def test_micro_batch_tokens_default_is_chosen_per_device(hf_dir, monkeypatch):
+    """actor.micro_batch_tokens=None (the default) becomes 4096 on a CPU (host RAM holds the fp32 logits of a
+    real vocabulary) and 16384 on a GPU when the actor is built; a value that is set stays."""
+    from nemo_lead.training.actor_config import micro_batch_tokens_for_device
+
+    assert ActorConfig().micro_batch_tokens is None
+    assert run_distributed(_default_budget_job, 1, hf_dir) == [4096]  # the test suite hides GPUs
+    assert micro_batch_tokens_for_device(None) == 4096 and micro_batch_tokens_for_device(96) == 96
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert micro_batch_tokens_for_device(None) == 16384 and micro_batch_tokens_for_device(96) == 96

@@ -159,6 +159,45 @@ def test_sft_resume_after_kill_equals_uninterrupted_run(data, sft_ref, tmp_path)
     assert _strip_timing(_metrics(out)) == _strip_timing(_metrics(ref))
 
 
+def _size(folder: Path) -> int:
+    return sum(f.stat().st_size for f in folder.rglob("*") if f.is_file())
+
+
+def test_sft_final_checkpoint_weights_only(data, tmp_path, capsys):
+    """final_checkpoint=weights: the last checkpoint holds the model and tokenizer only (about a third of a full
+    fp32 one: Adam's two moments go), evaluates like any; a rerun of the finished run trains nothing; extending
+    it continues from the last full checkpoint, and without one says why it cannot."""
+    import shutil
+
+    from nemo_lead.cli import main
+    from nemo_lead.models.checkpoint import read_checkpoint_meta
+
+    root, model = data
+    out = tmp_path / "weights"
+    args = _sft_args(root, model, out, steps=8, extra=["final_checkpoint=weights"])
+    res = _run(args)
+    assert res.returncode == 0, res.stderr
+    full, final = out / "checkpoints" / "step_000004", out / "checkpoints" / "step_000008"
+    assert sorted(p.name for p in full.iterdir()) == ["meta.json", "model", "optim", "rng", "tokenizer"]
+    assert sorted(p.name for p in final.iterdir()) == ["meta.json", "model", "tokenizer"]
+    assert read_checkpoint_meta(final)["parts"] == ["model"] and read_checkpoint_meta(final)["prompt"]["suffix"] == ""
+    assert 2.5 * _size(final / "model") < _size(full) < 3.5 * _size(final / "model")  # Adam: two moments per weight
+    assert json.loads((out / "done.json").read_text())["checkpoint"] == str(final)
+    assert main(["generate", "--model", str(final), 'prompts=["1+2"]', "--max-tokens", "4", "--out",
+                 str(tmp_path / "g.jsonl")]) == 0, capsys.readouterr().err
+    first = _strip_timing(_metrics(out))
+    res = _run(args)  # finished: nothing to train, the same logs
+    assert res.returncode == 0 and "resuming from" in res.stderr and _strip_timing(_metrics(out)) == first
+    res = _run(_sft_args(root, model, out, steps=10, extra=["final_checkpoint=weights"]))
+    assert res.returncode == 0 and f"resuming from {full}" in res.stderr, res.stderr
+    rows = _strip_timing(_metrics(out))
+    assert [r["step"] for r in rows] == list(range(1, 11)) and rows[:4] == first[:4]
+    assert read_checkpoint_meta(out / "checkpoints" / "step_000010")["parts"] == ["model"]
+    shutil.rmtree(out / "checkpoints" / "step_000008")  # as keep_last=1 leaves it: the weights-only one alone
+    res = _run(_sft_args(root, model, out, steps=12, extra=["final_checkpoint=weights"]))
+    assert res.returncode == 2 and "holds the weights only (final_checkpoint=weights)" in res.stderr
+
+
 def _rl_args(root, ckpt, out, steps=6, extra=()):
     return ["rl", "--model", str(ckpt), "--data", str(root / "problems.jsonl"), "--val-data", str(root / "val.jsonl"),
             "--out", str(out), "--steps", str(steps), "--save-every", "2", *RL_ARGS, *extra]
@@ -179,7 +218,8 @@ def test_rl_run_folder_and_metrics(rl_run):
     required = ("reward/mean", "accuracy", "response_length/mean", "response_length/max", "truncated_frac",
                 "groups/kept_frac", "advantage/abs_mean", "loss", "clip_frac", "entropy", "grad_norm", "lr",
                 "mismatch/logprob_abs_mean", "time/generate", "time/verify", "time/logprobs", "time/train",
-                "time/refit", "time/step", "tokens_per_s")
+                "time/refit", "time/step", "tokens_per_s", "groups/no_signal", "groups/no_signal_frac",
+                "answer_extracted_frac", "no_signal")
     for r in rows:
         assert list(r)[0] == "step" and all(k in r for k in required), sorted(set(required) - set(r))
         assert r["mismatch/logprob_abs_mean"] < 1e-4  # the engine samples from the actor's own weights
@@ -416,6 +456,37 @@ def test_rl_all_groups_filtered_is_logged_and_skipped(data, tmp_path):
     assert [(r["step"], r["skipped"], r["groups/kept_frac"]) for r in rows] == [(1, 1, 0.0), (2, 1, 0.0)]
     assert set(rows[0]) == set(_metrics(out)[1]) and rows[0]["loss"] is None and rows[0]["lr"] > 0
     assert "no learning signal" in res.stderr
+    assert all(r["no_signal"] == 1 and r["groups/no_signal_frac"] == 1.0 for r in rows)
+    assert res.stderr.count("warning: step") == 1  # the first step without signal; then every 10 steps
+
+
+def test_rl_stops_at_every_end_token_and_warns_when_no_answer_is_extracted(data, sft_run, tmp_path):
+    """A checkpoint whose generation_config.json lists a second end token ("=", which the SFT model writes
+    right after the operands) stops there, so no response reaches an answer: every group is all wrong, the
+    paper's preset keeps them all (kept_frac 1.0), and the run warns that nothing can be learned and why."""
+    import shutil
+
+    root, _ = data
+    ckpt = tmp_path / "ckpt"
+    shutil.copytree(sft_run / "checkpoints" / "step_000080", ckpt)
+    from nemo_lead.models import load_tokenizer
+
+    gen = ckpt / "tokenizer" / "generation_config.json"  # the HF folder's, copied with the tokenizer
+    equals = load_tokenizer(ckpt / "tokenizer").convert_tokens_to_ids("=")
+    gen.write_text(json.dumps({**json.loads(gen.read_text()), "eos_token_id": [0, equals]}))
+    out = tmp_path / "stops"
+    res = _run(["rl", "--model", str(ckpt), "--data", str(root / "problems.jsonl"), "--out", str(out), "--steps", "2",
+                *RL_ARGS])
+    assert res.returncode == 0, res.stderr
+    rows = _metrics(out)
+    rollouts = [json.loads(x) for f in sorted((out / "rollouts").iterdir()) for x in f.read_text().splitlines()]
+    assert len(rollouts) == 32 and all(r["finish_reason"] == "stop" and "=" not in r["response"] for r in rollouts)
+    assert sum(r["response"].count("+") for r in rollouts) >= 16  # they stopped after "a+b", where "=" comes
+    for r in rows:
+        assert r["groups/kept_frac"] == 1.0 and r["groups/no_signal_frac"] == 1.0 and r["no_signal"] == 1
+        assert r["answer_extracted_frac"] == 0.0 and r["accuracy"] == 0.0 and r["advantage/abs_mean"] == 0.0
+    assert res.stderr.count("warning: step 1: no learning signal") == 1 and "warning: step 2" not in res.stderr
+    assert "only 0% of the responses have an answer" in res.stderr
 
 
 def test_bad_inputs_name_the_file_line_or_setting(data, tmp_path):
