@@ -232,16 +232,20 @@ def _suggest(key: str, valid: list[str]) -> str:
     parent = key.rpartition(".")[0]
     scored = []
     for v in valid:
+        if key.startswith(v + "."):  # the section the key is in is no suggestion
+            continue
         last = v.rsplit(".", 1)[-1]
-        score = max(difflib.SequenceMatcher(None, leaf, last).ratio(), difflib.SequenceMatcher(None, key, v).ratio())
-        if leaf in last or last in leaf:
+        score = difflib.SequenceMatcher(None, leaf, last).ratio()
+        if min(len(leaf), len(last)) >= 3 and (leaf in last or last in leaf):
             score = max(score, 0.7)
         if v.rpartition(".")[0] == parent:
             score += 0.1  # the same section: most typos are in the last part
+        else:  # a typo in the section's name: the whole dotted names alike
+            score = max(score, difflib.SequenceMatcher(None, key, v).ratio() - 0.05)
         scored.append((score, v))
     ranked = [(score, v) for score, v in sorted(scored, key=lambda t: -t[0]) if score >= 0.6][:3]
     best = [v for _, v in ranked]
-    if len(best) == 1 or (best and ranked[0][0] - ranked[1][0] >= 0.1):
+    if len(best) == 1 or (best and ranked[0][0] - ranked[1][0] >= 0.09):
         return f" (did you mean '{best[0]}'?)"
     if best:
         return f" (did you mean one of {', '.join(repr(b) for b in best)}?)"
