@@ -15,6 +15,11 @@ Aggregation (`loss_agg`), with m_it the loss mask and S the number of responses 
     seq_mean_token_sum   1/S sum_i sum_t m_it l_it
     constant_norm        sum_it m_it l_it / (S * L_max)               (Dr. GRPO)
 
+Metrics: `policy_loss` returns per-batch figures, and `METRIC_REDUCTIONS` says how each one combines over
+micro-batches and data-parallel ranks (a mean over trained tokens, a mean over sequences, a maximum);
+`metric_keys` lists which ones a call returns. A new metric is added here and nowhere else: the actor's
+train step and the RL loop's metrics line read these two.
+
 Why `denominator`: the training step splits one global batch into micro-batches and data-parallel
 ranks. Each piece computes `sum(weights * l)` over its own tokens and divides by the denominator of the
 *global* batch (`loss_denominator` summed over every piece), so the summed gradient equals the gradient
@@ -26,7 +31,33 @@ from __future__ import annotations
 import torch
 
 from .config import LeadConfig
+from .mismatch import logprob_mismatch
+from .rollout_correction import METRIC_KEYS as CORRECTION_KEYS
 from .rollout_correction import correction_metrics, correction_weights
+
+TOKEN_MEAN, SEQUENCE_MEAN, MAX = "token_mean", "sequence_mean", "max"
+METRIC_REDUCTIONS = {
+    "pg_loss": TOKEN_MEAN, "clip_frac": TOKEN_MEAN, "ratio_mean": TOKEN_MEAN, "approx_kl": TOKEN_MEAN,
+    "ratio_max": MAX,
+    "entropy": TOKEN_MEAN,  # with `entropy` given
+    "kl_ref": TOKEN_MEAN,  # with `ref_logp` given
+    # with `rollout_logp` given: |old log-prob - the engine's| over trained tokens
+    "mismatch/logprob_abs_mean": TOKEN_MEAN, "mismatch/logprob_abs_max": MAX,
+    # with a rollout correction on (shares truncated or masked, mean weight)
+    CORRECTION_KEYS[0]: TOKEN_MEAN, CORRECTION_KEYS[1]: SEQUENCE_MEAN, CORRECTION_KEYS[2]: TOKEN_MEAN,
+}
+WEIGHTS = {TOKEN_MEAN: "tokens", SEQUENCE_MEAN: "sequences"}  # what a mean's per-batch value is weighted by
+
+
+def metric_keys(cfg: LeadConfig, *, entropy: bool, ref: bool, rollout: bool) -> tuple[str, ...]:
+    """The metrics `policy_loss` returns (besides `tokens` and `sequences`) when given an entropy, reference
+    log-probs, the engine's log-probs (`rollout`), under `cfg`."""
+    keys = ["pg_loss", "clip_frac", "ratio_mean", "approx_kl", "ratio_max"]
+    keys += ["entropy"] if entropy else []
+    keys += ["kl_ref"] if ref else []
+    keys += ["mismatch/logprob_abs_mean", "mismatch/logprob_abs_max"] if rollout else []
+    keys += list(CORRECTION_KEYS) if cfg.rollout_correction.enabled and rollout else []
+    return tuple(keys)
 
 
 def importance_ratio(logp: torch.Tensor, old_logp: torch.Tensor) -> torch.Tensor:
@@ -91,14 +122,15 @@ def policy_loss(
     rollout_logp: torch.Tensor | None = None,
     denominator: torch.Tensor | float | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """Loss scalar (differentiable in `logp`, and in `entropy` when given) and detached token-mean metrics.
+    """Loss scalar (differentiable in `logp`, and in `entropy` when given) and detached metrics: the keys of
+    `metric_keys` (reduced as `METRIC_REDUCTIONS` says) plus `tokens` and `sequences`, the counts the means
+    are over.
 
     Shapes: logp, old_logp, mask, ref_logp, entropy, rollout_logp are [N, T]; advantages is [N]. Values at
     masked-out positions are ignored (they may be anything, even NaN). An empty batch or an all-zero mask
-    gives a zero loss that is still connected to `logp`. `rollout_logp` (the engine's log-probs) is read
-    only when `cfg.rollout_correction` is on, which needs it; the metrics then add the correction's
-    (`rollout_correction.METRIC_KEYS`, `rollout_correction/seq_frac` a share of the batch's
-    `sequences`, also returned).
+    gives a zero loss that is still connected to `logp`. `rollout_logp` (the engine's log-probs): the
+    metrics then include the train / inference mismatch against `old_logp`, and `cfg.rollout_correction`,
+    when on, needs it and weights the loss with it.
     """
     if logp.shape != old_logp.shape or logp.shape != mask.shape or logp.dim() != 2:
         raise ValueError(
@@ -167,6 +199,11 @@ def policy_loss(
             metrics["entropy"] = masked(entropy).sum() / n_tok
         if ref_logp is not None:
             metrics["kl_ref"] = masked(kl_penalty(logp, ref_logp, cfg.kl_estimator)).sum() / n_tok
+        metrics["sequences"] = on.any(dim=1).sum().to(logp.dtype)
+        if rollout_logp is not None:
+            gap = logprob_mismatch(rollout_logp.detach(), old_logp.detach(), on)
+            metrics.update({"mismatch/logprob_abs_mean": torch.tensor(gap["mean"], dtype=logp.dtype),
+                            "mismatch/logprob_abs_max": torch.tensor(gap["max"], dtype=logp.dtype)})
         if correcting:
-            metrics.update(correction_metrics(w, hit, seq_hit, mask), sequences=on.any(dim=1).sum().to(logp.dtype))
-    return loss, {k: v.detach() for k, v in metrics.items()}
+            metrics.update(correction_metrics(w, hit, seq_hit, mask))
+    return loss, {k: torch.as_tensor(v).detach() for k, v in metrics.items()}

@@ -11,11 +11,11 @@ Engines: `MegatronEngine` (KV-cache sampler on the live actor modules; CPU and G
 one sampling function, shared with evaluation. Imports models and parallel only (DESIGN.md layers).
 """
 
+from nemo_lead.algorithms.mismatch import logprob_mismatch  # the engine-side name of the same function
 from nemo_lead.models import eval_mode
 
 from .engine import ENGINE_KINDS, EngineConfig, build_engine, engine_config_for
 from .megatron_engine import MegatronEngine, resolve_model
-from .mismatch import logprob_mismatch
 from .params import FINISH_REASONS, Rollout, RolloutEngine, SamplingParams, check_prompts
 from .sampling import Draw, make_generator, sample_tokens, truncated_logits
 

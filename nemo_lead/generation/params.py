@@ -10,7 +10,7 @@ The two log-probabilities of a `Rollout` (the point of this module; see `nemo_le
   temperature == 0 (greedy: the distribution is a point mass).
 - `policy_logprobs[i]`: log softmax(logits / T) of the same token with no truncation (T taken as 1 when greedy).
   This is what the actor recomputes in the training step (logits / T over the whole vocabulary), so the
-  train/inference mismatch metric (`logprob_mismatch`) compares the actor against `policy_logprobs`.
+  train/inference mismatch metric (`nemo_lead.algorithms.mismatch.logprob_mismatch`) compares the actor against `policy_logprobs`.
   Relation: logprobs = policy_logprobs - log(mass of the kept tokens); they are equal when top_k = 0,
   top_p = 1 and min_p = 0.
 

@@ -55,7 +55,7 @@ import torch
 import torch.distributed as dist
 
 from nemo_lead.algorithms import LeadConfig, loss_denominator, policy_loss
-from nemo_lead.algorithms.rollout_correction import METRIC_KEYS as CORRECTION_KEYS
+from nemo_lead.algorithms.loss import METRIC_REDUCTIONS, WEIGHTS, metric_keys
 from nemo_lead.models import eval_mode, model_info
 
 from .actor_config import ActorConfig, micro_batch_tokens_for_device
@@ -383,9 +383,8 @@ def policy_train_step(
     `on_policy=True`: the batch was sampled from the current weights and this is the only optimizer step
     taken on it, so the old log-probs *are* this forward pass's log-probs: the ratio is taken against them,
     detached (ratio 1, the plain policy gradient; TRL and verl do the same), and no separate forward pass
-    computes them. `batch.old_logprobs` must then be None. The step also reports the token-mean `entropy`
-    and, when `batch.rollout_logprobs` is set, the train/inference mismatch over the trained tokens
-    (`mismatch_sum`, to divide by `tokens`, and `mismatch_max`).
+    computes them. `batch.old_logprobs` must then be None. The step also reports the token-mean `entropy`.
+    With `batch.rollout_logprobs` (the engine's) the metrics include the train / inference mismatch.
 
     `lead_cfg.rollout_correction` on: `batch.rollout_logprobs` (the engine's) is required, the loss weights
     each token by the correction (`nemo_lead.algorithms.rollout_correction`, against the old log-probs
@@ -395,9 +394,9 @@ def policy_train_step(
     Entropy (for lead_cfg.entropy_coeff > 0) is computed from the vocab-parallel logits (TP all-reduces).
     `split_over_dp`: as in `compute_logprobs`. Collective over all ranks.
 
-    Returns (the same on every rank): `loss` (the global loss), the token means over the global batch of
-    `pg_loss`, `clip_frac`, `ratio_mean`, `approx_kl` (and `entropy`, `kl_ref` when computed), `ratio_max`,
-    `tokens` (trained tokens), `grad_norm` (before clipping), `update_skipped`, `lr`, `sequences`,
+    Returns (the same on every rank): `loss` (the global loss), the metrics of `policy_loss` over the global
+    batch (`nemo_lead.algorithms.loss.metric_keys`, reduced as `METRIC_REDUCTIONS` says), `tokens` (trained
+    tokens), `grad_norm` (before clipping), `update_skipped`, `lr`, `sequences`,
     `padding_fraction` (padded tokens that are padding, over all micro-batches and DP ranks) and
     `microbatches` (summed over DP ranks).
     """
@@ -410,8 +409,7 @@ def policy_train_step(
         raise ValueError("policy_train_step needs batch.old_logprobs (or on_policy=True)")
     if lead_cfg.kl_coeff > 0 and batch.ref_logprobs is None:
         raise ValueError("lead.kl_coeff > 0 needs batch.ref_logprobs (reference-policy log-probs)")
-    correcting = lead_cfg.rollout_correction.enabled
-    if correcting and batch.rollout_logprobs is None:
+    if lead_cfg.rollout_correction.enabled and batch.rollout_logprobs is None:
         raise ValueError(f"lead.rollout_correction.mode={lead_cfg.rollout_correction.mode} needs "
                          "batch.rollout_logprobs (the rollout engine's log-probs)")
     plan = _plan(actor, batch, split_over_dp)
@@ -422,37 +420,27 @@ def policy_train_step(
     local = sum(float(loss_denominator(collate(plan.batch, g).loss_mask, cfg)) for g in plan.groups)
     denominator = torch.tensor(dp_sum([local])[0], dtype=torch.float64)
     with_entropy = cfg.entropy_coeff > 0 or on_policy  # on-policy: the old policy's entropy, as a metric
-    with_ref = batch.ref_logprobs is not None
-    with_mismatch = on_policy and batch.rollout_logprobs is not None
-    token_means = ["pg_loss", "clip_frac", "ratio_mean", "approx_kl"]
-    token_means += (["entropy"] if with_entropy else []) + (["kl_ref"] if with_ref else [])
-    token_means += [CORRECTION_KEYS[0], CORRECTION_KEYS[2]] if correcting else []
+    with_rollout = batch.rollout_logprobs is not None
+    keys = metric_keys(cfg, entropy=with_entropy, ref=batch.ref_logprobs is not None, rollout=with_rollout)
+    means = [k for k in keys if METRIC_REDUCTIONS[k] in WEIGHTS]
 
     def loss_fn(mb: MicroBatch, logits: torch.Tensor):
         logp, ent = _token_logprobs(actor, mb, logits, temperature, with_entropy)
         old = logp.detach() if on_policy else mb.old_logprobs
         loss, m = policy_loss(logp, old, mb.advantages, mb.loss_mask, cfg, ref_logp=mb.ref_logprobs, entropy=ent,
-                              rollout_logp=mb.rollout_logprobs if correcting else None, denominator=denominator)
-        n = m["tokens"]
-        out = {"loss": loss.detach(), "tokens": n, "ratio_max": m["ratio_max"]}
-        out.update({k: m[k] * n for k in token_means})  # token sums; divided by the global count below
-        if correcting:  # the sequence share is summed over sequences instead
-            out.update(sequences_rc=m["sequences"], seq_frac_sum=m[CORRECTION_KEYS[1]] * m["sequences"])
-        if with_mismatch:
-            gap = torch.where(mb.loss_mask > 0, (logp.detach() - mb.rollout_logprobs).abs(), 0.0)
-            out.update(mismatch_sum=gap.sum(), mismatch_max=gap.max())
-        return loss, n.to(torch.int), out
+                              rollout_logp=mb.rollout_logprobs if with_rollout else None, denominator=denominator)
+        out = {"loss": loss.detach(), **{f"count/{w}": m[w] for w in counts}}
+        # means travel as sums weighted by what they are over; divided by the global counts below
+        out.update({k: m[k] * m[WEIGHTS[METRIC_REDUCTIONS[k]]] if k in means else m[k] for k in keys})
+        return loss, m["tokens"].to(torch.int), out
 
-    sums, maxes = ["loss", "tokens", *token_means], ["ratio_max"]
-    if with_mismatch:
-        sums, maxes = [*sums, "mismatch_sum"], [*maxes, "mismatch_max"]
-    if correcting:
-        sums += ["sequences_rc", "seq_frac_sum"]
-    metrics = _train(actor, plan, loss_fn, sums, maxes)
-    for k in token_means:
-        metrics[k] /= max(metrics["tokens"], 1.0)
-    if correcting:
-        metrics[CORRECTION_KEYS[1]] = metrics.pop("seq_frac_sum") / max(metrics.pop("sequences_rc"), 1.0)
+    counts = sorted(set(WEIGHTS.values()))
+    metrics = _train(actor, plan, loss_fn, ["loss", *[f"count/{w}" for w in counts], *means],
+                     [k for k in keys if k not in means])
+    for k in means:
+        metrics[k] /= max(metrics[f"count/{WEIGHTS[METRIC_REDUCTIONS[k]]}"], 1.0)
+    metrics["tokens"] = metrics.pop("count/tokens")
+    metrics.pop("count/sequences")  # `sequences` (from _train) counts every sequence, trained tokens or not
     return metrics
 
 

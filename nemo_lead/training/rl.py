@@ -48,9 +48,9 @@ from nemo_lead.algorithms import (
     overlong_keep_mask,
     shape_rewards,
 )
-from nemo_lead.algorithms.rollout_correction import METRIC_KEYS as CORRECTION_KEYS
+from nemo_lead.algorithms.loss import MAX, METRIC_REDUCTIONS, metric_keys
 from nemo_lead.eval.metrics import CONS_AT_K, MEAN_LENGTH, PASS_AT_1, cons_at_k, mean_length, pass_at_k
-from nemo_lead.generation import SamplingParams, logprob_mismatch
+from nemo_lead.generation import SamplingParams
 from nemo_lead.parallel.local import run_command
 
 from .loop import (
@@ -78,13 +78,13 @@ from .rollouts import (
 from .run_folder import PROBLEM_STATS_FILE, VALIDATION_FILE
 
 LOGS = (PROBLEM_STATS_FILE, VALIDATION_FILE)  # per-step logs cut back on resume
-UPDATE_KEYS = ("loss", "pg_loss", "clip_frac", "ratio_mean", "approx_kl", "grad_norm")
-MISMATCH_KEYS = ("mismatch/logprob_abs_mean", "mismatch/logprob_abs_max")
+FINITE_KEYS = ("loss", "grad_norm")  # a NaN / inf here stops the run
 
 
 def update_keys(cfg: RLConfig) -> tuple[str, ...]:
-    """The update's metrics in every line of metrics.jsonl (+ the rollout correction's when it is on)."""
-    return UPDATE_KEYS + (CORRECTION_KEYS if cfg.lead.rollout_correction.enabled else ())
+    """The update's metrics in every line of metrics.jsonl: the loss, the gradient norm and what the policy
+    loss reports (`nemo_lead.algorithms.loss.metric_keys`; None where a step has none of a metric)."""
+    return ("loss", "grad_norm", *metric_keys(cfg.lead, entropy=True, ref=cfg.lead.kl_coeff > 0, rollout=True))
 
 
 @dataclass
@@ -186,11 +186,12 @@ def old_logprobs_from_update(cfg: RLConfig) -> bool:
 
 
 def old_logprobs(s: RLState, batch, engine_logp: list) -> tuple[Any, dict[str, float]]:
-    """7. old log-probs and entropies from the actor; the mismatch against the engine's log-probs.
+    """7. old log-probs and entropies from the actor, and the engine's log-probs for the update.
 
-    From the update's forward pass (`old_logprobs_from_update`): the batch carries the engine's log-probs,
-    and the update reports entropy and mismatch. Otherwise a forward pass of their own, here. With
-    `lead.rollout_correction` on, the batch carries the engine's log-probs in both cases."""
+    From the update's forward pass (`old_logprobs_from_update`): nothing to compute here; the update reports
+    the entropy. Otherwise a forward pass of their own, here, which also gives the old policy's entropy.
+    Either way the batch carries the engine's log-probs (when the engine reported them): the update reports
+    the train / inference mismatch against the old log-probs, and a rollout correction weights with them."""
     # an engine that cannot report untruncated log-probs marks them NaN (trtllm with top-k / top-p): no metric then
     known = all(not any(math.isnan(x) for x in lp) for lp in engine_logp)
     correcting = s.cfg.lead.rollout_correction.enabled
@@ -198,36 +199,32 @@ def old_logprobs(s: RLState, batch, engine_logp: list) -> tuple[Any, dict[str, f
         raise ValueError(f"lead.rollout_correction.mode={s.cfg.lead.rollout_correction.mode} needs the engine's "
                          "untruncated log-probs, which it did not report (NaN): set rollout.top_p=1 or "
                          "lead.rollout_correction.mode=none")
+    with_engine = engine_logp if known else None  # the policy loss reports the mismatch against them
     if old_logprobs_from_update(s.cfg):
-        return (dataclasses.replace(batch, rollout_logprobs=engine_logp) if known else batch), {}
+        return dataclasses.replace(batch, rollout_logprobs=with_engine), {}
     from .actor import compute_logprobs
 
     logp, entropy = compute_logprobs(s.run.actor, batch, s.cfg.rollout.temperature, entropy=True)
-    mismatch = logprob_mismatch(engine_logp, [lp.tolist() for lp in logp]) if known else {"mean": None, "max": None}
     ent = torch.cat(entropy)
-    metrics = {"entropy": float(ent.mean()) if ent.numel() else 0.0,
-               **dict(zip(MISMATCH_KEYS, (mismatch["mean"], mismatch["max"])))}
-    return dataclasses.replace(batch, old_logprobs=logp, rollout_logprobs=engine_logp if correcting else None), metrics
+    metrics = {"entropy": float(ent.mean()) if ent.numel() else 0.0}  # the old policy's, not the update's
+    return dataclasses.replace(batch, old_logprobs=logp, rollout_logprobs=with_engine), metrics
 
 
-def update_policy(s: RLState, batch) -> dict[str, float]:
-    """8. update: `ppo_epochs` passes of `minibatches` optimizer steps; metrics averaged over them."""
+def update_policy(s: RLState, batch, on_policy: bool) -> dict[str, float]:
+    """8. update: `ppo_epochs` passes of `minibatches` optimizer steps; metrics combined over them (means
+    averaged, maxima the largest). `on_policy`: the old log-probs are this update's own (7 left them to it)."""
     from .actor import policy_train_step
 
     n = len(batch)
-    on_policy = batch.old_logprobs is None  # 7 left the old log-probs to this step's forward pass
     parts = [list(range(n))[i::s.cfg.minibatches] for i in range(s.cfg.minibatches)]
     runs = [policy_train_step(s.run.actor, batch.select(p), s.cfg.lead, temperature=s.cfg.rollout.temperature,
                               on_policy=on_policy)
             for _ in range(s.cfg.ppo_epochs) for p in parts if p]
-    out = {k: sum(m[k] for m in runs) / len(runs) for k in update_keys(s.cfg)}
-    out["lr"] = runs[-1]["lr"]
-    if on_policy:  # one run: the old policy's entropy and the mismatch come from its forward pass
-        m = runs[0]
-        out["entropy"] = m["entropy"]
-        has = "mismatch_sum" in m
-        out.update(zip(MISMATCH_KEYS, (m["mismatch_sum"] / max(m["tokens"], 1.0) if has else None,
-                                       m["mismatch_max"] if has else None)))
+    out: dict[str, float] = {"lr": runs[-1]["lr"]}
+    for k in update_keys(s.cfg):
+        values = [m[k] for m in runs if k in m]
+        if values:
+            out[k] = max(values) if METRIC_REDUCTIONS.get(k) == MAX else sum(values) / len(values)
     return out
 
 
@@ -263,7 +260,7 @@ def rl_step(s: RLState, step: int) -> dict[str, Any]:
     batch, engine_logp = training_batch(selected)
     metrics = step_metrics(step, seen, selected, rounds)
     if batch is None:  # the same keys as an update's, empty: every line of metrics.jsonl has every key
-        metrics.update(skipped=1, entropy=None, **dict.fromkeys(MISMATCH_KEYS), **dict.fromkeys(update_keys(s.cfg)),
+        metrics.update(skipped=1, **dict.fromkeys(update_keys(s.cfg)),
                        lr=float(s.run.actor.optimizer.param_groups[0]["lr"]))
         s.run.say(f"step {step}: every group was filtered out (no learning signal); no update")
     else:
@@ -271,12 +268,12 @@ def rl_step(s: RLState, step: int) -> dict[str, Any]:
         batch, logp_metrics = old_logprobs(s, batch, engine_logp)        # 7: old log-probs
         times["time/logprobs"] = time.monotonic() - t0
         t0 = time.monotonic()
-        update = update_policy(s, batch)                                  # 8: update
+        update = update_policy(s, batch, on_policy=old_logprobs_from_update(s.cfg))  # 8: update
         times["time/train"] = time.monotonic() - t0
         t0 = time.monotonic()
         refit(s)                                                          # 9: refit
         times["time/refit"] = time.monotonic() - t0
-        metrics.update(skipped=0, **logp_metrics, **update)
+        metrics.update(skipped=0, **dict.fromkeys(update_keys(s.cfg)), **update, **logp_metrics)
     seconds = time.monotonic() - t_step
     tokens = sum(sum(g.lengths) for g in seen)  # generated tokens
     metrics.update(times, **{"time/step": seconds, "tokens_per_s": tokens / max(seconds, 1e-9)})
@@ -359,7 +356,7 @@ def rl_job(cfg: RLConfig) -> None:
         while run.step < cfg.steps:
             metrics = rl_step(s, run.step + 1)
             run.step += 1
-            check_finite(run, metrics, UPDATE_KEYS)
+            check_finite(run, metrics, FINITE_KEYS)
             if _validation_due(s, run.step, cfg.steps):
                 v = validate(s, run.step)
                 metrics.update({f"val/{k}": v[k] for k in (PASS_AT_1, CONS_AT_K, MEAN_LENGTH)})

@@ -132,3 +132,25 @@ def test_bad_inputs_raise():
         policy_loss(p, p, torch.zeros(2), m, cfg.replace(kl_coeff=0.1))
     with pytest.raises(ValueError, match="entropy"):
         policy_loss(p, p, torch.zeros(2), m, cfg.replace(entropy_coeff=0.1))
+
+
+def test_every_metric_of_the_loss_is_declared_with_its_reduction():
+    """`metric_keys` lists what `policy_loss` returns for given inputs, and each has a reduction: the one place
+    a new metric is declared (the actor's step and the RL loop read these)."""
+    from nemo_lead.algorithms.loss import METRIC_REDUCTIONS, metric_keys
+    from nemo_lead.algorithms.rollout_correction import RolloutCorrectionConfig
+
+    torch.manual_seed(0)
+    logp, old = -torch.rand(3, 5), -torch.rand(3, 5)
+    mask = torch.ones(3, 5)
+    cfg = LeadConfig.paper().replace(kl_coeff=0.1, rollout_correction=RolloutCorrectionConfig("tis"))
+    for entropy in (None, torch.rand(3, 5)):
+        for ref in (None, -torch.rand(3, 5)):
+            for engine in (None, old + 0.01):
+                c = cfg if engine is not None else cfg.replace(rollout_correction=RolloutCorrectionConfig())
+                c = c if ref is not None else c.replace(kl_coeff=0.0)
+                _, m = policy_loss(logp, old, torch.randn(3), mask, c, ref_logp=ref, entropy=entropy, rollout_logp=engine)
+                keys = metric_keys(c, entropy=entropy is not None, ref=ref is not None, rollout=engine is not None)
+                assert set(m) == {*keys, "tokens", "sequences"}
+                assert set(keys) <= set(METRIC_REDUCTIONS)
+    assert m["mismatch/logprob_abs_mean"].item() == pytest.approx(0.01, abs=1e-6)

@@ -311,8 +311,9 @@ def test_on_policy_step_takes_the_old_logprobs_from_its_own_forward_pass(hf_dir,
     kept = [float(mask.sum()) for mask in batch.loss_mask]
     entropy = sum(float((e * mask).sum()) for e, mask in zip(ref_ents, batch.loss_mask)) / sum(kept)
     assert m["entropy"] == pytest.approx(entropy, abs=1e-5)
-    assert m["mismatch_sum"] / m["tokens"] == pytest.approx(sum(0.01 * (i + 1) * k for i, k in enumerate(kept)) / sum(kept), abs=1e-5)
-    assert m["mismatch_max"] == pytest.approx(0.01 * max(i + 1 for i, k in enumerate(kept) if k), abs=1e-5)
+    assert m["mismatch/logprob_abs_mean"] == pytest.approx(sum(0.01 * (i + 1) * k for i, k in enumerate(kept))
+                                                           / sum(kept), abs=1e-5)
+    assert m["mismatch/logprob_abs_max"] == pytest.approx(0.01 * max(i + 1 for i, k in enumerate(kept) if k), abs=1e-5)
 
 
 def test_rollout_correction_step_matches_transformers(hf_dir, batches, one_rank):
@@ -361,7 +362,8 @@ def test_tp2_pp2_dp2_match_transformers(hf_dir, batches, one_rank):
         assert r0[key]["grad_norm"] == pytest.approx(reference[1], abs=1e-5)
     on, dp2 = one_rank["on_policy"]["metrics"], r0["dp2_on_policy"]
     assert dp2 == r1["dp2_on_policy"] and dp2["sequences"] == len(batch)
-    for k in ("loss", "grad_norm", "entropy", "mismatch_sum", "mismatch_max", "ratio_mean", "tokens"):
+    for k in ("loss", "grad_norm", "entropy", "mismatch/logprob_abs_mean", "mismatch/logprob_abs_max", "ratio_mean",
+              "tokens"):
         assert dp2[k] == pytest.approx(on[k], abs=1e-5), k
     single = r0["dp2_single"]
     assert single == r1["dp2_single"] and single["sequences"] == 1
