@@ -273,7 +273,7 @@ def rl_step(s: RLState, step: int) -> dict[str, Any]:
         t0 = time.monotonic()
         refit(s)                                                          # 9: refit
         times["time/refit"] = time.monotonic() - t0
-        metrics.update(skipped=0, **dict.fromkeys(update_keys(s.cfg)), **update, **logp_metrics)
+        metrics.update({"skipped": 0, **dict.fromkeys(update_keys(s.cfg)), **update, **logp_metrics})
     seconds = time.monotonic() - t_step
     tokens = sum(sum(g.lengths) for g in seen)  # generated tokens
     metrics.update(times, **{"time/step": seconds, "tokens_per_s": tokens / max(seconds, 1e-9)})

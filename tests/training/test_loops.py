@@ -513,7 +513,7 @@ def _advantage_sign_job(model: str) -> tuple[list[float], list[float]]:
     from nemo_lead.parallel import destroy_parallel, init_parallel
     from nemo_lead.training.actor import build_actor, compute_logprobs
     from nemo_lead.training.actor_config import ActorConfig
-    from nemo_lead.training.rl import assign_advantages, old_logprobs, update_policy
+    from nemo_lead.training.rl import assign_advantages, old_logprobs, old_logprobs_from_update, update_policy
     from nemo_lead.training.rollouts import Group, flat_tensors, training_batch
 
     tok = load_tokenizer(model)
@@ -546,7 +546,7 @@ def _advantage_sign_job(model: str) -> tuple[list[float], list[float]]:
         r.policy_logprobs = lp.tolist()
     before = [float(x.sum()) for x in compute_logprobs(actor, batch)]
     batch, _ = old_logprobs(S, batch, [r.policy_logprobs for g in groups for r in g.rollouts])
-    update_policy(S, batch)
+    update_policy(S, batch, on_policy=old_logprobs_from_update(S.cfg))
     after = [float(x.sum()) for x in compute_logprobs(actor, batch)]
     adv = [float(a) for g in groups for a in g.advantages]
     destroy_parallel()
