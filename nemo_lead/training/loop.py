@@ -15,6 +15,8 @@ counters) from the checkpoint's meta.json, so it continues exactly where the che
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
 import math
 import os
 import time
@@ -22,17 +24,24 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from nemo_lead.data import prompt_settings, resolve_prompt
+from nemo_lead.data.traces import check_vocab_covers
 from nemo_lead.launch.signals import StopRequest, install_stop_handlers
+from nemo_lead.models import load_tokenizer
+from nemo_lead.models.checkpoint import checkpoint_dir, load_checkpoint
+from nemo_lead.models.source import model_source
+from nemo_lead.parallel import destroy_parallel, detect_launch, init_parallel
 from nemo_lead.parallel.local import JobError
 from nemo_lead.progress import LoopProgress
 from nemo_lead.quiet import backend_note, hide_import_noise
 
+from .actor import build_actor
+from .checkpoint import load_actor_state, resume_point, save_actor_state
 from .run_folder import RunFolder
 
 
 class NonFiniteError(JobError):
     """A NaN / inf loss or gradient norm: the run stops, keeping its last good checkpoint."""
-
 
 @dataclass
 class Run:
@@ -66,8 +75,6 @@ def preflight_if_relaunching(ranks: int, check):
     """`check` as run_command's preflight only when this process will start `ranks` local ranks: otherwise the
     job runs here (or under torchrun / srun) and makes the same checks itself, so loading the data twice
     would only cost start-up time."""
-    from nemo_lead.parallel import detect_launch
-
     return check if ranks > 1 and detect_launch(os.environ).world_size == 1 else None
 
 
@@ -93,9 +100,6 @@ def resolve_model(cfg: Any) -> tuple[Any, Any]:
     """(`cfg` with the prompt the run uses, the `ModelSource` of its `actor.model`): a checkpoint's training
     prompt replaces `prompt` while its keys are at their defaults (`nemo_lead.data.resolve_prompt`, the rule
     of every command)."""
-    from nemo_lead.data import resolve_prompt
-    from nemo_lead.models.source import model_source
-
     source = model_source(cfg.actor.model, cfg.tokenizer, key="actor.model")
     prompt = resolve_prompt(cfg.prompt, source.prompt)
     return (cfg if prompt is cfg.prompt else dataclasses.replace(cfg, prompt=prompt)), source
@@ -103,9 +107,6 @@ def resolve_model(cfg: Any) -> tuple[Any, Any]:
 
 def content_digest(rows: list) -> str:
     """A short hash of JSON-able rows (the problems or traces a run reads), for RUN/inputs.json."""
-    import hashlib
-    import json
-
     return hashlib.sha256(json.dumps(rows, sort_keys=True, default=str).encode()).hexdigest()[:24]
 
 
@@ -116,13 +117,7 @@ def start_run(cfg: Any, name: str, total_steps: int, log_names: tuple[str, ...] 
     back on resume; `tokenizer`: the run's tokenizer when the caller already loaded it; `inputs`: content
     hashes of the data (RUN/inputs.json). `source`: from `resolve_model`."""
     hide_import_noise()
-    from nemo_lead.data.traces import check_vocab_covers
-    from nemo_lead.models import load_tokenizer
-    from nemo_lead.models.checkpoint import load_checkpoint
-    from nemo_lead.parallel import init_parallel
 
-    from .actor import build_actor
-    from .checkpoint import load_actor_state, resume_point
 
     tok_dir = source.require_tokenizer()
     tokenizer = tokenizer if tokenizer is not None else load_tokenizer(tok_dir)
@@ -171,10 +166,6 @@ def _final_weights_only(run: Run) -> bool:
 def save(run: Run, loop_state: dict[str, Any], weights_only: bool = False) -> Path:
     """Collective: checkpoint the run at its current step (atomic), then keep the newest `keep_last`.
     `weights_only`: the model and tokenizer without the optimizer and RNG states (not resumable)."""
-    from nemo_lead.data import prompt_settings
-    from nemo_lead.models.checkpoint import checkpoint_dir
-
-    from .checkpoint import save_actor_state
 
     path = checkpoint_dir(run.cfg.out, run.step)
     # the prompt format goes along: `nemo-lead eval` of the checkpoint uses it (nemo_lead.eval.runner)
@@ -230,9 +221,6 @@ def end_of_step(run: Run, loop_state: dict[str, Any]) -> bool:
 
 def finish_run(run: Run, loop_state: dict[str, Any], stopped: bool) -> None:
     """Collective: the final checkpoint and done.json (unless the loop was stopped early), then clean up."""
-    from nemo_lead.models.checkpoint import checkpoint_dir
-    from nemo_lead.parallel import destroy_parallel
-
     try:
         if not stopped:
             if run.last_saved != run.step:
@@ -252,7 +240,5 @@ def close_run(run: Run) -> None:
 
 def abort_run(run: Run) -> None:
     """After an exception in the loop: close files and the parallel state (nothing more is saved)."""
-    from nemo_lead.parallel import destroy_parallel
-
     close_run(run)
     destroy_parallel()
