@@ -90,7 +90,10 @@ def _with_local_layers(layer_spec):
 def _with_local_final_norm(layer_spec, config):
     """The decoder block of `layer_spec` layers with the local RMSNorm as its final norm: megatron's default
     for the local spec (`WrappedTorchNorm`) refuses sequence parallelism, ours supports it."""
-    from megatron.core.transformer.transformer_block import TransformerBlockSubmodules, get_num_layers_to_build
+    from megatron.core.transformer.transformer_block import (
+        TransformerBlockSubmodules,
+        get_num_layers_to_build,
+    )
 
     from .local_layers import RMSNorm
 

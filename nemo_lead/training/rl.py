@@ -386,5 +386,9 @@ def _preflight(cfg: RLConfig) -> None:
 
 def run_rl(cfg: RLConfig) -> int:
     """`nemo-lead rl`: the exit status (0 done or stopped by a signal after a checkpoint)."""
+    from nemo_lead.plan.check import check_before_start
+
+    if check_before_start(cfg, "rl"):  # on GPUs: a layout that cannot fit stops here, saying what to change
+        return 2
     ranks = cfg.actor.tp * cfg.actor.pp
     return run_command("rl", rl_job, (cfg,), ranks=ranks, preflight=preflight_if_relaunching(ranks, lambda: _preflight(cfg)))

@@ -9,7 +9,6 @@
 """
 
 import pytest
-import torch
 from distributed import run_distributed
 
 from nemo_lead.models import arch_from_hf, read_hf_config, write_tiny_model

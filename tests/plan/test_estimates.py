@@ -46,6 +46,7 @@ def _measure(hf_dir, cases):
     from nemo_lead.training.actor_config import ActorConfig
     from nemo_lead.training.microbatch import SequenceBatch
 
+    lead = LeadConfig.paper().replace(entropy_coeff=0.01)
     out = {}
     for name, c in cases.items():
         info = init_parallel(c["tp"], c["pp"])
@@ -55,10 +56,8 @@ def _measure(hf_dir, cases):
         rows = ROWS * c.get("microbatches", 1)
         batch = SequenceBatch(tokens=[torch.randint(1, 100, (LENGTH,), generator=g) for _ in range(rows)],
                               prompt_lens=[4] * rows, advantages=torch.randn(rows, generator=g))
-        lead = LeadConfig.paper().replace(entropy_coeff=0.01)
-
-        def step():
-            if c["kind"] == "sft":
+        def step(actor=actor, batch=batch, sft=c["kind"] == "sft"):
+            if sft:
                 return sft_train_step(actor, batch)
             return policy_train_step(actor, batch, lead, temperature=0.7, on_policy=True)
 

@@ -1,0 +1,136 @@
+"""When a job does not fit: the smallest changes of its settings that make it fit, ranked.
+
+Candidates vary, alone and together: the layout (`actor.tp` within a node of 8 GPUs, `actor.pp` dividing
+the layers; the rest of the GPUs data-parallel), `actor.sequence_parallel`, activation recomputation
+(selective, or full with one layer per chunk), `actor.optim.use_distributed_optimizer` (DP > 1),
+`actor.offload_during_generation` (RL), `actor.logprob_chunk_tokens` (where the actor has it),
+`actor.micro_batch_tokens` (down to the longest sequence: a longer one is a micro-batch of its own) and,
+when only generation does not fit, the engine's batch: the largest `engine.max_batch_size` (a multiple of
+the group size n) or, where the engine has one, `engine.kv_cache_gb` that fits what is left. A candidate
+fits when every phase does. Ranking: fewest changed settings, then the shortest estimated step; a fix that
+only adds changes to a better-ranked one without a shorter step is left out.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import itertools
+from dataclasses import dataclass
+from typing import Any
+
+from .activations import Recompute
+from .job import GIB, JobPlan, JobShape, plan_job
+from .timing import GPU
+
+GPUS_PER_NODE = 8
+FULL = Recompute("full", "uniform", 1)
+SELECTIVE = Recompute("selective")
+CHUNK_TOKENS = 4096
+
+
+@dataclass(frozen=True)
+class Fix:
+    changes: dict[str, Any]  # config key -> value (dotted keys of the job's config)
+    plan: JobPlan
+
+    @property
+    def size(self) -> int:
+        return len(self.changes)
+
+
+def _layouts(s: JobShape) -> list[tuple[int, int]]:
+    a = s.arch
+    out = []
+    for tp in (1, 2, 4, 8, 16):
+        if tp > min(GPUS_PER_NODE, s.gpus) or a.num_heads % tp or a.num_kv_heads % tp:
+            continue
+        for pp in range(1, a.num_layers + 1):
+            if a.num_layers % pp == 0 and s.gpus % (tp * pp) == 0:
+                out.append((tp, pp))
+    return out
+
+
+def _changes(base: JobShape, s: JobShape) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for field, key in (("tp", "actor.tp"), ("pp", "actor.pp"), ("sequence_parallel", "actor.sequence_parallel"),
+                       ("distributed_optimizer", "actor.optim.use_distributed_optimizer"),
+                       ("offload", "actor.offload_during_generation"),
+                       ("logprob_chunk_tokens", "actor.logprob_chunk_tokens"),
+                       ("micro_batch_tokens", "actor.micro_batch_tokens"), ("max_batch_size", "engine.max_batch_size"),
+                       ("kv_cache_gb", "engine.kv_cache_gb")):
+        if getattr(s, field) != getattr(base, field):
+            out[key] = getattr(s, field)
+    if s.recompute != base.recompute:
+        r = s.recompute
+        out["actor.recompute_granularity"] = r.granularity
+        if r.granularity == "full":
+            out.update({"actor.recompute_method": r.method, "actor.recompute_num_layers": r.num_layers})
+    return out
+
+
+def _size(changes: dict[str, Any]) -> int:
+    """Settings changed, counting a recomputation setting once."""
+    return len([k for k in changes if k not in ("actor.recompute_method", "actor.recompute_num_layers")])
+
+
+def _fit_generation(s: JobShape, plan: JobPlan, evaluate) -> JobPlan | None:
+    """`plan` with the engine's batch cut to fit what the update leaves (None when nothing fits)."""
+    if s.kind != "rl" or plan.left("update") < 0:
+        return None
+    if s.budgeted_engine:
+        g = plan.phases["generation"]
+        others = plan.total("generation") - g["kv_cache"]
+        budget = (plan.usable_bytes - others) / GIB
+        if budget <= 0:
+            return None
+        fitted = evaluate(dataclasses.replace(s, kv_cache_gb=round(budget * 0.98, 1)))
+        return fitted if fitted.fits else None
+    lo, hi = 1, max(1, s.max_batch_size // s.n)  # groups of n rows
+    best = None
+    while lo <= hi:
+        mid = (lo + hi) // 2
+        p = evaluate(dataclasses.replace(s, max_batch_size=mid * s.n))
+        if p.fits:
+            best, lo = p, mid + 1
+        else:
+            hi = mid - 1
+    return best
+
+
+def find_fixes(base: JobShape, gpu: GPU, *, memory_gib: float | None, reserve_gib: float, limit: int = 5) -> list[Fix]:
+    """The ranked changes that make `base` fit (empty when it fits as it is, or nothing found)."""
+    evaluate = functools.lru_cache(maxsize=None)(
+        lambda s: plan_job(s, gpu, memory_gib=memory_gib, reserve_gib=reserve_gib))
+    if evaluate(base).fits:
+        return []
+    rl = base.kind == "rl"
+    budgets = sorted({base.micro_batch_tokens, max(base.longest, base.micro_batch_tokens // 2), base.longest})
+    found: dict[tuple, Fix] = {}
+    for (tp, pp), sp, recompute, distributed, offload, chunk, budget in itertools.product(
+            _layouts(base), (False, True), (base.recompute, SELECTIVE, FULL), (False, True), (False, True) if rl else (False,),
+            sorted({base.logprob_chunk_tokens, CHUNK_TOKENS}) if base.can_chunk else (base.logprob_chunk_tokens,),
+            budgets):
+        if (sp and tp == 1) or (distributed and base.gpus // (tp * pp) == 1 and not base.distributed_optimizer):
+            continue
+        s = dataclasses.replace(base, tp=tp, pp=pp, sequence_parallel=sp, recompute=recompute,
+                                distributed_optimizer=distributed, offload=offload, logprob_chunk_tokens=chunk,
+                                micro_batch_tokens=budget)
+        plan = evaluate(s)
+        if not plan.fits:
+            plan = _fit_generation(s, plan, evaluate)
+            if plan is None:
+                continue
+        changes = _changes(base, plan.shape)
+        key = tuple(sorted(changes.items()))
+        found.setdefault(key, Fix(changes=changes, plan=plan))
+    ranked = sorted(found.values(), key=lambda f: (_size(f.changes), _seconds(f.plan)))
+    kept: list[Fix] = []
+    for f in ranked:  # a fix that adds changes to a kept one without a shorter step is left out
+        if not any(k.changes.items() <= f.changes.items() and _seconds(k.plan) <= _seconds(f.plan) for k in kept):
+            kept.append(f)
+    return kept[:limit]
+
+
+def _seconds(plan: JobPlan) -> float:
+    return plan.time.total if plan.time is not None else 0.0
