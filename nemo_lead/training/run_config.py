@@ -4,7 +4,7 @@ change. Each field declares its rule for reruns (`nemo_lead.config.setting`)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Optional
 
 from nemo_lead.config import setting
