@@ -216,3 +216,42 @@ def check_recipe(run: RunConfig, names: list[str], done: dict[str, dict]) -> int
             failures.append(failure)
             stop = stop or settings.check != "warn"
     return report_failures("run", failures, "error" if stop else "warn")
+
+
+# ----------------------------------------------------------------------------- before `nemo-lead submit` submits
+def check_submit(cfg: Any, plans: list[Any]) -> int:
+    """The plan of every job `nemo-lead submit` is about to submit (`plans`: its JobPlans), on GPUs named by
+    the submit's `plan.gpu` / `plan.gpu_memory_gb` (the login node has none); 2 when one cannot fit."""
+    from nemo_lead.plan.check import check_job, report_failures
+    from nemo_lead.plan.timing import gpu_named
+
+    settings = cfg.plan
+    sized = [p for p in plans if p.gpus_per_node > 0]
+    if settings.check == "off" or not sized:
+        return 0
+    if settings.gpu is None and settings.gpu_memory_gb is None:
+        print("nemo-lead submit: the memory plan is not checked here (name the GPUs: plan.gpu=h100 or "
+              "plan.gpu_memory_gb=80); each job checks it when it starts", file=sys.stderr)
+        return 0
+    gpu = gpu_named(settings.gpu or "h100")
+    if cfg.command in (None, "run"):
+        job = dict(cfg.job)
+        run = RunConfig(recipe=str(find_recipe(cfg.target)), paths=dict(job.get("paths") or {}),
+                        stages=dict(job.get("stages") or {}), plan=PlanSettings(**(job.get("plan") or {})))
+        jobs = {j.name: j for j in recipe_jobs(run)}
+        pairs = [(jobs[p.name], p) for p in sized if p.name in jobs]
+        pairs += [(j, p) for p in sized if p.name == "recipe" for j in jobs.values()]  # chain=false: one job
+    elif cfg.command in PLANNED_KINDS:
+        pairs = [(command_job(PlanConfig(target=cfg.target, command=cfg.command, gpus=1, job=dict(cfg.job))), sized[0])]
+    else:
+        return 0
+    failures, stop = [], False
+    for job, size in pairs:
+        stage_settings = job.config.plan.merged(settings)
+        failure = check_job(job.name, job.config, job.kind, gpus=size.nodes * size.tasks_per_node, gpu=gpu,
+                            memory_gib=stage_settings.gpu_memory_gb, settings=stage_settings,
+                            prefix=f"job.{job.prefix}" if job.prefix.startswith("stages.") else job.prefix)
+        if failure:
+            failures.append(failure)
+            stop = stop or stage_settings.check != "warn"
+    return report_failures("submit", failures, "error" if stop else "warn")

@@ -1,6 +1,6 @@
 """When a job does not fit: the smallest changes of its settings that make it fit, ranked.
 
-Candidates vary, alone and together: the layout (`actor.tp` within a node of 8 GPUs, `actor.pp` dividing
+Candidates vary, alone and together (memory savings are only switched on, never off): the layout (`actor.tp` within a node of 8 GPUs, `actor.pp` dividing
 the layers; the rest of the GPUs data-parallel), `actor.sequence_parallel`, activation recomputation
 (selective, or full with one layer per chunk), `actor.optim.use_distributed_optimizer` (DP > 1),
 `actor.offload_during_generation` (RL), `actor.logprob_chunk_tokens` (where the actor has it),
@@ -27,6 +27,7 @@ GPUS_PER_NODE = 8
 FULL = Recompute("full", "uniform", 1)
 SELECTIVE = Recompute("selective")
 CHUNK_TOKENS = 4096
+_LEVELS = (None, "selective", "full")
 
 
 @dataclass(frozen=True)
@@ -104,13 +105,16 @@ def find_fixes(base: JobShape, gpu: GPU, *, memory_gib: float | None, reserve_gi
         lambda s: plan_job(s, gpu, memory_gib=memory_gib, reserve_gib=reserve_gib))
     if evaluate(base).fits:
         return []
-    rl = base.kind == "rl"
-    budgets = sorted({base.micro_batch_tokens, max(base.longest, base.micro_batch_tokens // 2), base.longest})
+    # memory savings are only added (a setting already on stays on); the layout may change either way
+    budgets = sorted({b for b in (base.micro_batch_tokens, base.micro_batch_tokens // 2, base.longest)
+                      if base.longest <= b <= base.micro_batch_tokens} or {base.micro_batch_tokens})
+    recomputes = [base.recompute] + [r for r in (SELECTIVE, FULL)
+                                     if _LEVELS.index(r.granularity) > _LEVELS.index(base.recompute.granularity)]
+    chunks = {base.logprob_chunk_tokens} | ({CHUNK_TOKENS} if base.can_chunk and not base.logprob_chunk_tokens else set())
     found: dict[tuple, Fix] = {}
     for (tp, pp), sp, recompute, distributed, offload, chunk, budget in itertools.product(
-            _layouts(base), (False, True), (base.recompute, SELECTIVE, FULL), (False, True), (False, True) if rl else (False,),
-            sorted({base.logprob_chunk_tokens, CHUNK_TOKENS}) if base.can_chunk else (base.logprob_chunk_tokens,),
-            budgets):
+            _layouts(base), {base.sequence_parallel, True}, recomputes, {base.distributed_optimizer, True},
+            {base.offload, base.kind == "rl"}, sorted(chunks), budgets):
         if (sp and tp == 1) or (distributed and base.gpus // (tp * pp) == 1 and not base.distributed_optimizer):
             continue
         s = dataclasses.replace(base, tp=tp, pp=pp, sequence_parallel=sp, recompute=recompute,

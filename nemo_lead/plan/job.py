@@ -149,12 +149,14 @@ def microbatch_shape(s: JobShape) -> tuple[int, int]:
 
 
 @functools.lru_cache(maxsize=4096)
-def _static(s: JobShape, stage: int):
-    """The stage's static bytes on its worst DP rank (the distributed optimizer's slices differ a little)."""
-    ranks = range(s.dp) if s.distributed_optimizer else [0]
-    return max((static_bytes(s.arch, tp=s.tp, pp=s.pp, dp=s.dp, stage=stage, precision=s.precision,
-                             distributed_optimizer=s.distributed_optimizer, dp_rank=r,
-                             vocab_divisible_by=s.vocab_divisible_by) for r in ranks), key=lambda b: b.optimizer)
+def _static(arch: Arch, tp: int, pp: int, dp: int, stage: int, precision: str, distributed: bool, divisible: int):
+    """A stage's static bytes on its worst DP rank (the distributed optimizer's slices differ a little), and
+    its largest parameter (elements)."""
+    ranks = range(dp) if distributed else [0]
+    worst = max((static_bytes(arch, tp=tp, pp=pp, dp=dp, stage=stage, precision=precision,
+                              distributed_optimizer=distributed, dp_rank=r, vocab_divisible_by=divisible)
+                 for r in ranks), key=lambda b: b.optimizer)
+    return worst, max(p.numel for p in stage_parameters(arch, tp, pp, stage, divisible))
 
 
 def plan_job(s: JobShape, gpu: GPU, *, memory_gib: float | None = None, reserve_gib: float = 3.0) -> JobPlan:
@@ -167,9 +169,9 @@ def plan_job(s: JobShape, gpu: GPU, *, memory_gib: float | None = None, reserve_
     stages: dict[str, int] = {}
     rows = 0
     for stage in range(s.pp):
-        st = _static(s, stage)
+        st, largest = _static(s.arch, s.tp, s.pp, s.dp, stage, s.precision, s.distributed_optimizer,
+                              s.vocab_divisible_by)
         static = {"weights": st.weights, "grads": st.grads, "optimizer": st.optimizer}
-        largest = max(p.numel for p in stage_parameters(s.arch, s.tp, s.pp, stage, s.vocab_divisible_by))
         u = update_memory(s.arch, tp=s.tp, pp=s.pp, stage=stage, tokens=tokens, longest=s.longest, microbatches=mbs,
                           e=e, sequence_parallel=s.sequence_parallel, recompute=s.recompute, vocab_local=vocab_local,
                           padded=s.arch.vocab_size % (vocab_local * s.tp) != 0, temperature=s.temperature,

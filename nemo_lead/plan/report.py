@@ -56,7 +56,9 @@ def describe(name: str, plan: JobPlan, fixes: list[Fix], prefix: str = "") -> st
     lines.append("    left".ljust(26) + "".join(_gib(plan.left(p)).rjust(12) for p in phases))
     lines.append("    pipeline stage".ljust(26) + "".join(str(plan.stages[p]).rjust(12) for p in phases))
     lines.append("  fits: yes" if plan.fits else "  fits: NO - " + "; ".join(over_budget(plan)))
-    if plan.time is not None:
+    if plan.time is not None and s.kind == "sft":
+        lines.append(f"  step (estimate): update {plan.time.update:,.0f} s")
+    elif plan.time is not None:
         t = plan.time
         lines.append(f"  step (estimate): generation {t.generation:,.0f} s + update {t.update:,.0f} s + "
                      f"refit/offload {t.refit:,.0f} s = {t.total:,.0f} s")

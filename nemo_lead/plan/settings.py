@@ -26,6 +26,8 @@ class PlanSettings:
     response_fraction: Optional[float] = None  # RL step time: mean response / max_tokens (memory: max); None: 1
 
     def __post_init__(self) -> None:
+        if self.check in ("False", "false"):  # YAML reads a bare `off` (plan.check=off) as false
+            self.check = "off"
         if self.check is not None and self.check not in PLAN_CHECKS:
             raise ValueError(f"plan.check must be one of {', '.join(PLAN_CHECKS)}, got {self.check!r}")
         for key in ("gpu_memory_gb", "prompt_tokens", "response_fraction"):
