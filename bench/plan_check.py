@@ -23,11 +23,10 @@ measured there.
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
-from results_md import add_gpu_mode_args, emit_json, machine_line, require_gpu
+from results_md import emit_json, machine_line, parse_gpu_args
 from results_md import record as record_md
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -147,13 +146,7 @@ def generation_rows(actor, arch, shape, e, cuda, device, MegatronEngine, Samplin
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_gpu_mode_args(ap, "check the memory plan against one GPU's allocations")
-    ap.add_argument("--record", action="store_true", help="write the figures to bench/RESULTS.md (plan:gpu)")
-    args = ap.parse_args()
-    if not args.gpu:
-        raise SystemExit("this check measures GPU memory: run it with --gpu (or --gpu --dry-run on a CPU)")
-    require_gpu(args)
+    args = parse_gpu_args(__doc__, "check the memory plan against one GPU's allocations", "plan:gpu", "GPU memory")
     from nemo_lead.quiet import hide_import_noise
 
     hide_import_noise()
