@@ -55,6 +55,9 @@ def describe(name: str, plan: JobPlan, fixes: list[Fix], prefix: str = "") -> st
     lines.append("    total".ljust(26) + "".join(_gib(plan.total(p)).rjust(12) for p in phases))
     lines.append("    left".ljust(26) + "".join(_gib(plan.left(p)).rjust(12) for p in phases))
     lines.append("    pipeline stage".ljust(26) + "".join(str(plan.stages[p]).rjust(12) for p in phases))
+    if s.kind == "rl" and s.engine != "megatron":
+        lines.append(f"  (engine.kind={s.engine}: the generation column counts the megatron engine's cache; "
+                     "TensorRT-LLM keeps its own weights and takes engine.trtllm.kv_cache_fraction of the free memory)")
     lines.append("  fits: yes" if plan.fits else "  fits: NO - " + "; ".join(over_budget(plan)))
     if plan.time is not None and s.kind == "sft":
         lines.append(f"  step (estimate): update {plan.time.update:,.0f} s")
