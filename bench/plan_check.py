@@ -140,7 +140,7 @@ def generation_rows(actor, arch, shape, e, cuda, device, MegatronEngine, Samplin
     g = engine_memory(arch, tp=1, pp=1, stage=0, e=e, sequences=shape["prompts"] * shape["n"], n=shape["n"],
                       prompt_tokens=shape["prompt_len"], max_tokens=shape["max_tokens"],
                       max_batch_size=shape["prompts"] * shape["n"], max_prefill_tokens=16384, sync_every=sync,
-                      kv_budget_bytes=None, budgeted_engine=False, device=device)
+                      kv_budget_bytes=None, device=device)
     return [_row(f"generation: {shape['prompts']} x {shape['n']} sequences of {shape['prompt_len']} + "
                  f"{shape['max_tokens']} tokens", g.total, m.peak)]
 

@@ -17,8 +17,9 @@ Full recomputation (megatron's `uniform` / `block`) keeps each recomputed chunk'
 and at the peak one chunk is recomputed. The backward of a layer needs on top: the incoming gradient and
 the MLP's and a projection's input gradients, T (f + 3 hs) e, and the largest weight gradient before
 DDP adds it to its buffer. The last stage adds the final norm's two tensors and the decoder output
-(3 hs e per token) and the loss temporaries (`logits_peak_bytes`). Pipeline stage i (1F1B) holds the
-saved tensors of min(pp - i, micro-batches) micro-batches, plus the received input and the sent output
+(3 hs e per token) and the loss temporaries: unchunked (`logits_peak_bytes`) the whole micro-batch's logits in
+fp32, chunked (`chunked_logits_peak_bytes`, the default) one chunk's plus the backward's accumulators.
+Pipeline stage i (1F1B) holds the saved tensors of min(pp - i, micro-batches) micro-batches, plus the received input and the sent output
 of each (and a later stage the previous micro-batch's input and its gradient). Under sequence parallelism
 megatron's linears gather their input into one persistent buffer of [T, hidden] (`GlobalMemoryBuffer`). The peak is the larger of the loss (all forward tensors + the loss temporaries) and the
 first layer backward (the forward tensors without the final norm's + one backward working set);
@@ -82,14 +83,28 @@ def backward_temporaries(w: Widths, tokens: int, e: int, largest_weight: int) ->
 
 def logits_peak_bytes(tokens: int, vocab_local: int, logits_e: int, *, temperature: float, padded: bool,
                       entropy: bool) -> int:
-    """The loss's peak over `tokens` x `vocab_local` logits (`nemo_lead.training.logprobs`): the output
-    layer's logits, the fp32 copy the softmax runs on (none when the logits already are fp32, T = 1 and this
-    rank holds no padded column), the shifted logits and probabilities (one tensor without entropy), and
-    with entropy one product; the backward keeps both saved tensors, the gradient and two temporaries."""
+    """The unchunked loss's peak over `tokens` x `vocab_local` logits (`nemo_lead.training.logprobs.
+    token_logprobs`, actor.logprob_chunk_tokens=0): the output layer's logits, the fp32 copy the softmax runs
+    on (none when the logits already are fp32, T = 1 and this rank holds no padded column), the shifted
+    logits and, with entropy, the probabilities; the backward keeps both saved tensors, the gradient and two
+    temporaries (one tensor and the gradient without entropy)."""
     copy = 0 if (logits_e == 4 and temperature == 1.0 and not padded) else 4
-    forward = logits_e + copy + 4 + (8 if entropy else 0)
+    forward = logits_e + copy + 4 + (4 if entropy else 0)
     backward = 20 if entropy else 8
     return tokens * vocab_local * max(forward, backward)
+
+
+def chunked_logits_peak_bytes(tokens: int, chunk: int, vocab_local: int, hidden: int, e: int, *,
+                              entropy: bool) -> int:
+    """The chunked loss's peak (`_ChunkedOutputLogProbs`, actor.logprob_chunk_tokens > 0): one chunk's logits
+    in the parameter dtype while they become fp32, and the fp32 shifted logits and probabilities (with
+    entropy); its backward adds, for the whole micro-batch, the hidden-state gradient [T, hidden] (parameter
+    dtype), the weight gradient accumulated in fp32 [V / tp, hidden] and, for half precision, one product of
+    the weight's shape."""
+    c = min(chunk, tokens)
+    per_column = max(e + 4 if e != 4 else 4, 8 if entropy else 4)
+    accumulators = tokens * hidden * e + vocab_local * hidden * 4 + (vocab_local * hidden * e if e != 4 else 0)
+    return c * vocab_local * per_column + accumulators
 
 
 @dataclass(frozen=True)
@@ -152,9 +167,12 @@ def update_memory(arch: Arch, *, tp: int, pp: int, stage: int, tokens: int, long
     backward_peak = held + previous + working
     if not last:
         return UpdateMemory(activations=backward_peak, logits=0)
-    chunk = min(tokens, logprob_chunk_tokens) if logprob_chunk_tokens > 0 else tokens
-    loss = logits_peak_bytes(chunk, vocab_local, e, temperature=temperature, padded=padded, entropy=entropy)
     final = 3 * hidden
+    if logprob_chunk_tokens > 0:
+        loss = chunked_logits_peak_bytes(tokens, logprob_chunk_tokens, vocab_local, w.hidden, e, entropy=entropy)
+        final += tokens * w.hidden * e if sequence_parallel else 0  # the gathered hidden states, saved for backward
+    else:
+        loss = logits_peak_bytes(tokens, vocab_local, e, temperature=temperature, padded=padded, entropy=entropy)
     if held + 2 * previous + final + loss >= backward_peak:
         return UpdateMemory(activations=held + 2 * previous + final, logits=loss)
     return UpdateMemory(activations=backward_peak, logits=0)

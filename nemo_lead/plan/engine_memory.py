@@ -30,6 +30,12 @@ from nemo_lead.models.hf_config import Arch, padded_vocab_size
 
 from .activations import Widths
 
+# per element of the gathered [rows, vocabulary] logits, the fp32 and int64 tensors `sample_tokens` holds at
+# its peak (the log-softmax and the per-row exponential noise of `streams.exponential_noise`); top-p adds a
+# sort, its indices and masks. Measured on the CPU (tests/plan/test_engine_memory.py).
+SAMPLING_BYTES = 30
+TOP_P_BYTES = 18
+
 
 def kv_slot_bytes(arch: Arch, *, tp: int, pp: int, e: int) -> int:
     """Bytes of one row's keys and values at one position, over this pipeline stage's layers."""
@@ -62,17 +68,25 @@ class EngineMemory:
         return self.kv_cache + self.activations + self.logits
 
 
+def engine_rows(*, sequences: int, max_batch_size: int, full: int, slot: int, kv_budget_bytes: int | None) -> int:
+    """Sequences decoding at once: max_batch_size, the call's sequences and the budget's rows of `full`
+    positions decide (`nemo_lead.generation.kv_budget.budget_rows`)."""
+    rows = min(max_batch_size, sequences)
+    if kv_budget_bytes is not None:
+        rows = min(rows, max(1, kv_budget_bytes // (full * slot)))
+    return rows
+
+
 def engine_memory(arch: Arch, *, tp: int, pp: int, stage: int, e: int, sequences: int, n: int,
                   prompt_tokens: int, max_tokens: int, max_batch_size: int, max_prefill_tokens: int,
-                  sync_every: int, kv_budget_bytes: int | None, budgeted_engine: bool, top_p: float = 1.0,
+                  sync_every: int, kv_budget_bytes: int | None, top_p: float = 1.0,
                   device: str = "cuda") -> EngineMemory:
     """The generation peak of rank (stage, TP rank 0) for `sequences` = prompts x n on this DP replica."""
     slot = kv_slot_bytes(arch, tp=tp, pp=pp, e=e)
     full = prompt_tokens + max_tokens
-    rows = min(max(max_batch_size, n), sequences)
-    if budgeted_engine:
-        if kv_budget_bytes is not None:
-            rows = max(1, min(rows, kv_budget_bytes // (full * slot)))
+    rows = engine_rows(sequences=sequences, max_batch_size=max_batch_size, full=full, slot=slot,
+                       kv_budget_bytes=kv_budget_bytes)
+    if kv_budget_bytes is not None:
         kv, extra = rows * full * slot, 0
     else:
         previous, final = grown_capacities(prompt_tokens + sync_every + 16, full)
@@ -85,12 +99,11 @@ def engine_memory(arch: Arch, *, tp: int, pp: int, stage: int, e: int, sequences
     per_group = w.heads // max(1, w.kv // w.head_dim)  # query heads per KV head
     layer = padded * (2 * w.h + max(4 * w.f, 2 * w.q + 3 * w.kv)) * e
     mask = group * per_group * prompt_tokens * prompt_tokens * (e if device == "cpu" else 1)
-    group_cache = group * (prompt_tokens + sync_every + 16) * slot
-    # the group's layers run with its own cache; then its rows are repeated n times (new keys, then new
-    # values, while the old values exist): n + 1/2 group caches
-    prefill = max(layer + mask + group_cache, group_cache * (2 * n + 1) // 2)
+    # then each prompt's row is copied to its samples' rows, one layer's K or V at a time
+    prefill = max(layer + mask, min(rows, group * n) * prompt_tokens * slot // (2 * (arch.num_layers // pp)))
     vocab = padded_vocab_size(arch.vocab_size)
-    sampling = rows * vocab * (e + (34 if top_p < 1 else 16)) + (rows * vocab // tp * e if tp > 1 else 0)
+    sampling = rows * vocab * (e + SAMPLING_BYTES + (TOP_P_BYTES if top_p < 1 else 0))
+    sampling += rows * vocab // tp * e if tp > 1 else 0  # this rank's slice before the gather
     decode_layer = rows * w.heads * full * (2 * e + 4) if device == "cpu" else 0  # CPU: scores as matmuls
     activations, logits = max((prefill, 0), (decode_layer, sampling if stage == pp - 1 else 0), key=sum)
     if extra > activations + logits:  # growing the cache is the peak moment: both copies, nothing else

@@ -3,10 +3,9 @@
 Candidates vary, alone and together (memory savings are only switched on, never off): the layout (`actor.tp` within a node of 8 GPUs, `actor.pp` dividing
 the layers; the rest of the GPUs data-parallel), `actor.sequence_parallel`, activation recomputation
 (selective, or full with one layer per chunk), `actor.optim.use_distributed_optimizer` (DP > 1),
-`actor.offload_during_generation` (RL), `actor.logprob_chunk_tokens` (where the actor has it),
-`actor.micro_batch_tokens` (down to the longest sequence: a longer one is a micro-batch of its own) and,
-when only generation does not fit, the engine's batch: the largest `engine.max_batch_size` (a multiple of
-the group size n) or, where the engine has one, `engine.kv_cache_gb` that fits what is left. A candidate
+`actor.offload_during_generation` (RL), `actor.logprob_chunk_tokens` (when unchunked), `actor.micro_batch_tokens`
+(down to the longest sequence: a longer one is a micro-batch of its own) and, when only generation does not
+fit, an engine KV budget (`engine.kv_cache_gb`) as large as what is left allows. A candidate
 fits when every phase does. Ranking: fewest changed settings, then the shortest estimated step; a fix that
 only adds changes to a better-ranked one without a shorter step is left out.
 """
@@ -16,17 +15,18 @@ from __future__ import annotations
 import dataclasses
 import functools
 import itertools
+import math
 from dataclasses import dataclass
 from typing import Any
 
 from .activations import Recompute
-from .job import GIB, JobPlan, JobShape, plan_job
+from .job import KV_GB, JobPlan, JobShape, plan_job
 from .timing import GPU
 
 GPUS_PER_NODE = 8
 FULL = Recompute("full", "uniform", 1)
 SELECTIVE = Recompute("selective")
-CHUNK_TOKENS = 4096
+CHUNK_TOKENS = 2048  # actor.logprob_chunk_tokens' default
 _LEVELS = (None, "selective", "full")
 
 
@@ -76,27 +76,18 @@ def _size(changes: dict[str, Any]) -> int:
 
 
 def _fit_generation(s: JobShape, plan: JobPlan, evaluate) -> JobPlan | None:
-    """`plan` with the engine's batch cut to fit what the update leaves (None when nothing fits)."""
+    """`plan` with an engine KV budget (`engine.kv_cache_gb`, GB per rank) that fits what the generation
+    phase leaves (None when nothing fits, or the update does not)."""
     if s.kind != "rl" or plan.left("update") < 0:
         return None
-    if s.budgeted_engine:
-        g = plan.phases["generation"]
-        others = plan.total("generation") - g["kv_cache"]
-        budget = (plan.usable_bytes - others) / GIB
-        if budget <= 0:
-            return None
-        fitted = evaluate(dataclasses.replace(s, kv_cache_gb=round(budget * 0.98, 1)))
-        return fitted if fitted.fits else None
-    lo, hi = 1, max(1, s.max_batch_size // s.n)  # groups of n rows
-    best = None
-    while lo <= hi:
-        mid = (lo + hi) // 2
-        p = evaluate(dataclasses.replace(s, max_batch_size=mid * s.n))
-        if p.fits:
-            best, lo = p, mid + 1
-        else:
-            hi = mid - 1
-    return best
+    g = plan.phases["generation"]
+    budget = math.floor((plan.usable_bytes - (plan.total("generation") - g["kv_cache"])) / KV_GB * 10) / 10
+    while budget > 0:
+        fitted = evaluate(dataclasses.replace(s, kv_cache_gb=budget))
+        if fitted.fits:
+            return fitted
+        budget = round(budget - 0.5, 1)  # the temporaries grow with the rows the budget admits
+    return None
 
 
 def find_fixes(base: JobShape, gpu: GPU, *, memory_gib: float | None, reserve_gib: float, limit: int = 5) -> list[Fix]:
@@ -110,7 +101,7 @@ def find_fixes(base: JobShape, gpu: GPU, *, memory_gib: float | None, reserve_gi
                       if base.longest <= b <= base.micro_batch_tokens} or {base.micro_batch_tokens})
     recomputes = [base.recompute] + [r for r in (SELECTIVE, FULL)
                                      if _LEVELS.index(r.granularity) > _LEVELS.index(base.recompute.granularity)]
-    chunks = {base.logprob_chunk_tokens} | ({CHUNK_TOKENS} if base.can_chunk and not base.logprob_chunk_tokens else set())
+    chunks = {base.logprob_chunk_tokens} | ({CHUNK_TOKENS} if not base.logprob_chunk_tokens else set())
     found: dict[tuple, Fix] = {}
     for (tp, pp), sp, recompute, distributed, offload, chunk, budget in itertools.product(
             _layouts(base), {base.sequence_parallel, True}, recomputes, {base.distributed_optimizer, True},

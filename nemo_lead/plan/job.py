@@ -12,8 +12,7 @@ of a stage needs the same, but for the sampler: TP rank 0 of the last stage) and
 the distributed optimizer. What is left is the GPU's memory less `plan.reserve_gb` less the phase's total.
 
 The job's configuration is read by attribute (an `SFTConfig` / `RLConfig`, or anything with the same
-sections), so this layer imports no training code; settings that may not exist in every version
-(`engine.kv_cache_gb`, `actor.logprob_chunk_tokens`) are read with their defaults.
+sections), so this layer imports no training code.
 Worst cases taken: every response at max_tokens after a prompt of `plan.prompt_tokens`; a micro-batch of
 max(actor.micro_batch_tokens, the longest sequence) padded tokens; SFT rows at data.max_seq_len.
 Activation estimates follow the local layer spec (Transformer Engine's layers save about the same tensors;
@@ -38,6 +37,7 @@ from .settings import PlanSettings
 from .timing import GPU, StepTime, generation_seconds, offload_seconds, update_seconds
 
 GIB = 1 << 30
+KV_GB = 1e9  # engine.kv_cache_gb's unit (`nemo_lead.generation.kv_budget.GB`)
 
 
 @dataclass(frozen=True)
@@ -56,7 +56,6 @@ class JobShape:
     micro_batch_tokens: int
     logprob_chunk_tokens: int
     offload: bool
-    can_chunk: bool  # the actor has `actor.logprob_chunk_tokens`
     longest: int  # tokens of the longest sequence (prompt + response, or an SFT row)
     sequences: int  # per optimizer step, all DP ranks
     minibatches: int = 1
@@ -74,8 +73,7 @@ class JobShape:
     max_prefill_tokens: int = 16384
     sync_every: int = 8
     cuda_graphs: Optional[bool] = None
-    kv_cache_gb: Optional[float] = None
-    budgeted_engine: bool = False
+    kv_cache_gb: Optional[float] = None  # engine.kv_cache_gb: GB (1e9 bytes) of KV cache per rank
     top_p: float = 1.0
     response_fraction: float = 1.0
     vocab_divisible_by: int = 128
@@ -94,11 +92,10 @@ def job_shape(cfg: Any, kind: str, hf_config: dict, *, gpus: int, settings: Plan
         kind=kind, arch=arch_from_hf(hf_config), gpus=gpus, tp=a.tp, pp=a.pp,
         precision="bf16" if a.precision == "auto" else a.precision,
         distributed_optimizer=a.optim.use_distributed_optimizer,
-        sequence_parallel=getattr(a, "sequence_parallel", False),
+        sequence_parallel=a.sequence_parallel,
         recompute=Recompute(a.recompute_granularity, a.recompute_method, a.recompute_num_layers),
-        micro_batch_tokens=a.micro_batch_tokens, logprob_chunk_tokens=getattr(a, "logprob_chunk_tokens", 0) or 0,
-        offload=getattr(a, "offload_during_generation", False), can_chunk=hasattr(a, "logprob_chunk_tokens"),
-        vocab_divisible_by=vocab_divisible_by,
+        micro_batch_tokens=a.micro_batch_tokens, logprob_chunk_tokens=a.logprob_chunk_tokens,
+        offload=a.offload_during_generation, vocab_divisible_by=vocab_divisible_by,
     )
     if kind == "sft":
         return JobShape(**common, longest=cfg.data.max_seq_len, sequences=cfg.global_batch)
@@ -111,7 +108,7 @@ def job_shape(cfg: Any, kind: str, hf_config: dict, *, gpus: int, settings: Plan
         entropy=on_policy or cfg.lead.entropy_coeff > 0, temperature=r.temperature, prompts=cfg.prompts_per_step,
         n=r.n, prompt_tokens=prompt_tokens, max_tokens=r.max_tokens, engine=e.kind, max_batch_size=e.max_batch_size,
         max_prefill_tokens=e.max_prefill_tokens, sync_every=e.sync_every or 8, cuda_graphs=e.cuda_graphs,
-        kv_cache_gb=getattr(e, "kv_cache_gb", None), budgeted_engine=hasattr(e, "kv_cache_gb"), top_p=r.top_p,
+        kv_cache_gb=e.kv_cache_gb, top_p=r.top_p,
         response_fraction=settings.value("response_fraction"),
     )
 
@@ -193,11 +190,11 @@ def plan_job(s: JobShape, gpu: GPU, *, memory_gib: float | None = None, reserve_
 
 def _generation(s: JobShape, stage: int, e: int):
     prompts_per_replica = math.ceil(s.prompts / s.dp)
-    budget = int(s.kv_cache_gb * GIB) if s.kv_cache_gb is not None else None
+    budget = int(s.kv_cache_gb * KV_GB) if s.kv_cache_gb is not None else None
     return engine_memory(s.arch, tp=s.tp, pp=s.pp, stage=stage, e=e, sequences=prompts_per_replica * s.n, n=s.n,
                          prompt_tokens=s.prompt_tokens, max_tokens=s.max_tokens, max_batch_size=s.max_batch_size,
                          max_prefill_tokens=s.max_prefill_tokens, sync_every=s.sync_every, kv_budget_bytes=budget,
-                         budgeted_engine=s.budgeted_engine, top_p=s.top_p)
+                         top_p=s.top_p)
 
 
 def _time(s: JobShape, gpu: GPU, tokens: int, mbs: int, rows: int, phases) -> StepTime:

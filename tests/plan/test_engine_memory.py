@@ -4,7 +4,8 @@
   stage runner's layers, KV heads per TP rank, head size and dtype) at TP1, TP2 and PP2, and
   `grown_capacities` the capacity `KVCache.reserve` reaches.
 - Estimated: the peak of live tensor bytes during `generate` (tracked exactly, weights left out) against
-  `engine_memory` (the engine without a KV budget: its cache grows by half, so the peak holds two sizes),
+  `engine_memory` (without a KV budget the cache grows by half, so the peak holds two sizes; with one it
+  is allocated once at the rows the budget admits),
   within TOL; also with a 16k vocabulary, where the sampling temporaries are the peak.
 """
 
@@ -24,7 +25,7 @@ def hf_dir(tmp_path_factory):
                                 hidden_size=64, num_attention_heads=4, num_key_value_heads=2))
 
 
-def _job(hf_dir, layouts, run=(PROMPT, MAX_TOKENS, N, PROMPTS, BATCH)):
+def _job(hf_dir, layouts, run=(PROMPT, MAX_TOKENS, N, PROMPTS, BATCH), budget=None):
     from megatron.core import parallel_state as ps
     from tensor_memory import LiveTensorBytes
 
@@ -49,35 +50,36 @@ def _job(hf_dir, layouts, run=(PROMPT, MAX_TOKENS, N, PROMPTS, BATCH)):
         grown = KVCache(len(r.layers), 2, r.groups, r.head_dim, 25, r.dtype, r.device)
         for needed in range(26, PROMPT + MAX_TOKENS + 1):
             grown.reserve(needed)
-        engine = MegatronEngine(model, max_batch_size=batch)
+        engine = MegatronEngine(model, max_batch_size=batch, kv_cache_gb=budget)
         prompts = [[3 + i] * prompt for i in range(count)]
         params = SamplingParams(n=n, temperature=1.0, max_tokens=max_tokens, seed=0)  # no stop token: full length
         with LiveTensorBytes() as m:
             engine.generate(prompts, params)
         out[(tp, pp)] = {"cache": cache.nbytes(), "grown": grown.capacity, "peak": m.peak,
+                         "rows": engine.last_stats["kv_rows"],
                          "stage": ps.get_pipeline_model_parallel_rank(), "tp_rank": ps.get_tensor_model_parallel_rank()}
         destroy_parallel(keep_process_group=True)
     destroy_parallel()
     return out
 
 
-def _plan(hf_dir, tp, pp, stage, run=(PROMPT, MAX_TOKENS, N, PROMPTS, BATCH)):
+def _plan(hf_dir, tp, pp, stage, run=(PROMPT, MAX_TOKENS, N, PROMPTS, BATCH), budget=None):
     prompt, max_tokens, n, count, batch = run
     return engine_memory(arch_from_hf(read_hf_config(hf_dir)), tp=tp, pp=pp, stage=stage, e=4,
                          sequences=count * n, n=n, prompt_tokens=prompt, max_tokens=max_tokens,
-                         max_batch_size=batch, max_prefill_tokens=16384, sync_every=1, kv_budget_bytes=None,
-                         budgeted_engine=False, device="cpu")
+                         max_batch_size=batch, max_prefill_tokens=16384, sync_every=1,
+                         kv_budget_bytes=None if budget is None else int(budget * 1e9), device="cpu")
 
 
-def _check(hf_dir, results, run=(PROMPT, MAX_TOKENS, N, PROMPTS, BATCH)):
+def _check(hf_dir, results, run=(PROMPT, MAX_TOKENS, N, PROMPTS, BATCH), budget=None):
     arch = arch_from_hf(read_hf_config(hf_dir))
     for rank in results:
         for (tp, pp), r in rank.items():
             assert r["cache"] == kv_cache_bytes(arch, tp=tp, pp=pp, e=4, rows=5, capacity=37)
             assert r["grown"] == grown_capacities(25, PROMPT + MAX_TOKENS)[1]
             if r["tp_rank"] == 0:  # the sampler's TP rank (the plan's worst rank)
-                planned = _plan(hf_dir, tp, pp, r["stage"], run)
-                assert planned.rows == run[4]
+                planned = _plan(hf_dir, tp, pp, r["stage"], run, budget)
+                assert planned.rows == r["rows"]
                 assert planned.total == pytest.approx(r["peak"], rel=TOL), ((tp, pp), r, planned)
 
 
@@ -87,6 +89,15 @@ def test_engine_cache_and_peak_on_one_rank(hf_dir):
 
 def test_engine_cache_and_peak_at_tp2_and_pp2(hf_dir):
     _check(hf_dir, run_distributed(_job, 2, hf_dir, [(2, 1), (1, 2)]))
+
+
+def test_engine_cache_and_peak_under_a_kv_budget(hf_dir):
+    """engine.kv_cache_gb for 10 rows of prompt + max_tokens positions (1,024 bytes each at 4 layers, 2 KV heads
+    of 16, fp32): the cache is allocated once at 10 rows and never grows."""
+    budget = 10 * (PROMPT + MAX_TOKENS) * 1024 / 1e9
+    results = run_distributed(_job, 1, hf_dir, [(1, 1)], (PROMPT, MAX_TOKENS, N, PROMPTS, BATCH), budget)
+    assert results[0][(1, 1)]["rows"] == 10
+    _check(hf_dir, results, budget=budget)
 
 
 def test_peak_with_a_large_vocabulary_is_the_sampling():

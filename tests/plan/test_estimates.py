@@ -9,7 +9,8 @@ attention term (the CPU path copies q, k and v for SDPA). Tolerance: TOL (3%) of
 the estimate leaves out is a few small tensors per micro-batch (reduction results, masks of [rows, length]).
 
 Cases: the policy step with entropy (on-policy, temperature 0.7) at 2 and 4 layers, full recomputation
-(uniform, 1 layer) and selective recomputation, the SFT step (no entropy, temperature 1), TP2 (each rank
+(uniform, 1 layer) and selective recomputation, the SFT step (no entropy, temperature 1), each with the log-probs
+chunked (the default: here one chunk per micro-batch) and unchunked, chunks of 128 tokens, TP2 (each rank
 with its own vocabulary slice; only the second holds padded columns), PP2 with 4 micro-batches (the first
 stage holds two in flight), and sequence parallelism at TP2.
 """
@@ -24,6 +25,7 @@ from nemo_lead.plan.parameters import stage_parameters
 
 TOL = 0.03
 ROWS, LENGTH = 4, 200
+CHUNK = 2048  # actor.logprob_chunk_tokens' default: one chunk holds a micro-batch here
 SHAPE = dict(hidden_size=128, intermediate_size=384, num_attention_heads=4, num_key_value_heads=2)
 RECOMPUTE = {"none": {}, "full": dict(recompute_granularity="full", recompute_method="uniform", recompute_num_layers=1),
              "selective": dict(recompute_granularity="selective")}
@@ -51,7 +53,8 @@ def _measure(hf_dir, cases):
     for name, c in cases.items():
         info = init_parallel(c["tp"], c["pp"])
         actor = build_actor(ActorConfig(model=hf_dir, tp=c["tp"], pp=c["pp"], micro_batch_tokens=ROWS * LENGTH,
-                                        sequence_parallel=c.get("sp", False), **RECOMPUTE[c["recompute"]]), info)
+                                        sequence_parallel=c.get("sp", False), logprob_chunk_tokens=c.get("chunk", CHUNK),
+                                        **RECOMPUTE[c["recompute"]]), info)
         g = torch.Generator().manual_seed(0)
         rows = ROWS * c.get("microbatches", 1)
         batch = SequenceBatch(tokens=[torch.randint(1, 100, (LENGTH,), generator=g) for _ in range(rows)],
@@ -83,7 +86,7 @@ def _planned(hf_dir, c, r):
                       recompute=Recompute(**{k.removeprefix("recompute_"): v for k, v in RECOMPUTE[c["recompute"]].items()}),
                       vocab_local=vocab_local, padded=(r["tp_rank"] + 1) * vocab_local > arch.vocab_size,
                       temperature=1.0 if c["kind"] == "sft" else 0.7, entropy=c["kind"] != "sft",
-                      largest_weight=largest, device="cpu")
+                      logprob_chunk_tokens=c.get("chunk", CHUNK), largest_weight=largest, device="cpu")
     return m.activations + m.logits
 
 
@@ -96,8 +99,9 @@ def _check(hf_dir, cases, world):
 
 def test_one_rank_estimates_match_measured_peaks(models):
     for layers in (2, 4):
-        cases = {f"{kind}-{rc}": {"tp": 1, "pp": 1, "kind": kind, "recompute": rc}
-                 for kind in ("policy", "sft") for rc in ("none", "full", "selective")}
+        cases = {f"{kind}-{rc}-{chunk}": {"tp": 1, "pp": 1, "kind": kind, "recompute": rc, "chunk": chunk}
+                 for kind in ("policy", "sft") for rc in ("none", "full", "selective") for chunk in (CHUNK, 0)}
+        cases["policy-chunks-of-128"] = {"tp": 1, "pp": 1, "kind": "policy", "recompute": "none", "chunk": 128}
         _check(models[layers], cases, 1)
 
 

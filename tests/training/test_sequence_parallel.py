@@ -2,7 +2,8 @@
 
 Two actors from the same HF folder at TP2, one with megatron's sequence-parallel regions (the local spec's
 RMSNorm on each rank's tokens, the SwiGLU MLP gathering them, the final norm ours), one without. On the same
-batch (odd lengths, so micro-batches are padded to an even width), several micro-batches per step:
+batch (odd lengths, so micro-batches are padded to an even width), several micro-batches per step, with the
+log-probs chunked (the default; the hidden states gathered over the sequence) and unchunked:
 - log-probs and entropies of `compute_logprobs` (1e-5);
 - two policy steps (LEAD loss with the entropy bonus and KL): loss, gradient norm (1e-5) and the weights
   after them (1e-5), so the norms' gradients summed over TP by finalize_model_grads are tested too;
@@ -55,16 +56,17 @@ def _job(hf_dir):
 
     batch, sft = _batches()
     out = {}
-    for sp in (False, True):
+    for sp, chunk in ((False, 2048), (True, 2048), (False, 0), (True, 0)):  # chunked log-probs (default) and not
         info = init_parallel(2, 1)
-        actor = build_actor(ActorConfig(model=hf_dir, tp=2, micro_batch_tokens=40, sequence_parallel=sp, optim=OPTIM), info)
+        actor = build_actor(ActorConfig(model=hf_dir, tp=2, micro_batch_tokens=40, sequence_parallel=sp, optim=OPTIM,
+                                        logprob_chunk_tokens=chunk), info)
         rollouts = MegatronEngine(actor, max_batch_size=6).generate(
             [list(range(3, 9)), list(range(20, 25))], SamplingParams(n=3, temperature=1.0, max_tokens=12, seed=5))
         logp, ent = compute_logprobs(actor, batch, 0.7, entropy=True)
         steps = [policy_train_step(actor, batch, LEAD, temperature=0.7) for _ in range(2)]
         weights = dict(export_hf_weights(actor.model))
         sft_metrics = sft_train_step(actor, sft)
-        out[sp] = {"tokens": [r.token_ids for r in rollouts], "logp": logp, "entropy": ent, "steps": steps,
+        out[sp, chunk] = {"tokens": [r.token_ids for r in rollouts], "logp": logp, "entropy": ent, "steps": steps,
                    "weights": weights, "sft": sft_metrics, "sp_flag": actor.gpt.config.sequence_parallel}
         destroy_parallel(keep_process_group=True)
     destroy_parallel()
@@ -73,20 +75,25 @@ def _job(hf_dir):
 
 def test_sequence_parallel_at_tp2_equals_no_sequence_parallel(hf_dir):
     for rank in run_distributed(_job, 2, hf_dir):
-        plain, sp = rank[False], rank[True]
-        assert sp["sp_flag"] is True and plain["sp_flag"] is False
-        assert sp["tokens"] == plain["tokens"]
-        for key in ("logp", "entropy"):
-            for a, b in zip(sp[key], plain[key]):
-                assert (a - b).abs().max() < 1e-5, key
-        for a, b in zip(sp["steps"], plain["steps"]):
-            for key in ("loss", "grad_norm", "entropy", "clip_frac"):
-                assert a[key] == pytest.approx(b[key], abs=1e-5), key
-            assert a["microbatches"] == b["microbatches"] > 1
-        worst = max((sp["weights"][k] - plain["weights"][k]).abs().max().item() for k in plain["weights"])
-        assert worst < 1e-5
-        for key in ("loss", "grad_norm"):
-            assert sp["sft"][key] == pytest.approx(plain["sft"][key], abs=1e-5), key
+        for chunk in (2048, 0):
+            _compare(rank[False, chunk], rank[True, chunk])
+
+
+def _compare(plain, sp):
+    """The SP run against the run without: equal to 1e-5 (tokens exactly)."""
+    assert sp["sp_flag"] is True and plain["sp_flag"] is False
+    assert sp["tokens"] == plain["tokens"]
+    for key in ("logp", "entropy"):
+        for a, b in zip(sp[key], plain[key]):
+            assert (a - b).abs().max() < 1e-5, key
+    for a, b in zip(sp["steps"], plain["steps"]):
+        for key in ("loss", "grad_norm", "entropy", "clip_frac"):
+            assert a[key] == pytest.approx(b[key], abs=1e-5), key
+        assert a["microbatches"] == b["microbatches"] > 1
+    worst = max((sp["weights"][k] - plain["weights"][k]).abs().max().item() for k in plain["weights"])
+    assert worst < 1e-5
+    for key in ("loss", "grad_norm"):
+        assert sp["sft"][key] == pytest.approx(plain["sft"][key], abs=1e-5), key
 
 
 def test_sequence_parallel_needs_tp_above_one():
