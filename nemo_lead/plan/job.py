@@ -38,6 +38,9 @@ from .timing import GPU, StepTime, generation_seconds, offload_seconds, update_s
 
 GIB = 1 << 30
 KV_GB = 1e9  # engine.kv_cache_gb's unit (`nemo_lead.generation.kv_budget.GB`)
+# the actor's token budget per micro-batch on a GPU when actor.micro_batch_tokens is None
+# (`nemo_lead.training.actor_config.GPU_MICRO_BATCH_TOKENS`; the plans are for GPUs)
+GPU_MICRO_BATCH_TOKENS = 16384
 
 
 @dataclass(frozen=True)
@@ -94,7 +97,7 @@ def job_shape(cfg: Any, kind: str, hf_config: dict, *, gpus: int, settings: Plan
         distributed_optimizer=a.optim.use_distributed_optimizer,
         sequence_parallel=a.sequence_parallel,
         recompute=Recompute(a.recompute_granularity, a.recompute_method, a.recompute_num_layers),
-        micro_batch_tokens=a.micro_batch_tokens, logprob_chunk_tokens=a.logprob_chunk_tokens,
+        micro_batch_tokens=a.micro_batch_tokens or GPU_MICRO_BATCH_TOKENS, logprob_chunk_tokens=a.logprob_chunk_tokens,
         offload=a.offload_during_generation, vocab_divisible_by=vocab_divisible_by,
     )
     if kind == "sft":

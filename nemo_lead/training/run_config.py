@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from typing import Optional
 
 from nemo_lead.config import setting
-from nemo_lead.progress import check_progress_mode
 from nemo_lead.plan.settings import PlanSettings
+from nemo_lead.progress import check_progress_mode
 
 
 @dataclass

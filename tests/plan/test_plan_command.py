@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from nemo_lead.cli import main
-from nemo_lead.config import conf_dir, load_config
+from nemo_lead.config import load_config
 from nemo_lead.plan.engine_memory import grown_capacities
 from nemo_lead.plan.settings import PlanSettings
 from nemo_lead.plan.timing import gpu_named
@@ -90,6 +90,13 @@ def test_a_config_file_is_planned_with_the_commands_defaults_and_job_overrides(t
     assert q["per_gpu_bytes"] == p["per_gpu_bytes"]
 
 
+def test_the_plan_takes_the_actors_gpu_micro_batch_budget():
+    from nemo_lead.plan.job import GPU_MICRO_BATCH_TOKENS
+    from nemo_lead.training.actor_config import GPU_MICRO_BATCH_TOKENS as ACTOR_GPU_TOKENS
+
+    assert GPU_MICRO_BATCH_TOKENS == ACTOR_GPU_TOKENS
+
+
 def test_bad_plan_input_is_named(tmp_path, capsys):
     assert main(["plan", "lead-14b", R14B]) == 2
     assert "gpus must be given" in capsys.readouterr().err
@@ -118,7 +125,7 @@ def gpus(monkeypatch):
 def _rl_config(*overrides):
     from nemo_lead.training.rl_config import RLConfig
 
-    return load_config(RLConfig, [conf_dir() / "rl.yaml"],
+    return load_config(RLConfig, [],
                        ["out=x", "data.path=x", "actor.model=r1-distill-qwen-14b", "actor.tp=8",
                         "rollout.max_tokens=14336", *overrides])
 
@@ -132,7 +139,7 @@ def test_rl_and_sft_stop_before_starting_when_the_plan_does_not_fit(gpus, capsys
     from nemo_lead.training.sft import run_sft
     from nemo_lead.training.sft_config import SFTConfig
 
-    sft = load_config(SFTConfig, [conf_dir() / "sft.yaml"], ["out=x", "data.path=x", "actor.model=r1-distill-qwen-14b",
+    sft = load_config(SFTConfig, [], ["out=x", "data.path=x", "actor.model=r1-distill-qwen-14b",
                                                              "actor.tp=8", "data.max_seq_len=16384"])
     assert run_sft(sft) == 2
     assert "sft (sft)" in capsys.readouterr().err
