@@ -77,6 +77,19 @@ def add_gpu_mode_args(ap: argparse.ArgumentParser, gpu_help: str) -> None:
     ap.add_argument("--out", default=None, help="GPU: write the figures as JSON here")
 
 
+def parse_gpu_args(doc: str, gpu_help: str, block: str, what: str) -> argparse.Namespace:
+    """The arguments of a GPU-only bench script (--gpu, --dry-run, --out, --record into RESULTS.md `block`);
+    exits unless --gpu is given and a GPU is there (or --dry-run). `what` names what it measures."""
+    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_gpu_mode_args(ap, gpu_help)
+    ap.add_argument("--record", action="store_true", help=f"write the figures to bench/RESULTS.md ({block})")
+    args = ap.parse_args()
+    if not args.gpu:
+        raise SystemExit(f"this benchmark measures {what}: run it with --gpu (or --gpu --dry-run on a CPU)")
+    require_gpu(args)
+    return args
+
+
 def require_gpu(args: argparse.Namespace) -> None:
     import torch
 

@@ -18,7 +18,6 @@ engine's own, so loop overhead (prompt rendering, DP gathers, sleep / wake) show
 
 from __future__ import annotations
 
-import argparse
 import json
 import lzma
 import shutil
@@ -27,7 +26,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from results_md import add_gpu_mode_args, cuda_sync, emit_json, machine_line, require_gpu
+from results_md import cuda_sync, emit_json, machine_line, parse_gpu_args
 from results_md import record as record_md
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -82,13 +81,7 @@ def engine_alone(cfg, prompts: list[list[int]]) -> float:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_gpu_mode_args(ap, "time one RL step at the 1.5B shape on a GPU")
-    ap.add_argument("--record", action="store_true", help="write the figures to bench/RESULTS.md (rl:gpu)")
-    args = ap.parse_args()
-    if not args.gpu:
-        raise SystemExit("this benchmark measures a GPU step: run it with --gpu (or --gpu --dry-run on a CPU)")
-    require_gpu(args)
+    args = parse_gpu_args(__doc__, "time one RL step at the 1.5B shape on a GPU", "rl:gpu", "a GPU step")
     from nemo_lead.cli import resolve_config
     from nemo_lead.data import PromptConfig, prompt_token_ids
     from nemo_lead.data.problems import load_problems

@@ -49,7 +49,7 @@ from typing import Any
 
 import torch
 
-from nemo_lead.models import eval_mode, model_info
+from nemo_lead.models import eval_mode, model_info, sequence_parallel_off
 
 from .cuda_graphs import DecodeSteps
 from .kv_budget import GB, budget_rows
@@ -232,7 +232,7 @@ class MegatronEngine:
         single = cpu.suspended() if self._comm.mp_size == 1 else contextlib.nullcontext()
         # inference mode, not only no_grad: no version counters or view tracking on the cache's many small
         # updates (everything it creates stays inside this call; rollouts leave as Python lists)
-        with eval_mode(self.model), torch.inference_mode(), single:
+        with eval_mode(self.model), torch.inference_mode(), single, sequence_parallel_off(self.model):
             gen = _Generation(self, prompt_token_ids, params)
             seqs = gen.run()
         self.last_stats = dict(gen.stats)

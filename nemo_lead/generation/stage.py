@@ -21,8 +21,9 @@ query heads folded into the query length so the cache is never expanded to all h
 the model's own `rotary_pos_emb.inv_freq` (Llama-3 scaling included), per sequence position,
 non-interleaved, with the actor's arithmetic (`nemo_lead.models.rope`).
 
-Refused with a clear error (not silently wrong): sequence parallelism, context parallelism, interleaved
-RoPE, multi-latent attention, gated attention output, layers without RoPE, virtual pipeline chunks.
+Refused with a clear error (not silently wrong): context parallelism, interleaved RoPE, multi-latent
+attention, gated attention output, layers without RoPE, virtual pipeline chunks. A model built with sequence
+parallelism runs with it switched off (`MegatronEngine.generate`, `nemo_lead.models.sequence_parallel_off`).
 """
 
 from __future__ import annotations
@@ -42,8 +43,6 @@ class UnsupportedModel(ValueError):
 def check_supported(model) -> None:
     cfg = model.config
     problems = []
-    if getattr(cfg, "sequence_parallel", False):
-        problems.append("sequence_parallel=True (generate with a model built without it)")
     if getattr(cfg, "context_parallel_size", 1) > 1:
         problems.append("context parallelism")
     if getattr(cfg, "rotary_interleaved", False):

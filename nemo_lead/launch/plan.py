@@ -105,6 +105,8 @@ def plan_jobs(cfg: SubmitConfig) -> tuple[list[JobPlan], str, list[str]]:
     """The jobs in submission order, the absolute run folder, and the folders the container must see."""
     exe = executable(cfg)
     extra = job_overrides(cfg.job)
+    if cfg.plan.check is not None and "plan" not in cfg.job:  # the jobs check the plan again when they start
+        extra.append(f"plan.check={cfg.plan.check}")
     recipe = None if cfg.command not in (None, "run") else find_recipe_file(cfg.target or "")
     if cfg.command in (None, "run"):
         if recipe is None:

@@ -53,6 +53,10 @@ def run_submit(cfg: SubmitConfig) -> int:
     """The `nemo-lead submit` command; exit status 0 submitted (or printed), 1 SLURM refused, 2 bad input."""
     try:
         jobs, run_dir = render_jobs(cfg)
+        from nemo_lead.pipeline.plan import check_submit  # recipes are resolved by the pipeline layer
+
+        if check_submit(cfg, plan_jobs(cfg)[0]):
+            return 2
     except (ValueError, OSError) as e:
         print(f"nemo-lead submit: {e}", file=sys.stderr)
         return 2

@@ -20,6 +20,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+from nemo_lead.plan.settings import PlanSettings
+
 TIME_RE = re.compile(r"^(?:(\d+)-)?(\d+):(\d{2}):(\d{2})$")
 COMMANDS = ("sft", "rl", "eval", "generate", "convert", "run")
 SIZE_KEYS = ("nodes", "gpus_per_node", "tasks_per_node", "time")
@@ -74,6 +76,9 @@ class SubmitConfig:
     srun_args: list[str] = field(default_factory=list)  # extra srun options
     master_port: Optional[int] = None  # None: 20000 + job id % 20000 (what every rank computes alike)
     dry_run: bool = False  # print the script(s); submit nothing
+    # the memory plan of each job on these GPUs before submitting (plan.gpu=h100 or plan.gpu_memory_gb=80;
+    # without either it is left to the jobs); plan.check=warn|off also reaches the jobs
+    plan: PlanSettings = field(default_factory=PlanSettings)
 
     def __post_init__(self) -> None:
         if self.command is not None and self.command not in COMMANDS:

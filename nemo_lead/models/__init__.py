@@ -17,6 +17,7 @@ from .gpt import (
     gather_vocab_logits,
     mask_vocab_padding,
     model_info,
+    sequence_parallel_off,
     te_available,
     transformer_config,
     unwrap_model,
@@ -30,6 +31,6 @@ __all__ = [
     "PRECISIONS", "Arch", "ModelInfo", "model_info", "HFReader", "ModelConfigError", "arch_from_hf", "build_gpt",
     "char_tokenizer", "end_token_ids", "eval_mode", "generation_config_dir",
     "export_hf_weights", "forward_logits", "gather_vocab_logits", "hf_names", "hf_shapes", "load_hf_weights", "save_hf_folder", "load_tokenizer",
-    "mask_vocab_padding", "padded_vocab_size", "preset_names", "read_hf_config", "te_available",
+    "mask_vocab_padding", "padded_vocab_size", "preset_names", "read_hf_config", "sequence_parallel_off", "te_available",
     "tiny_hf_config", "tokenizer_files", "transformer_config", "unwrap_model", "write_tiny_model",
 ]

@@ -87,6 +87,43 @@ def _with_local_layers(layer_spec):
                                                   input_layernorm=RMSNorm, pre_mlp_layernorm=RMSNorm))
 
 
+def _with_local_final_norm(layer_spec, config):
+    """The decoder block of `layer_spec` layers with the local RMSNorm as its final norm: megatron's default
+    for the local spec (`WrappedTorchNorm`) refuses sequence parallelism, ours supports it."""
+    from megatron.core.transformer.transformer_block import (
+        TransformerBlockSubmodules,
+        get_num_layers_to_build,
+    )
+
+    from .local_layers import RMSNorm
+
+    return TransformerBlockSubmodules(layer_specs=[layer_spec] * get_num_layers_to_build(config), layer_norm=RMSNorm)
+
+
+@contextlib.contextmanager
+def sequence_parallel_off(model: torch.nn.Module):
+    """Run a model built with sequence parallelism as one without, for the duration (the rollout engine's
+    decode steps: one token per row cannot be split over TP ranks). megatron's linears and embedding read
+    their `sequence_parallel` / `reduce_scatter_embeddings` flags, and the embedding and norms the config's,
+    at every forward; these are switched off and restored after. The weights and their sharding are the same
+    either way, so the outputs are those of the model built without SP. A no-op for other models."""
+    flags = [(m, a) for m in model.modules() for a in ("sequence_parallel", "reduce_scatter_embeddings")
+             if getattr(m, a, None) is True]
+    configs = {id(m.config): m.config for m in model.modules()
+               if getattr(getattr(m, "config", None), "sequence_parallel", False)}
+    for m, a in flags:
+        setattr(m, a, False)
+    for c in configs.values():
+        c.sequence_parallel = False
+    try:
+        yield
+    finally:
+        for m, a in flags:
+            setattr(m, a, True)
+        for c in configs.values():
+            c.sequence_parallel = True
+
+
 def transformer_config(
     arch: Arch,
     *,
@@ -177,6 +214,8 @@ def build_gpt(
         raise ModelConfigError(f"tp {tp} does not divide the padded vocabulary {vocab} "
                                f"(vocab_divisible_by={vocab_divisible_by})")
     config = transformer_config(arch, tp=tp, pp=pp, precision=precision, init=init, overrides=config_overrides)
+    if config.sequence_parallel and spec_name == "local":
+        layer_spec = _with_local_final_norm(layer_spec, config)
     with _megatron_knows_our_mlp():
         model = GPTModel(
             config=config,

@@ -14,9 +14,12 @@ tensors, and its backward writes the gate and up gradients over them (they are d
 weight and input GEMMs: no copies, no per-step gradient buffers. Tensor parallelism is megatron's
 ColumnParallelLinear's, done here explicitly: the input enters the TP region through
 `copy_to_tensor_model_parallel_region` (identity forward, all-reduce of the input gradient in backward),
-each rank multiplies by its own shard, and fc2 (megatron's RowParallelLinear) reduces. Not covered (megatron's
-forward): other activations or GLU variants (clamped, offset), MoE per-token scales, sequence parallelism,
-gathered outputs, expert layers, CPU activation offloading, an fc1 that is not a plain ColumnParallelLinear.
+each rank multiplies by its own shard, and fc2 (megatron's RowParallelLinear) reduces. Under sequence
+parallelism the input is each rank's slice of the tokens: `_GatedFc1` all-gathers it along the sequence,
+saves only the slice for backward (and gathers it again there, as megatron's linears do) and
+reduce-scatters the input gradient; fc2 reduce-scatters its output itself. Not covered (megatron's
+forward): other activations or GLU variants (clamped, offset), MoE per-token scales, gathered outputs,
+expert layers, CPU activation offloading, an fc1 that is not a plain ColumnParallelLinear.
 
 RoPE (`RoPESelfAttention`): megatron's unfused RoPE computes t cos + rotate_half(t) sin with `rotate_half` a
 `cat` of negated halves, then `cat`s the pass-through part back, and autograd differentiates each of those.
@@ -31,7 +34,10 @@ is a composition of elementwise ops, and autograd differentiates it op by op (ab
 activations). `_RMSNormFunction` saves x_hat = x / rms(x) and 1 / rms(x) and computes
 dx = (g w - x_hat mean(g w x_hat)) / rms(x) and dw = sum(g x_hat) in five. The forward is torch's
 arithmetic in the same order (the same numbers). fp32 / fp64 under autograd only: other dtypes run torch's
-(which computes in fp32 internally), and without autograd torch's single call is cheaper.
+(which computes in fp32 internally), and without autograd torch's single call is cheaper. Under sequence
+parallelism each TP rank normalises its own tokens; the weight is marked `sequence_parallel`, so megatron's
+`finalize_model_grads` sums its gradient over the TP ranks (megatron's torch-norm wrapper refuses SP). The
+model's final norm is this class too when SP is on (`nemo_lead.models.gpt`).
 
 Speed: bench/actor_bench.py and bench/vs_trl.py (bench/RESULTS.md). Tested: tests/models/test_local_layers.py
 (each layer against megatron's or torch's at TP1 and TP2 where it shards, float64 gradients, the
@@ -77,17 +83,20 @@ class _GatedFc1(torch.autograd.Function):
     values."""
 
     @staticmethod
-    def forward(ctx, x, weight, bias):
-        x2 = x.reshape(-1, x.shape[-1])
+    def forward(ctx, x, weight, bias, sp_group=None):
+        full = _gather_tokens(x, sp_group) if sp_group is not None else x
+        x2 = full.reshape(-1, full.shape[-1])
         gate, up = gate_and_up(x2, weight, bias)
         silu_gate = F.silu(gate)
-        ctx.save_for_backward(x2, weight, gate, up, silu_gate)
-        ctx.x_shape, ctx.has_bias = x.shape, bias is not None
-        return (silu_gate * up).view(*x.shape[:-1], up.shape[-1])
+        ctx.save_for_backward(x if sp_group is not None else x2, weight, gate, up, silu_gate)
+        ctx.x_shape, ctx.has_bias, ctx.sp_group = full.shape, bias is not None, sp_group
+        return (silu_gate * up).view(*full.shape[:-1], up.shape[-1])
 
     @staticmethod
     def backward(ctx, grad):
         x2, weight, gate, up, silu_gate = ctx.saved_tensors
+        if ctx.sp_group is not None:  # the slice was saved: gather the tokens again
+            x2 = _gather_tokens(x2, ctx.sp_group).reshape(-1, x2.shape[-1])
         f = weight.shape[0] // 2
         g = grad.reshape(-1, f)
         grad_silu = g * up
@@ -98,7 +107,28 @@ class _GatedFc1(torch.autograd.Function):
         torch.mm(up.t(), x2, out=grad_w[f:])
         grad_x = torch.mm(gate, weight[:f]).addmm_(up, weight[f:])
         grad_b = torch.cat([gate.sum(0), up.sum(0)]) if ctx.has_bias else None
-        return grad_x.view(ctx.x_shape), grad_w, grad_b
+        grad_x = grad_x.view(ctx.x_shape)
+        if ctx.sp_group is not None:  # every rank's partial gradient of all tokens -> the sum for its slice
+            grad_x = _scatter_token_sum(grad_x, ctx.sp_group)
+        return grad_x, grad_w, grad_b, None
+
+
+def _gather_tokens(x: torch.Tensor, group) -> torch.Tensor:
+    """[s / tp, ...] slices of the TP ranks -> [s, ...] (sequence parallelism's all-gather along dim 0)."""
+    import torch.distributed as dist
+
+    out = torch.empty((x.shape[0] * group.size(), *x.shape[1:]), dtype=x.dtype, device=x.device)
+    dist.all_gather_into_tensor(out, x.contiguous(), group=group)
+    return out
+
+
+def _scatter_token_sum(x: torch.Tensor, group) -> torch.Tensor:
+    """[s, ...] partial sums on every TP rank -> this rank's [s / tp, ...] slice of their sum."""
+    import torch.distributed as dist
+
+    out = torch.empty((x.shape[0] // group.size(), *x.shape[1:]), dtype=x.dtype, device=x.device)
+    dist.reduce_scatter_tensor(out, x.contiguous(), group=group)
+    return out
 
 
 class SwiGLUMLP(MLP):
@@ -114,7 +144,7 @@ class SwiGLUMLP(MLP):
                 and getattr(c, "activation_func_clamp_value", None) is None
                 and not getattr(c, "glu_linear_offset", 0.0)
                 and getattr(c, "_cpu_offloading_context", None) is None
-                and type(fc1) is ColumnParallelLinear and not fc1.sequence_parallel and not fc1.gather_output
+                and type(fc1) is ColumnParallelLinear and not fc1.gather_output
                 and not fc1.explicit_expert_comm and not fc1.disable_grad_reduce)
 
     def forward(self, hidden_states, per_token_scale=None, **kwargs):
@@ -122,6 +152,8 @@ class SwiGLUMLP(MLP):
             return super().forward(hidden_states, per_token_scale=per_token_scale, **kwargs)
         fc1 = self.linear_fc1
         x = hidden_states
+        if fc1.tp_group.size() > 1 and fc1.sequence_parallel:
+            return self.linear_fc2(_GatedFc1.apply(x, fc1.weight, fc1.bias, fc1.tp_group))
         if fc1.tp_group.size() > 1:
             from megatron.core.tensor_parallel import copy_to_tensor_model_parallel_region
 
@@ -156,9 +188,11 @@ class RMSNorm(torch.nn.RMSNorm):
     forward and backward run `_RMSNormFunction`."""
 
     def __init__(self, config, hidden_size: int, eps: float = 1e-5, **kwargs):
-        if config.normalization != "RMSNorm" or config.sequence_parallel or config.layernorm_zero_centered_gamma:
-            raise ValueError("the local RMSNorm is plain RMSNorm: no sequence parallelism, no zero-centred gamma")
+        if config.normalization != "RMSNorm" or config.layernorm_zero_centered_gamma:
+            raise ValueError("the local RMSNorm is plain RMSNorm: no zero-centred gamma")
         super().__init__(hidden_size, eps=eps)
+        # each TP rank sees its own tokens under SP: finalize_model_grads sums this gradient over TP
+        self.weight.sequence_parallel = bool(config.sequence_parallel)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if not torch.is_grad_enabled() or x.dtype not in (torch.float32, torch.float64) or x.dtype != self.weight.dtype:

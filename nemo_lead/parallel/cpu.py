@@ -32,8 +32,9 @@ as the rollout engine's decode loop, where the mode's Python hop on every torch 
 tiny model's decode step. Apply it only when
 `torch.cuda.is_available()` is False: `nemo_lead.parallel.init_parallel` does that. The mode is
 thread-local: it covers the thread that called `enable()` (and autograd's backward), not megatron code run
-from other threads. Not covered (GPU-only features): `sequence_parallel=True` (torch's norm wrapper refuses
-it), CUDA streams/events (keep DDP's `overlap_grad_reduce` / `overlap_param_gather` off on CPU), CUDA
+from other threads. Sequence parallelism needs nothing here (gloo has the all-gather and reduce-scatter
+it uses; the local spec's RMSNorm replaces torch's norm wrapper, which refuses it). Not covered (GPU-only
+features): CUDA streams/events (keep DDP's `overlap_grad_reduce` / `overlap_param_gather` off on CPU), CUDA
 graphs, TE, fused kernels.
 """
 

@@ -24,6 +24,7 @@ import yaml
 
 from nemo_lead.config import ConfigError, load_config, to_yaml
 from nemo_lead.data.filters import parse_bound
+from nemo_lead.plan.settings import PlanSettings
 
 from .kinds import KINDS, schema
 from .recipe import Recipe, Ref, StageSpec, find_recipe, read_recipe, substitute
@@ -41,6 +42,7 @@ class RunConfig:
     dry_run: bool = False  # check every stage and print the plan; run nothing
     paths: dict[str, Any] = field(default_factory=dict)  # overrides of the recipe's `paths`
     stages: dict[str, Any] = field(default_factory=dict)  # NAME: {key: value} overrides of a stage's settings
+    plan: PlanSettings = field(default_factory=PlanSettings)  # laid over each SFT / RL stage's `plan` section
     # Filled from the recipe when the configuration is built (what --print-config shows): each stage's kind
     # and complete settings, references to outputs of earlier stages shown as <stage NAME: OUTPUT>.
     resolved: dict[str, Any] = field(default_factory=dict)
@@ -277,6 +279,8 @@ def resolve_stage(spec: StageSpec, recipe: Recipe, run: RunConfig, outputs: Opti
         config = load_config(schema(spec.kind), [], [_override(k, v) for k, v in items])
     except ConfigError as e:
         raise ConfigError(_relocate(e, spec, cli_keys)) from None
+    if spec.kind in ("sft", "rl"):  # `nemo-lead run ... plan.check=warn` applies to every stage's start-up check
+        config.plan = config.plan.merged(run.plan)
     return Stage(spec=spec, folder=folder, config=config, **extras)
 
 

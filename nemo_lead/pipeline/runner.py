@@ -35,6 +35,7 @@ from nemo_lead.files import write_json
 
 from .config import RunConfig, Stage, eval_row_config, load_recipe, resolve_stage
 from .kinds import run_function
+from .plan import check_recipe
 from .recipe import Recipe
 from .stages import StageStopped, say
 
@@ -185,6 +186,8 @@ def run_recipe(cfg: RunConfig) -> int:
             out.mkdir(parents=True, exist_ok=True)
             save_config(cfg, out / "run.yaml")
         todo = [recipe.stage(cfg.only)] if cfg.only else recipe.stages
+        if check_recipe(cfg, [s.name for s in todo], done_outputs(state)):  # on GPUs: every stage fits
+            return 2
         say(f"recipe {recipe.path.name}: {' -> '.join(s.name for s in recipe.stages)}; run folder {out}")
         for spec in todo:
             run_stage(resolve_stage(spec, recipe, cfg, done_outputs(state)), state, out)

@@ -236,9 +236,11 @@ def _run_schedule(actor: Actor, plan: _Plan, loss_fn: Callable, *, forward_only:
         raise NotImplementedError("packed sequences need the local layer spec: set data.pack=false or "
                                   "actor.layer_spec=local")
 
+    multiple = actor.cfg.tp if actor.cfg.sequence_parallel else 1
+
     def micro_batches() -> Iterator[MicroBatch]:
         for g in plan.groups:
-            yield collate(plan.batch, g, device)
+            yield collate(plan.batch, g, device, multiple)
 
     def step(data: Iterator[MicroBatch], model):
         mb = next(data)  # attention_mask: block-diagonal causal for packed rows, None (causal) otherwise
@@ -250,7 +252,7 @@ def _run_schedule(actor: Actor, plan: _Plan, loss_fn: Callable, *, forward_only:
     lengths = plan.batch.lengths
     return get_forward_backward_func()(
         forward_step_func=step, data_iterator=micro_batches(), model=[actor.model],
-        num_microbatches=len(plan.groups), seq_length=max(lengths),
+        num_microbatches=len(plan.groups), seq_length=-(-max(lengths) // multiple) * multiple,
         micro_batch_size=max(len(g) for g in plan.groups), forward_only=forward_only,
     )
 

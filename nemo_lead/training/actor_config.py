@@ -111,6 +111,12 @@ class ActorConfig:
     recompute_method: Optional[str] = None  # full only: uniform | block
     recompute_num_layers: Optional[int] = None  # full only: layers per recomputed chunk (uniform) / recomputed layers (block)
     seed: int = 1234  # initialisation of preset models; the model-parallel RNG is seeded by init_parallel
+    # megatron's sequence parallelism (TP > 1): norms, residuals and dropout work on 1/tp of the tokens,
+    # which divides the activations kept between the linears by tp (the same results; tests/training)
+    sequence_parallel: bool = False
+    # RL: optimizer state and DDP's gradient buffers go to host memory while the engine generates, and come
+    # back before the update (the same run; `nemo_lead.training.offload`), freeing their GPU memory for the cache
+    offload_during_generation: bool = False
 
     def __post_init__(self) -> None:
         if isinstance(self.optim, dict):
@@ -126,6 +132,8 @@ class ActorConfig:
             raise ValueError(f"actor.precision={self.precision!r} is not one of {list(PRECISION_CHOICES)}")
         if self.layer_spec not in ("auto", "te", "local"):
             raise ValueError(f"actor.layer_spec={self.layer_spec!r} is not one of ['auto', 'te', 'local']")
+        if self.sequence_parallel and self.tp < 2:
+            raise ValueError("actor.sequence_parallel=true needs actor.tp > 1 (it splits tokens over the TP ranks)")
         g, method, n = self.recompute_granularity, self.recompute_method, self.recompute_num_layers
         if g is not None and g not in RECOMPUTE_GRANULARITIES:
             raise ValueError(f"actor.recompute_granularity={g!r} is not one of {[None, *RECOMPUTE_GRANULARITIES]}")
@@ -146,6 +154,8 @@ class ActorConfig:
             # megatron refuses variable_seq_lengths with its default MoE token dispatcher ("allgather") even
             # for dense models; the dispatcher is unused here, so name one that accepts it
             out.update(variable_seq_lengths=True, moe_token_dispatcher_type="alltoall")
+        if self.sequence_parallel:
+            out["sequence_parallel"] = True
         if self.recompute_granularity is not None:
             out["recompute_granularity"] = self.recompute_granularity
         if self.recompute_granularity == "full":

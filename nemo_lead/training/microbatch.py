@@ -233,10 +233,12 @@ class MicroBatch:
         return [values[r, cols] for r, cols in enumerate(self.response_cols)]
 
 
-def collate(batch: SequenceBatch, indices: Sequence[int], device: torch.device | str = "cpu") -> MicroBatch:
-    """The sequences `indices` of `batch` as one right-padded micro-batch on `device`."""
+def collate(batch: SequenceBatch, indices: Sequence[int], device: torch.device | str = "cpu",
+            multiple_of: int = 1) -> MicroBatch:
+    """The sequences `indices` of `batch` as one right-padded micro-batch on `device`, its width a multiple
+    of `multiple_of` (sequence parallelism splits the positions evenly over the TP ranks)."""
     rows = len(indices)
-    width = max(batch.lengths[i] for i in indices)
+    width = -(-max(batch.lengths[i] for i in indices) // multiple_of) * multiple_of
     ids = torch.zeros((rows, width), dtype=torch.long)
     targets = torch.zeros((rows, width), dtype=torch.long)
     mask = torch.zeros((rows, width), dtype=torch.float32)

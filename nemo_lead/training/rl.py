@@ -64,6 +64,7 @@ from .loop import (
     start_run,
 )
 from .no_signal import NoSignalWarnings, signal_metrics
+from .offload import offloaded
 from .rl_config import RLConfig
 from .rollouts import (
     Group,
@@ -129,9 +130,10 @@ def rollout_params(s: RLState, step: int, round_: int) -> SamplingParams:
 def generate_and_verify(s: RLState, problems: list, params: SamplingParams, times: dict[str, float]) -> list[Group]:
     """2. generate and 3. verify (one round of prompts); their seconds are added to `times`."""
     t0 = time.monotonic()
-    s.ctx.engine.wake()
-    groups = generate_groups(s.ctx, problems, params)
-    s.ctx.engine.sleep()
+    with offloaded(s.run.actor, s.cfg.actor.offload_during_generation):  # optimizer state on the host meanwhile
+        s.ctx.engine.wake()
+        groups = generate_groups(s.ctx, problems, params)
+        s.ctx.engine.sleep()
     t1 = time.monotonic()
     grade_groups(s.ctx, groups, params)
     times["time/generate"] += t1 - t0
@@ -296,9 +298,10 @@ def validate(s: RLState, step: int) -> dict[str, float]:
     params = SamplingParams(n=v.n, temperature=v.temperature, top_p=v.top_p, seed=_seed(s.cfg.seed, 999_983),
                             max_tokens=v.max_tokens or s.cfg.rollout.max_tokens, stop_token_ids=stops)
     t0 = time.monotonic()
-    s.ctx.engine.wake()
-    groups = sample_groups(dataclasses.replace(s.ctx, check_repetition=False), s.val_problems, params)
-    s.ctx.engine.sleep()
+    with offloaded(s.run.actor, s.cfg.actor.offload_during_generation):
+        s.ctx.engine.wake()
+        groups = sample_groups(dataclasses.replace(s.ctx, check_repetition=False), s.val_problems, params)
+        s.ctx.engine.sleep()
     out = {
         "step": step, PASS_AT_1: pass_at_k([[o == Outcome.CORRECT for o in g.outcomes] for g in groups]),
         CONS_AT_K: cons_at_k([g.extracted for g in groups], [g.problem.answer for g in groups]),
@@ -386,5 +389,9 @@ def _preflight(cfg: RLConfig) -> None:
 
 def run_rl(cfg: RLConfig) -> int:
     """`nemo-lead rl`: the exit status (0 done or stopped by a signal after a checkpoint)."""
+    from nemo_lead.plan.check import check_before_start
+
+    if check_before_start(cfg, "rl"):  # on GPUs: a layout that cannot fit stops here, saying what to change
+        return 2
     ranks = cfg.actor.tp * cfg.actor.pp
     return run_command("rl", rl_job, (cfg,), ranks=ranks, preflight=preflight_if_relaunching(ranks, lambda: _preflight(cfg)))

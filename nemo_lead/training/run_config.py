@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from nemo_lead.config import setting
+from nemo_lead.plan.settings import PlanSettings
 from nemo_lead.progress import check_progress_mode
 
 
@@ -35,6 +36,8 @@ class RunSettings:
     # keys a continued run may change (--allow-change KEY,...): only keys marked so (learning rate, clipping,
     # checkpoint / validation cadence); each change is recorded in RUN/changes.jsonl
     allow_change: list[str] = setting(default_factory=list, resume="free", results=False)
+    # the memory plan checked before starting on GPUs (nemo_lead.plan.check); never a difference on resume
+    plan: PlanSettings = setting(default_factory=PlanSettings, resume="free", results=False)
 
     def check_run_settings(self) -> None:
         if not getattr(getattr(self, "actor", None), "model", None):

@@ -152,6 +152,10 @@ def _preflight(cfg: SFTConfig) -> None:
 
 def run_sft(cfg: SFTConfig) -> int:
     """`nemo-lead sft`: the exit status (0 done or stopped by a signal after a checkpoint)."""
+    from nemo_lead.plan.check import check_before_start
+
+    if check_before_start(cfg, "sft"):  # on GPUs: a layout that cannot fit stops here, saying what to change
+        return 2
     ranks = cfg.actor.tp * cfg.actor.pp
     return run_command("sft", sft_job, (cfg,), ranks=ranks,
                        preflight=preflight_if_relaunching(ranks, lambda: _preflight(cfg)))

@@ -213,5 +213,8 @@ def test_rmsnorm_matches_torch_and_its_gradient():
     expected = torch.autograd.grad(reference, (x64, w64), upstream)
     got = torch.autograd.grad(ours, (x64, w64), upstream)
     assert all(torch.allclose(a, e, atol=1e-12, rtol=0) for a, e in zip(got, expected))
+    # sequence parallelism: the weight is marked so that finalize_model_grads sums its gradient over TP
+    sp = RMSNorm(SimpleNamespace(normalization="RMSNorm", sequence_parallel=True, layernorm_zero_centered_gamma=False), 6)
+    assert sp.weight.sequence_parallel is True and norm.weight.sequence_parallel is False
     with pytest.raises(ValueError, match="plain RMSNorm"):
-        RMSNorm(SimpleNamespace(normalization="RMSNorm", sequence_parallel=True, layernorm_zero_centered_gamma=False), 6)
+        RMSNorm(SimpleNamespace(normalization="RMSNorm", sequence_parallel=False, layernorm_zero_centered_gamma=True), 6)

@@ -21,7 +21,9 @@ What is tested where (CPU, gloo; this file unless named):
 - rollout correction (token TIS on the on-policy path, sequence masking with given old log-probs) against
   transformers with the same weighted loss, and its metrics over several micro-batches;
 - resume and resharding: tests/training/test_resume.py (see `nemo_lead.training.checkpoint`);
-- chunked log-probs (the default here) against the unchunked path: tests/training/test_chunked_logprobs.py.
+- chunked log-probs (the default here) against the unchunked path: tests/training/test_chunked_logprobs.py;
+- sequence parallelism at TP2 = without: tests/training/test_sequence_parallel.py; the optimizer state and
+  gradient buffers offloaded during generation and restored exactly: tests/training/test_offload.py.
 Not tested here: Transformer Engine / FP8 and anything CUDA-only (`bench/actor_bench.py --gpu` runs bf16 on
 a GPU).
 """

@@ -13,6 +13,7 @@
 - One RL update raises the log-prob of a correct response and lowers a wrong one's (the advantage sign).
 - Old log-probs from the update's own forward pass (the default) give the run a separate pass gives.
 - Rollout correction (token TIS) runs end to end, logs its metrics, and leaves an on-policy run as it was.
+- Offloading the optimizer state and gradient buffers during generation gives the same run and weights.
 """
 
 from __future__ import annotations
@@ -275,6 +276,30 @@ def test_rl_rollout_correction_runs_and_logs_its_metrics(data, sft_run, rl_run, 
     assert trained and all(r[keys[0]] == 0.0 and r[keys[1]] == 0.0 and abs(r[keys[2]] - 1.0) < 1e-4 for r in trained)
     assert _close(_strip_timing(rows)[0], {**_strip_timing(_metrics(rl_run))[0], **{k: rows[0][k] for k in keys}}, 1e-4)
     assert not any(k.startswith("rollout_correction/") for k in _metrics(rl_run)[0])  # off by default
+
+
+def test_rl_offload_during_generation_is_the_same_run(data, sft_run, rl_run, tmp_path):
+    """`actor.offload_during_generation=true` (optimizer state on the host and gradient buffers freed while
+    the engine generates, validation too): the same metrics, logs and rollouts, and the same final weights."""
+    import torch
+    from safetensors.torch import load_file
+
+    root, _ = data
+    out = tmp_path / "offload"
+    res = _run(_rl_args(root, sft_run / "checkpoints" / "step_000080", out,
+                        extra=["actor.offload_during_generation=true"]))
+    assert res.returncode == 0, res.stderr
+    for name in ("metrics.jsonl", "val.jsonl", "problem_stats.jsonl"):
+        assert _strip_timing(_metrics(out, name)) == _strip_timing(_metrics(rl_run, name)), name
+    assert any(r["grad_norm"] for r in _metrics(out))  # updates happened between the offloaded generations
+    weights = []
+    for run in (rl_run, out):
+        hf = tmp_path / f"{run.name}-hf"
+        res = _run(["convert", "--from-ckpt", str(run / "checkpoints" / "step_000006"), "--to-hf", str(hf)])
+        assert res.returncode == 0, res.stderr
+        weights.append({k: v for f in sorted(hf.glob("*.safetensors")) for k, v in load_file(f).items()})
+    assert weights[0].keys() == weights[1].keys()
+    assert all(torch.equal(weights[0][k], weights[1][k]) for k in weights[0])
 
 
 def _close(a: dict, b: dict, tol: float) -> bool:

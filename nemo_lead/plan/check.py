@@ -1,0 +1,95 @@
+"""The plan checked before a job starts on GPUs (`nemo-lead sft / rl`, and per stage `nemo-lead run / submit`).
+
+    status = check_before_start(cfg, "rl")        # 0: go on; 2: the layout cannot fit (printed why)
+
+A layout that cannot fit fails at once, before any rank builds anything, with the components over the
+GPU's memory and the ranked settings that would make it fit (`plan.check=warn` prints the same and goes
+on; `plan.check=off` skips it). Jobs on CPUs are not checked: their memory is the host's.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from nemo_lead.models.hf_config import read_hf_config
+
+from .fixes import find_fixes
+from .job import GIB, job_shape, plan_job
+from .report import describe
+from .settings import PlanSettings
+from .timing import GPU, gpu_named
+
+
+class PlanError(ValueError):
+    """A job that does not fit its GPUs (the message is the plan, with what to change)."""
+
+
+def hf_config_of(model: str) -> tuple[dict[str, Any], int]:
+    """(HF config, vocab_divisible_by) of `actor.model`: a nemo-lead checkpoint (its meta.json), a HF folder
+    or a conf/model preset (no weights are read)."""
+    meta = Path(model) / "meta.json"
+    if meta.is_file():
+        data = json.loads(meta.read_text())
+        return data["hf_config"], int(data.get("vocab_divisible_by", 128))
+    return read_hf_config(model), 128
+
+
+def gpus_of_job(cfg: Any) -> int:
+    """GPUs the job will run on: the launcher's world size, or tp x pp ranks started here."""
+    from nemo_lead.parallel import detect_launch
+
+    world = detect_launch(os.environ).world_size
+    return world if world > 1 else cfg.actor.tp * cfg.actor.pp
+
+
+def device_gpu(settings: PlanSettings) -> tuple[GPU, float]:
+    """The GPU kind (`plan.gpu`, else this machine's) and its GiB (`plan.gpu_memory_gb`, else this machine's)."""
+    import torch
+
+    props = torch.cuda.get_device_properties(torch.cuda.current_device())
+    try:
+        gpu = gpu_named(settings.gpu or props.name)
+    except ValueError:
+        gpu = gpu_named("h100")  # unknown kinds are timed as an H100; the memory is this device's
+    memory = settings.gpu_memory_gb if settings.gpu_memory_gb is not None else props.total_memory / GIB
+    return gpu, memory
+
+
+def check_job(name: str, cfg: Any, kind: str, *, gpus: int, gpu: GPU, memory_gib: float | None,
+              settings: PlanSettings, prefix: str = "") -> str | None:
+    """None when `cfg` fits; else the plan's text naming what does not fit and the ranked fixes."""
+    hf_config, divisible = hf_config_of(cfg.actor.model)
+    shape = job_shape(cfg, kind, hf_config, gpus=gpus, settings=settings, vocab_divisible_by=divisible)
+    reserve = settings.value("reserve_gb")
+    plan = plan_job(shape, gpu, memory_gib=memory_gib, reserve_gib=reserve)
+    if plan.fits:
+        return None
+    return describe(name, plan, find_fixes(shape, gpu, memory_gib=memory_gib, reserve_gib=reserve), prefix)
+
+
+def report_failures(command: str, failures: list[str], mode: str) -> int:
+    """Print the plans that do not fit; 2 when they stop the job (`plan.check=error`), else 0."""
+    if not failures:
+        return 0
+    stop = mode != "warn"
+    head = (f"nemo-lead {command}: the plan does not fit the GPUs"
+            + (" (plan.check=warn: starting anyway)" if not stop else "; change the settings below, or "
+               "plan.check=warn to start anyway (nemo-lead plan shows the whole plan)"))
+    print(head + "\n" + "\n\n".join(failures), file=sys.stderr, flush=True)
+    return 2 if stop else 0
+
+
+def check_before_start(cfg: Any, kind: str) -> int:
+    """`nemo-lead sft` / `rl`: the plan of `cfg` on this machine's GPUs (see the module docstring)."""
+    import torch
+
+    settings = getattr(cfg, "plan", None) or PlanSettings()
+    if settings.check == "off" or not torch.cuda.is_available():
+        return 0
+    gpu, memory = device_gpu(settings)
+    failure = check_job(kind, cfg, kind, gpus=gpus_of_job(cfg), gpu=gpu, memory_gib=memory, settings=settings)
+    return report_failures(kind, [failure] if failure else [], settings.check or "error")

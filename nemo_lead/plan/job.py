@@ -1,0 +1,225 @@
+"""One SFT or RL job's plan: per GPU and phase, the bytes of each component, whether they fit, the step time.
+
+    shape = job_shape(rl_cfg, "rl", hf_config, gpus=8, settings=PlanSettings())
+    plan = plan_job(shape, gpu_named("h100"), memory_gib=80)
+    plan.fits, plan.phases["generation"]["kv_cache"], plan.time.total
+
+Phases: `update` (the train step: weights, gradient buffer, optimizer state, activations, logits) and, for
+RL, `generation` (weights, gradient buffer and optimizer state unless `actor.offload_during_generation`
+moves them to the host, the engine's KV cache, its prefill / decode temporaries as activations and its
+sampling temporaries as logits). Each phase reports the pipeline stage whose rank needs most (every TP rank
+of a stage needs the same, but for the sampler: TP rank 0 of the last stage) and the worst DP rank's slice of
+the distributed optimizer. What is left is the GPU's memory less `plan.reserve_gb` less the phase's total.
+
+The job's configuration is read by attribute (an `SFTConfig` / `RLConfig`, or anything with the same
+sections), so this layer imports no training code.
+Worst cases taken: every response at max_tokens after a prompt of `plan.prompt_tokens`; a micro-batch of
+max(actor.micro_batch_tokens, the longest sequence) padded tokens; SFT rows at data.max_seq_len.
+Activation estimates follow the local layer spec (Transformer Engine's layers save about the same tensors;
+not measured here).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from nemo_lead.models.hf_config import Arch, arch_from_hf, padded_vocab_size
+from nemo_lead.parallel.layout import check_layout, model_shape
+
+from .activations import Recompute, update_memory
+from .engine_memory import engine_memory, kv_slot_bytes
+from .parameters import DTYPE_BYTES, stage_parameters, static_bytes
+from .settings import PlanSettings
+from .timing import GPU, StepTime, generation_seconds, offload_seconds, update_seconds
+
+GIB = 1 << 30
+KV_GB = 1e9  # engine.kv_cache_gb's unit (`nemo_lead.generation.kv_budget.GB`)
+# the actor's token budget per micro-batch on a GPU when actor.micro_batch_tokens is None
+# (`nemo_lead.training.actor_config.GPU_MICRO_BATCH_TOKENS`; the plans are for GPUs)
+GPU_MICRO_BATCH_TOKENS = 16384
+
+
+@dataclass(frozen=True)
+class JobShape:
+    """What the plan reads from a job's configuration (`job_shape`); the fixes vary it (`dataclasses.replace`)."""
+
+    kind: str  # sft | rl
+    arch: Arch
+    gpus: int
+    tp: int
+    pp: int
+    precision: str
+    distributed_optimizer: bool
+    sequence_parallel: bool
+    recompute: Recompute
+    micro_batch_tokens: int
+    logprob_chunk_tokens: int
+    offload: bool
+    longest: int  # tokens of the longest sequence (prompt + response, or an SFT row)
+    sequences: int  # per optimizer step, all DP ranks
+    minibatches: int = 1
+    passes: int = 1  # training passes over the step's sequences (ppo_epochs)
+    old_logprob_pass: bool = False  # a forward pass of its own for the old log-probs
+    entropy: bool = False
+    temperature: float = 1.0
+    # RL generation
+    prompts: int = 0
+    n: int = 1
+    prompt_tokens: int = 0
+    max_tokens: int = 0
+    engine: str = "megatron"
+    max_batch_size: int = 256
+    max_prefill_tokens: int = 16384
+    sync_every: int = 8
+    cuda_graphs: Optional[bool] = None
+    kv_cache_gb: Optional[float] = None  # engine.kv_cache_gb: GB (1e9 bytes) of KV cache per rank
+    top_p: float = 1.0
+    response_fraction: float = 1.0
+    vocab_divisible_by: int = 128
+
+    @property
+    def dp(self) -> int:
+        return self.gpus // (self.tp * self.pp)
+
+
+def job_shape(cfg: Any, kind: str, hf_config: dict, *, gpus: int, settings: PlanSettings,
+              vocab_divisible_by: int = 128) -> JobShape:
+    """The plan's view of an `SFTConfig` (kind "sft") or `RLConfig` ("rl") on `gpus` GPUs."""
+    a = cfg.actor
+    check_layout(gpus, a.tp, a.pp, **model_shape(hf_config))
+    common = dict(
+        kind=kind, arch=arch_from_hf(hf_config), gpus=gpus, tp=a.tp, pp=a.pp,
+        precision="bf16" if a.precision == "auto" else a.precision,
+        distributed_optimizer=a.optim.use_distributed_optimizer,
+        sequence_parallel=a.sequence_parallel,
+        recompute=Recompute(a.recompute_granularity, a.recompute_method, a.recompute_num_layers),
+        micro_batch_tokens=a.micro_batch_tokens or GPU_MICRO_BATCH_TOKENS, logprob_chunk_tokens=a.logprob_chunk_tokens,
+        offload=a.offload_during_generation, vocab_divisible_by=vocab_divisible_by,
+    )
+    if kind == "sft":
+        return JobShape(**common, longest=cfg.data.max_seq_len, sequences=cfg.global_batch)
+    r, e = cfg.rollout, cfg.engine
+    prompt_tokens = settings.value("prompt_tokens")
+    on_policy = cfg.old_logprobs == "auto" and cfg.ppo_epochs == 1 and cfg.minibatches == 1
+    return JobShape(
+        **common, longest=prompt_tokens + r.max_tokens, sequences=cfg.prompts_per_step * r.n,
+        minibatches=cfg.minibatches, passes=cfg.ppo_epochs, old_logprob_pass=not on_policy,
+        entropy=on_policy or cfg.lead.entropy_coeff > 0, temperature=r.temperature, prompts=cfg.prompts_per_step,
+        n=r.n, prompt_tokens=prompt_tokens, max_tokens=r.max_tokens, engine=e.kind, max_batch_size=e.max_batch_size,
+        max_prefill_tokens=e.max_prefill_tokens, sync_every=e.sync_every or 8, cuda_graphs=e.cuda_graphs,
+        kv_cache_gb=e.kv_cache_gb, top_p=r.top_p,
+        response_fraction=settings.value("response_fraction"),
+    )
+
+
+@dataclass(frozen=True)
+class JobPlan:
+    shape: JobShape
+    gpu: GPU
+    memory_bytes: int  # per GPU
+    usable_bytes: int  # less the reserve
+    phases: dict[str, dict[str, int]]  # phase -> component -> bytes (the worst rank of that phase)
+    stages: dict[str, int]  # phase -> the pipeline stage of that rank
+    tokens_per_microbatch: int
+    microbatches: int  # per DP rank and optimizer step
+    engine_rows: int  # RL: sequences the engine decodes at once
+    time: Optional[StepTime]
+
+    def total(self, phase: str) -> int:
+        return sum(self.phases[phase].values())
+
+    def left(self, phase: str) -> int:
+        return self.usable_bytes - self.total(phase)
+
+    @property
+    def fits(self) -> bool:
+        return all(self.left(p) >= 0 for p in self.phases)
+
+
+def microbatch_shape(s: JobShape) -> tuple[int, int]:
+    """(padded tokens of the largest micro-batch, micro-batches per DP rank and optimizer step)."""
+    per_rank = math.ceil(s.sequences / s.minibatches / s.dp)
+    rows = max(1, s.micro_batch_tokens // s.longest)
+    tokens = min(max(s.micro_batch_tokens, s.longest), per_rank * s.longest)
+    return tokens, math.ceil(per_rank / rows)
+
+
+@functools.lru_cache(maxsize=4096)
+def _static(arch: Arch, tp: int, pp: int, dp: int, stage: int, precision: str, distributed: bool, divisible: int):
+    """A stage's static bytes on its worst DP rank (the distributed optimizer's slices differ a little), and
+    its largest parameter (elements)."""
+    ranks = range(dp) if distributed else [0]
+    worst = max((static_bytes(arch, tp=tp, pp=pp, dp=dp, stage=stage, precision=precision,
+                              distributed_optimizer=distributed, dp_rank=r, vocab_divisible_by=divisible)
+                 for r in ranks), key=lambda b: b.optimizer)
+    return worst, max(p.numel for p in stage_parameters(arch, tp, pp, stage, divisible))
+
+
+def plan_job(s: JobShape, gpu: GPU, *, memory_gib: float | None = None, reserve_gib: float = 3.0) -> JobPlan:
+    """The plan of `s` on GPUs of `gpu`'s kind with `memory_gib` each (default: the GPU's)."""
+    e = DTYPE_BYTES[s.precision]
+    memory = int((memory_gib if memory_gib is not None else gpu.memory_gib) * GIB)
+    tokens, mbs = microbatch_shape(s)
+    vocab_local = padded_vocab_size(s.arch.vocab_size, s.vocab_divisible_by) // s.tp
+    phases: dict[str, dict[str, int]] = {}
+    stages: dict[str, int] = {}
+    rows = 0
+    for stage in range(s.pp):
+        st, largest = _static(s.arch, s.tp, s.pp, s.dp, stage, s.precision, s.distributed_optimizer,
+                              s.vocab_divisible_by)
+        static = {"weights": st.weights, "grads": st.grads, "optimizer": st.optimizer}
+        u = update_memory(s.arch, tp=s.tp, pp=s.pp, stage=stage, tokens=tokens, longest=s.longest, microbatches=mbs,
+                          e=e, sequence_parallel=s.sequence_parallel, recompute=s.recompute, vocab_local=vocab_local,
+                          padded=s.arch.vocab_size % (vocab_local * s.tp) != 0, temperature=s.temperature,
+                          entropy=s.entropy, logprob_chunk_tokens=s.logprob_chunk_tokens, largest_weight=largest)
+        found = {"update": {**static, "activations": u.activations, "logits": u.logits}}
+        if s.kind == "rl":
+            g = _generation(s, stage, e)
+            rows = g.rows
+            kept = {k: (0 if s.offload and k != "weights" else v) for k, v in static.items()}
+            found["generation"] = {**kept, "kv_cache": g.kv_cache, "activations": g.activations, "logits": g.logits}
+        for phase, parts in found.items():
+            if phase not in phases or sum(parts.values()) > sum(phases[phase].values()):
+                phases[phase], stages[phase] = parts, stage
+    usable = memory - int(reserve_gib * GIB)
+    time = _time(s, gpu, tokens, mbs, rows, phases) if s.engine == "megatron" or s.kind == "sft" else None
+    return JobPlan(shape=s, gpu=gpu, memory_bytes=memory, usable_bytes=usable, phases=phases, stages=stages,
+                   tokens_per_microbatch=tokens, microbatches=mbs, engine_rows=rows, time=time)
+
+
+def _generation(s: JobShape, stage: int, e: int):
+    prompts_per_replica = math.ceil(s.prompts / s.dp)
+    budget = int(s.kv_cache_gb * KV_GB) if s.kv_cache_gb is not None else None
+    return engine_memory(s.arch, tp=s.tp, pp=s.pp, stage=stage, e=e, sequences=prompts_per_replica * s.n, n=s.n,
+                         prompt_tokens=s.prompt_tokens, max_tokens=s.max_tokens, max_batch_size=s.max_batch_size,
+                         max_prefill_tokens=s.max_prefill_tokens, sync_every=s.sync_every, kv_budget_bytes=budget,
+                         top_p=s.top_p)
+
+
+def _time(s: JobShape, gpu: GPU, tokens: int, mbs: int, rows: int, phases) -> StepTime:
+    if s.kind == "sft":
+        seq = s.longest
+        total = s.sequences * s.longest
+    else:
+        seq = s.prompt_tokens + s.response_fraction * s.max_tokens
+        total = int(s.sequences * seq)
+    forwards = s.passes * (3 + (s.recompute.granularity == "full")) + s.old_logprob_pass
+    update = update_seconds(s.arch, gpu, gpus=s.gpus, pp=s.pp, tokens=total, seq=seq, tokens_per_microbatch=tokens,
+                            microbatches=mbs, forwards=forwards)
+    if s.kind == "sft":
+        return StepTime(generation=0.0, update=update, refit=0.0)
+    graphs = s.cuda_graphs if s.cuda_graphs is not None else s.tp == s.pp == 1
+    slot = kv_slot_bytes(s.arch, tp=s.tp, pp=s.pp, e=DTYPE_BYTES[s.precision])
+    gen = generation_seconds(s.arch, gpu, tp=s.tp, pp=s.pp, weight_bytes=phases["update"]["weights"], slot_bytes=slot,
+                             rows=rows, prompts=math.ceil(s.prompts / s.dp), n=s.n, prompt_tokens=s.prompt_tokens,
+                             max_tokens=s.max_tokens, response_fraction=s.response_fraction, cuda_graphs=graphs)
+    refit = offload_seconds(gpu, phases["update"]["optimizer"]) if s.offload else 0.0
+    return StepTime(generation=gen, update=update, refit=refit)
+
+
+def with_changes(s: JobShape, **changes: Any) -> JobShape:
+    return dataclasses.replace(s, **changes)

@@ -1,0 +1,113 @@
+"""A job's plan as text (what `nemo-lead plan` prints and the start-up check reports) and as JSON (`--json`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .fixes import Fix
+from .job import GIB, JobPlan
+from .parameters import parameter_count
+from .timing import DECODE_BANDWIDTH_FRACTION, EAGER_HOST_S_PER_LAYER, HOST_LINK_FRACTION, update_fraction
+
+COMPONENTS = ("weights", "grads", "optimizer", "activations", "logits", "kv_cache")
+
+
+def _gib(n: int) -> str:
+    return f"{n / GIB:.2f}"
+
+
+def over_budget(plan: JobPlan) -> list[str]:
+    """"update: 5.8 GiB over (activations 45.3 GiB, ...)" per phase that does not fit, largest parts first."""
+    out = []
+    for phase, parts in plan.phases.items():
+        if plan.left(phase) < 0:
+            top = sorted(((v, k) for k, v in parts.items() if v), reverse=True)[:3]
+            out.append(f"{phase}: {-plan.left(phase) / GIB:.1f} GiB over "
+                       f"({', '.join(f'{k} {v / GIB:.1f} GiB' for v, k in top)})")
+    return out
+
+
+def overrides(changes: dict[str, Any], prefix: str = "") -> str:
+    def value(v: Any) -> str:
+        return str(v).lower() if isinstance(v, bool) else str(v)
+
+    return " ".join(f"{prefix}{k}={value(v)}" for k, v in changes.items())
+
+
+def describe(name: str, plan: JobPlan, fixes: list[Fix], prefix: str = "") -> str:
+    """The plan's table, whether it fits, the step time and the ranked fixes (`prefix`: for override keys,
+    e.g. "stages.stage1.")."""
+    s = plan.shape
+    a = s.arch
+    lines = [f"{name} ({s.kind}): {a.family} {a.num_layers} layers, hidden {a.hidden_size}, "
+             f"{parameter_count(a, s.vocab_divisible_by) / 1e9:.1f}B parameters, {s.precision}; {s.gpus} x {plan.gpu.name} "
+             f"({plan.memory_bytes / GIB:.1f} GiB, {(plan.memory_bytes - plan.usable_bytes) / GIB:.1f} reserved); "
+             f"tp {s.tp} pp {s.pp} dp {s.dp}",
+             f"  micro-batches: {plan.microbatches} per DP rank of <= {plan.tokens_per_microbatch:,} tokens"
+             + (f"; engine: {plan.engine_rows} sequences at once of {s.prompt_tokens:,} + {s.max_tokens:,} tokens"
+                if s.kind == "rl" else "")]
+    phases = list(plan.phases)
+    lines.append("  GiB per GPU".ljust(26) + "".join(p.rjust(12) for p in phases))
+    for c in COMPONENTS:
+        if any(c in plan.phases[p] for p in phases):
+            lines.append(f"    {c}".ljust(26) + "".join(
+                (_gib(plan.phases[p][c]) if c in plan.phases[p] else "-").rjust(12) for p in phases))
+    lines.append("    total".ljust(26) + "".join(_gib(plan.total(p)).rjust(12) for p in phases))
+    lines.append("    left".ljust(26) + "".join(_gib(plan.left(p)).rjust(12) for p in phases))
+    lines.append("    pipeline stage".ljust(26) + "".join(str(plan.stages[p]).rjust(12) for p in phases))
+    if s.kind == "rl" and s.engine != "megatron":
+        lines.append(f"  (engine.kind={s.engine}: the generation column counts the megatron engine's cache; "
+                     "TensorRT-LLM keeps its own weights and takes engine.trtllm.kv_cache_fraction of the free memory)")
+    lines.append("  fits: yes" if plan.fits else "  fits: NO - " + "; ".join(over_budget(plan)))
+    if plan.time is not None and s.kind == "sft":
+        lines.append(f"  step (estimate): update {plan.time.update:,.0f} s")
+    elif plan.time is not None:
+        t = plan.time
+        lines.append(f"  step (estimate): generation {t.generation:,.0f} s + update {t.update:,.0f} s + "
+                     f"refit/offload {t.refit:,.0f} s = {t.total:,.0f} s")
+    if not plan.fits:
+        if not fixes:
+            lines.append("  no change of the settings searched makes it fit: more GPUs, or GPUs with more memory")
+        else:
+            lines.append("  to fit (ranked: fewest changes, then the shortest step):")
+            for i, f in enumerate(fixes, 1):
+                p = f.plan
+                step = f", step {p.time.total:,.0f} s" if p.time is not None else ""
+                lines.append(f"    {i}. {overrides(f.changes, prefix)}  ->  "
+                             + ", ".join(f"{ph} {p.total(ph) / GIB:.1f}" for ph in p.phases) + f" GiB{step}")
+    return "\n".join(lines)
+
+
+def _phases(plan: JobPlan) -> dict[str, Any]:
+    return {
+        "layout": {"tp": plan.shape.tp, "pp": plan.shape.pp, "dp": plan.shape.dp},
+        "fits": plan.fits,
+        "per_gpu_bytes": {p: {**parts, "total": plan.total(p)} for p, parts in plan.phases.items()},
+        "left_bytes": {p: plan.left(p) for p in plan.phases},
+        "step_seconds": None if plan.time is None else {
+            "generation": plan.time.generation, "update": plan.time.update, "refit": plan.time.refit,
+            "total": plan.time.total},
+    }
+
+
+def as_json(name: str, plan: JobPlan, fixes: list[Fix]) -> dict[str, Any]:
+    """The same numbers as `describe`, with the assumptions and efficiencies named."""
+    s = plan.shape
+    best = fixes[0] if fixes else None
+    return {
+        "stage": name, "kind": s.kind, "gpus": s.gpus, "gpu": plan.gpu.name,
+        **_phases(plan),
+        "gpu_memory_bytes": plan.memory_bytes, "usable_bytes": plan.usable_bytes,
+        "pipeline_stage": dict(plan.stages), "microbatches": plan.microbatches,
+        "tokens_per_microbatch": plan.tokens_per_microbatch, "engine_rows": plan.engine_rows,
+        "parameters": parameter_count(s.arch, s.vocab_divisible_by),
+        "assumptions": {"prompt_tokens": s.prompt_tokens, "max_tokens": s.max_tokens,
+                        "response_fraction": s.response_fraction, "longest_sequence": s.longest},
+        "efficiencies": {"update_fraction_of_peak": update_fraction(plan.tokens_per_microbatch),
+                         "decode_fraction_of_bandwidth": DECODE_BANDWIDTH_FRACTION,
+                         "eager_decode_host_seconds_per_layer": EAGER_HOST_S_PER_LAYER,
+                         "host_link_fraction": HOST_LINK_FRACTION, "source": "bench/RESULTS.md, H200, 2026-11-30"},
+        "fixes": [{"changes": f.changes, **_phases(f.plan)} for f in fixes],
+        "recommended": {"changes": {}, **_phases(plan)} if plan.fits or best is None
+        else {"changes": best.changes, **_phases(best.plan)},
+    }

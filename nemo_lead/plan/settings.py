@@ -1,0 +1,56 @@
+"""`PlanSettings`: the `plan` section of `nemo-lead sft / rl / run / submit` and the settings of `nemo-lead plan`.
+
+Every field is optional: None takes the default named in its comment, so that one section can be laid over
+another (`nemo-lead run ... plan.check=warn` over each stage's own `plan`: `merged`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Optional
+
+PLAN_CHECKS = ("error", "warn", "off")
+DEFAULTS = {"reserve_gb": 3.0, "prompt_tokens": 1024, "response_fraction": 1.0}
+
+
+@dataclass
+class PlanSettings:
+    # before a job starts on GPUs: error (a layout that cannot fit stops it, naming what to change) | warn
+    # (says so and starts) | off. None: error on GPUs; jobs on CPUs are not checked (no GPU memory to plan)
+    check: Optional[str] = None
+    gpu: Optional[str] = None  # h100 | h200 | a100 | a100-40 | b200; None: the device the job finds
+    gpu_memory_gb: Optional[float] = None  # GiB per GPU; None: the GPU's
+    reserve_gb: Optional[float] = None  # GiB per GPU not for tensors (CUDA context, NCCL, allocator); None: 3
+    prompt_tokens: Optional[int] = None  # RL: the longest prompt, in tokens (the data is not read); None: 1024
+    response_fraction: Optional[float] = None  # RL step time: mean response / max_tokens (memory: max); None: 1
+
+    def __post_init__(self) -> None:
+        if self.check in ("False", "false"):  # YAML reads a bare `off` (plan.check=off) as false
+            self.check = "off"
+        if self.check is not None and self.check not in PLAN_CHECKS:
+            raise ValueError(f"plan.check must be one of {', '.join(PLAN_CHECKS)}, got {self.check!r}")
+        for key in ("gpu_memory_gb", "prompt_tokens", "response_fraction"):
+            value = getattr(self, key)
+            if value is not None and value <= 0:
+                raise ValueError(f"plan.{key} must be > 0, got {value}")
+        if self.reserve_gb is not None and self.reserve_gb < 0:
+            raise ValueError(f"plan.reserve_gb must be >= 0, got {self.reserve_gb}")
+        if self.response_fraction is not None and self.response_fraction > 1:
+            raise ValueError(f"plan.response_fraction must be <= 1 (a share of max_tokens), got {self.response_fraction}")
+        if self.gpu is not None:
+            from .timing import gpu_named
+
+            gpu_named(self.gpu)
+
+    def merged(self, over: PlanSettings | None) -> PlanSettings:
+        """These settings with the fields `over` sets (not None) replaced."""
+        if over is None:
+            return self
+        return dataclasses.replace(self, **{f.name: getattr(over, f.name) for f in dataclasses.fields(self)
+                                            if getattr(over, f.name) is not None})
+
+    def value(self, key: str):
+        """A field, or its default when None."""
+        v = getattr(self, key)
+        return DEFAULTS.get(key) if v is None else v
