@@ -98,3 +98,38 @@ def forward_final_hidden(model: Any, gpt: Any, *args: Any) -> Any:
         return model(*args)
     finally:
         gpt.post_process = post_process
+
+
+_LR_KEYS = ("max_lr", "min_lr")
+
+
+def saved_param_groups_take_current_lrs(optimizer: Any, state: Any) -> None:
+    """Set the `max_lr` / `min_lr` of every parameter group in a loaded optimizer state `state` (any nesting:
+    chained, float16 or distributed optimizer) to the current optimizer's, in place, before
+    `optimizer.load_state_dict(state)`.
+
+    megatron-core 0.19 pairs saved and current parameter groups by an identifier that includes `max_lr` and
+    `min_lr` (0.16 pairs them by `wd_mult`, `lr_mult`, `is_expert_parallel`, `is_decoupled_lr` only), so a
+    run continued with a new learning rate (`--allow-change actor.optim.lr`) finds no saved group to pair
+    with. The learning rates are the configuration's on resume anyway (`load_actor_state` sets them back to
+    the scheduler's); nemo-lead's groups all share one learning-rate pair, which is what is written here.
+    With several pairs among the current groups nothing is changed (megatron pairs them as it would)."""
+    current = {tuple(g.get(k) for k in _LR_KEYS) for g in optimizer.param_groups}
+    if len(current) != 1:
+        return
+    values = dict(zip(_LR_KEYS, current.pop()))
+
+    def visit(node: Any) -> None:
+        if isinstance(node, dict):
+            for key, value in node.items():
+                if key == "param_groups" and isinstance(value, list):
+                    for group in value:
+                        if isinstance(group, dict):
+                            group.update({k: v for k, v in values.items() if k in group})
+                else:
+                    visit(value)
+        elif isinstance(node, list | tuple):
+            for item in node:
+                visit(item)
+
+    visit(state)

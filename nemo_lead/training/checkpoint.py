@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from nemo_lead.megatron_compat import saved_param_groups_take_current_lrs
 from nemo_lead.models.checkpoint import (
     dist_barrier,
     dist_rank,
@@ -186,6 +187,7 @@ def load_train_state(path: str | Path, model, optimizer=None, *, scheduler=None,
         sharded = {"optimizer": optimizer.sharded_state_dict(gpt.sharded_state_dict(), is_loading=True,
                                                              metadata=_OPTIM_METADATA)}
         state = dist_checkpointing.load(sharded, str(path / "optim"))["optimizer"]
+        saved_param_groups_take_current_lrs(optimizer, state)
         with torch.no_grad():  # the distributed optimizer copies into views of parameters
             optimizer.load_state_dict(state)
         _restore_adam_steps(optimizer, state)
