@@ -69,6 +69,13 @@ def generator_version(step: int, start: int, k: int) -> int:
     return max(start, step - k - 1)
 
 
+def last_batch_made(stopped_after: int, start: int, steps: int, k: int) -> int:
+    """The last batch the generators make when the trainers stop after step `stopped_after`: the newest
+    weights they were sent sample up to k + 1 batches ahead (never past `steps`)."""
+    last_sent = max(start, min(stopped_after, steps - k - 1))
+    return min(steps, last_sent + k + 1)
+
+
 @dataclass
 class Link:
     """This rank's side of the split layout (`join_split`) and, once its parallel state exists, its peer."""
@@ -157,9 +164,8 @@ class SplitQueue(BatchQueue):
     def close(self) -> None:
         """After the last step (or a stop after step t): drop the batches the generators still make with the
         weights they hold, tell them to stop where they would wait for more, wait for every send, end."""
-        t, steps, k = self.s.run.step, self.s.cfg.steps, self.k
-        last_sent = max(self.start, min(t, steps - k - 1))
-        made = min(steps, last_sent + k + 1)  # the last batch the generators can make with it
+        t, steps = self.s.run.step, self.s.cfg.steps
+        made = last_batch_made(t, self.start, steps, self.k)
         while self.next_step <= made:
             self._receive(self.s, self.next_step)
             self.next_step += 1
