@@ -196,24 +196,15 @@ def _cli(data, out: Path, extra=()) -> list[str]:
     return ["rl", *_overrides(data, out, [*extra, "progress=lines"])]  # lines: "resuming from" is printed
 
 
-def test_a_lagged_serial_run_resumes_exactly_after_kill(data, serial, tmp_path):
+@pytest.mark.parametrize("k, split", [(2, False), (1, True)])
+def test_a_lagged_run_resumes_exactly_after_kill(data, serial, tmp_path, k, split):
     out = tmp_path / "killed"
-    args = _cli(data, out, _lag(2))
-    _interrupt(args, out, after_lines=3)
+    args = _cli(data, out, [*_lag(k), *(["rollout.generator_ranks=1"] if split else [])])
+    _interrupt(args, out, after_lines=3)  # in step 4: the checkpoint of step 2 (holding B_3 .. B_(2+k)) is complete
     assert len(_rows(out, "metrics.jsonl")) < STEPS
     res = _run(args)
     assert res.returncode == 0 and "resuming from" in res.stderr, res.stderr
-    _assert_same_run(serial(2), out)
-
-
-def test_a_split_run_resumes_exactly_after_kill(data, serial, tmp_path):
-    out = tmp_path / "killed"
-    args = _cli(data, out, [*_lag(1), "rollout.generator_ranks=1"])
-    _interrupt(args, out, after_lines=3)  # in step 4: the checkpoint of step 2 (holding B_3) is complete
-    assert len(_rows(out, "metrics.jsonl")) < STEPS
-    res = _run(args)
-    assert res.returncode == 0 and "resuming from" in res.stderr, res.stderr
-    _assert_same_run(serial(1), out)
+    _assert_same_run(serial(k), out)
 
 
 def test_sigterm_stops_a_split_run_at_a_step_and_the_rerun_completes_it(data, serial, tmp_path):
