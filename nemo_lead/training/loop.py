@@ -4,8 +4,9 @@ checkpoint, stop on a signal, stop on a non-finite number, finish.
     run = start_run(cfg, "rl")                      # every rank; resumes from RUN/checkpoints when there are any
     while run.step < cfg.steps:
         ...one step...; run.step += 1
-        if end_of_step(run, loop_state(), saving_due): break      # checkpoint when due, or on a stop signal
-    finish_run(run, loop_state())                   # final checkpoint, done.json
+        if end_of_step(run, loop_state): break      # checkpoint when due, or on a stop signal (loop_state: a
+                                                    # dict, or a function called only when a save is due)
+    finish_run(run, loop_state)                     # final checkpoint, done.json
 
 A resumed run gets back the actor's weights, optimizer, learning-rate schedule and every rank's RNG
 streams (`nemo_lead.training.checkpoint`), and the loop's own state (`Run.loop_state`: data position,
