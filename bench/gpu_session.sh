@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Every check that needs a GPU, in one call: GPU time comes in short allotments, so one prepared script runs
 # the actor MFU sweep (bench/actor_bench.py --gpu), the GPU tests (tests/gpu), the rollout decode
-# benchmark (bench/rollout_bench.py --gpu), one RL step at the 1.5B shape (bench/rl_step_bench.py --gpu) and
+# benchmark (bench/rollout_bench.py --gpu), one RL step at the 1.5B shape (bench/rl_step_bench.py --gpu),
 # the memory plan against the device's allocations (bench/plan_check.py --gpu: static memory, update and
 # generation peaks, offload) and the lag-1 split layout at the 1.5B shape against the synchronous loop
 # (bench/lag_bench.py --gpu), each under its own time limit, and collects the logs, one

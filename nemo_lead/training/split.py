@@ -36,6 +36,7 @@ Stop signals reach every rank; generators ignore them (the trainers decide, at a
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections import deque
 from dataclasses import dataclass
@@ -179,9 +180,11 @@ class SplitQueue(BatchQueue):
 # ----------------------------------------------------------------------------- generator side
 @dataclass
 class GeneratorRun:
-    """The part of `loop.Run` the sampling phases read on a generator rank."""
+    """The part of `loop.Run` the sampling phases read on a generator rank (no actor: no optimizer state to
+    offload during generation)."""
 
     cfg: Any
+    actor: Any = None
 
 
 def _generator_model(cfg: Any, source: Any, info: Any):
@@ -217,6 +220,7 @@ def generator_job(cfg: Any, link: Link) -> None:
     from .rl import RLState, rollout_context
 
     cfg, source = resolve_model(cfg)
+    cfg = dataclasses.replace(cfg, actor=dataclasses.replace(cfg.actor, offload_during_generation=False))
     stop = install_stop_handlers()  # the trainers stop the run; a signal must not kill this rank meanwhile
     info = init_parallel(cfg.actor.tp, cfg.actor.pp, seed=cfg.seed, model_config=source.hf_config)
     ctx = None
