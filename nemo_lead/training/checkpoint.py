@@ -123,12 +123,14 @@ def save_train_state(
     scheduler=None,
     tokenizer_dir: str | Path | None = None,
     extra_meta: dict[str, Any] | None = None,
+    extra_parts: Mapping[str, Any] | None = None,
 ) -> Path:
     """Collective: a complete training checkpoint in `path` (atomically): the model, megatron's optimizer
     state, every rank's RNG states, `loop_state` (JSON-able: consumed samples, data-iterator position, ...)
     as meta.json["loop"] and the learning-rate scheduler's state (megatron's OptimizerParamScheduler, if
-    given) as meta.json["scheduler"]. `model` may be DDP-wrapped. Take it between optimizer steps (the
-    gradients are not saved)."""
+    given) as meta.json["scheduler"]; `extra_parts`: more parts, name -> writer(folder), called on every rank
+    (`nemo_lead.models.checkpoint.save_checkpoint`). `model` may be DDP-wrapped. Take it between optimizer
+    steps (the gradients are not saved)."""
     from megatron.core import dist_checkpointing
 
     from nemo_lead.models import unwrap_model
@@ -152,7 +154,7 @@ def save_train_state(
             "scheduler": scheduler.state_dict() if scheduler is not None else None,
             "distributed_optimizer": _is_distributed(optimizer), **(extra_meta or {})}
     return save_checkpoint(path, gpt, step=step, tokenizer_dir=tokenizer_dir, extra_meta=meta,
-                           extra_parts={"optim": write_optimizer, "rng": write_rng})
+                           extra_parts={"optim": write_optimizer, "rng": write_rng, **(extra_parts or {})})
 
 
 def load_train_state(path: str | Path, model, optimizer=None, *, scheduler=None, load_rng: bool = True) -> dict[str, Any]:
@@ -210,9 +212,11 @@ def save_actor_state(
     tokenizer_dir: str | Path | None = None,
     extra_meta: dict[str, Any] | None = None,
     weights_only: bool = False,
+    extra_parts: Mapping[str, Any] | None = None,
 ) -> Path:
     """Collective: the actor's full training state (model, optimizer, LR schedule, RNG) and the caller's
-    `loop_state` as one atomic checkpoint folder (`nemo_lead.training.checkpoint.save_train_state`).
+    `loop_state` as one atomic checkpoint folder (`nemo_lead.training.checkpoint.save_train_state`), with
+    the caller's `extra_parts` (name -> writer(folder), every rank; full checkpoints only).
 
     `weights_only`: the model part, tokenizer and meta.json (with the loop state) alone, without the optimizer
     and RNG states: about a third of a full fp32 checkpoint (Adam keeps two moments per weight), a seventh
@@ -222,7 +226,8 @@ def save_actor_state(
         return save_checkpoint(path, actor.model, step=step, tokenizer_dir=tokenizer_dir,
                                extra_meta={"loop": dict(loop_state or {}), **(extra_meta or {})})
     return save_train_state(path, actor.model, actor.optimizer, step=step, loop_state=loop_state,
-                            scheduler=actor.scheduler, tokenizer_dir=tokenizer_dir, extra_meta=extra_meta)
+                            scheduler=actor.scheduler, tokenizer_dir=tokenizer_dir, extra_meta=extra_meta,
+                            extra_parts=extra_parts)
 
 
 def is_training_checkpoint(path: str | Path) -> bool:

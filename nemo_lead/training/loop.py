@@ -4,8 +4,9 @@ checkpoint, stop on a signal, stop on a non-finite number, finish.
     run = start_run(cfg, "rl")                      # every rank; resumes from RUN/checkpoints when there are any
     while run.step < cfg.steps:
         ...one step...; run.step += 1
-        if end_of_step(run, loop_state(), saving_due): break      # checkpoint when due, or on a stop signal
-    finish_run(run, loop_state())                   # final checkpoint, done.json
+        if end_of_step(run, loop_state): break      # checkpoint when due, or on a stop signal (loop_state: a
+                                                    # dict, or a function called only when a save is due)
+    finish_run(run, loop_state)                     # final checkpoint, done.json
 
 A resumed run gets back the actor's weights, optimizer, learning-rate schedule and every rank's RNG
 streams (`nemo_lead.training.checkpoint`), and the loop's own state (`Run.loop_state`: data position,
@@ -20,9 +21,10 @@ import json
 import math
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Union
 
 from nemo_lead.data import prompt_settings, resolve_prompt
 from nemo_lead.data.traces import check_vocab_covers
@@ -38,6 +40,8 @@ from nemo_lead.quiet import backend_note, hide_import_noise
 from .actor import build_actor
 from .checkpoint import load_actor_state, resume_point, save_actor_state
 from .run_folder import RunFolder
+
+LoopState = Union[dict[str, Any], Callable[[], dict[str, Any]]]  # or a function giving it, called when a save is due
 
 
 class NonFiniteError(JobError):
@@ -59,6 +63,9 @@ class Run:
     last_saved: int = -1
     last_saved_at: float = dataclasses.field(default_factory=time.monotonic)  # or the run's start
     total_steps: int = 0
+    resumed_from: Path | None = None  # the checkpoint this run continued from (None: a fresh start)
+    # more checkpoint parts the loop writes: name -> writer(folder), called on every rank at each full save
+    parts: dict[str, Callable[[Path], None]] = dataclasses.field(default_factory=dict)
 
     @property
     def is_writer(self) -> bool:
@@ -156,21 +163,23 @@ def start_run(cfg: Any, name: str, total_steps: int, log_names: tuple[str, ...] 
     progress.restart_at(step)
     return Run(cfg=cfg, name=name, info=info, actor=actor, folder=folder, tokenizer=tokenizer, tokenizer_dir=tok_dir,
                stop=stop, progress=progress, step=step, loop_state=loop_state,
-               last_saved=step if weights_only else -1, total_steps=total_steps)
+               last_saved=step if weights_only else -1, total_steps=total_steps, resumed_from=latest)
 
 
 def _final_weights_only(run: Run) -> bool:
     return getattr(run.cfg, "final_checkpoint", "full") == "weights" and run.step >= run.total_steps
 
 
-def save(run: Run, loop_state: dict[str, Any], weights_only: bool = False) -> Path:
+def save(run: Run, loop_state: LoopState, weights_only: bool = False) -> Path:
     """Collective: checkpoint the run at its current step (atomic), then keep the newest `keep_last`.
-    `weights_only`: the model and tokenizer without the optimizer and RNG states (not resumable)."""
-
+    `weights_only`: the model and tokenizer without the optimizer and RNG states (not resumable), and without
+    `run.parts`."""
     path = checkpoint_dir(run.cfg.out, run.step)
+    loop_state = loop_state() if callable(loop_state) else loop_state
     # the prompt format goes along: `nemo-lead eval` of the checkpoint uses it (nemo_lead.eval.runner)
     save_actor_state(run.actor, path, step=run.step, loop_state=loop_state, tokenizer_dir=run.tokenizer_dir,
-                     extra_meta={"prompt": prompt_settings(run.cfg.prompt)}, weights_only=weights_only)
+                     extra_meta={"prompt": prompt_settings(run.cfg.prompt)}, weights_only=weights_only,
+                     extra_parts=None if weights_only else run.parts)
     run.folder.prune_checkpoints(run.cfg.keep_last)
     run.last_saved = run.step
     run.last_saved_at = time.monotonic()
@@ -200,7 +209,7 @@ def _save_due(run: Run) -> bool:
     return bool(_on_writer_then_share(run.info, lambda: time.monotonic() - run.last_saved_at >= 60 * minutes))
 
 
-def end_of_step(run: Run, loop_state: dict[str, Any]) -> bool:
+def end_of_step(run: Run, loop_state: LoopState) -> bool:
     """Collective, after each step: checkpoint when due (`_save_due`), and on a stop signal (then True: the
     loop must return; a SIGUSR1 under SLURM also requeues the job)."""
     if _save_due(run) and not _final_weights_only(run):  # finish_run writes that one
@@ -219,7 +228,7 @@ def end_of_step(run: Run, loop_state: dict[str, Any]) -> bool:
     return False
 
 
-def finish_run(run: Run, loop_state: dict[str, Any], stopped: bool) -> None:
+def finish_run(run: Run, loop_state: LoopState, stopped: bool) -> None:
     """Collective: the final checkpoint and done.json (unless the loop was stopped early), then clean up."""
     try:
         if not stopped:

@@ -4,7 +4,9 @@
 
 One step (`rl_step`), each phase a function of its own:
 
-    1. prompts          the next `prompts_per_step` problems of a seeded per-epoch shuffle (resumable)
+    1. prompts          the next `prompts_per_step` problems of a seeded per-epoch shuffle (resumable); with
+                        `rollout.lag=k` steps 1-5 ran k steps earlier, with older weights (`lag.py`), or
+                        on generator ranks (`rollout.generator_ranks`, `split.py`)
     2. generate         the rollout engine samples `rollout.n` responses per prompt
     3. verify           MathVerifier grades them (worker processes with deadlines; stage 2 also checks
                         repetition): an outcome per response (correct / wrong / truncated / repetition)
@@ -18,9 +20,11 @@ One step (`rl_step`), each phase a function of its own:
                         with one optimizer step on the fresh samples (the paper's setting) they come from
                         the update's own forward pass (`old_logprobs=auto`), else from a pass of their own.
                         The engine's are kept for the train/inference mismatch metric and, when
-                        `lead.rollout_correction` is on, its importance weights
+                        `lead.rollout_correction` is on, its importance weights (with a lag: decoupled
+                        PPO, the ratio against these proximal log-probs, weighted by pi_prox / mu)
     8. update           `ppo_epochs` x `minibatches` clipped policy-gradient steps (the paper: one)
-    9. refit            the engine takes the new weights (free for the megatron engine: it runs on them)
+    9. refit            the engine takes the new weights (free for the megatron engine: it runs on them);
+                        split layout: the generators are sent them
    10. metrics          metrics.jsonl + TensorBoard, per-problem stats, the step's rollouts
    11. checkpoint       every `save_every` steps, at the end, and on SIGTERM / SIGUSR1 / SIGINT
 
@@ -53,6 +57,7 @@ from nemo_lead.eval.metrics import CONS_AT_K, MEAN_LENGTH, PASS_AT_1, cons_at_k,
 from nemo_lead.generation import SamplingParams
 from nemo_lead.parallel.local import run_command
 
+from .lag import PART, BatchQueue, lag_metrics, restored_batches
 from .loop import (
     abort_run,
     check_finite,
@@ -99,13 +104,15 @@ class RLState:
     val_problems: list
     end_tokens: list[int] = field(default_factory=list)  # stop tokens: nemo_lead.models.end_token_ids
     no_signal: NoSignalWarnings = field(default_factory=NoSignalWarnings)  # warns when steps cannot learn
+    batches: Any = None  # where each step's rollouts come from: lag.BatchQueue (or split.py's)
 
     @property
     def cfg(self) -> RLConfig:
         return self.run.cfg
 
     def loop_state(self) -> dict[str, Any]:
-        return {"data": self.order.state_dict()}
+        lag = self.batches.loop_state(self)  # first: the checkpoint's batches may still be due (lag.py)
+        return {"data": self.order.state_dict(), **lag}
 
 
 def _seed(*parts: int) -> int:
@@ -183,8 +190,9 @@ def assign_advantages(s: RLState, selected: list[Group], seen: list[Group]) -> N
 
 def old_logprobs_from_update(cfg: RLConfig) -> bool:
     """True when the update is one optimizer step on the samples just drawn from the current weights: the
-    old log-probs are then the update's own log-probs, and a forward pass of their own would only repeat it."""
-    return cfg.old_logprobs == "auto" and cfg.ppo_epochs == 1 and cfg.minibatches == 1
+    old log-probs are then the update's own log-probs, and a forward pass of their own would only repeat it.
+    Never with `rollout.lag`: the samples come from older weights, the proximal policy needs its own pass."""
+    return cfg.old_logprobs == "auto" and cfg.ppo_epochs == 1 and cfg.minibatches == 1 and cfg.rollout.lag == 0
 
 
 def old_logprobs(s: RLState, batch, engine_logp: list) -> tuple[Any, dict[str, float]]:
@@ -257,10 +265,12 @@ def rl_step(s: RLState, step: int) -> dict[str, Any]:
     """One GRPO-LEAD step (see the module docstring); returns its metrics line."""
     t_step = time.monotonic()
     times = {k: 0.0 for k in ("time/generate", "time/verify", "time/logprobs", "time/train", "time/refit")}
-    seen, selected, rounds = select_groups(s, step, times)               # 1-5: prompts .. filter
+    sampled = s.batches.take(s, step)                                     # 1-5: prompts .. filter (lag.py)
+    seen, selected, rounds = sampled.seen, sampled.selected, sampled.rounds
+    times.update(sampled.times)
     assign_advantages(s, selected, seen)                                  # 6: advantages
     batch, engine_logp = training_batch(selected)
-    metrics = step_metrics(step, seen, selected, rounds)
+    metrics = {**step_metrics(step, seen, selected, rounds), **lag_metrics(sampled, step, s.cfg.rollout.lag)}
     if batch is None:  # the same keys as an update's, empty: every line of metrics.jsonl has every key
         metrics.update(skipped=1, **dict.fromkeys(update_keys(s.cfg)),
                        lr=float(s.run.actor.optimizer.param_groups[0]["lr"]))
@@ -276,6 +286,7 @@ def rl_step(s: RLState, step: int) -> dict[str, Any]:
         refit(s)                                                          # 9: refit
         times["time/refit"] = time.monotonic() - t0
         metrics.update({"skipped": 0, **dict.fromkeys(update_keys(s.cfg)), **update, **logp_metrics})
+    times.update(s.batches.after_update(s, step))                         # split layout: weights to the generators
     seconds = time.monotonic() - t_step
     tokens = sum(sum(g.lengths) for g in seen)  # generated tokens
     metrics.update(times, **{"time/step": seconds, "tokens_per_s": tokens / max(seconds, 1e-9)})
@@ -321,15 +332,41 @@ def _validation_due(s: RLState, step: int, steps: int) -> bool:
 
 
 # ----------------------------------------------------------------------------- the job
-def rl_job(cfg: RLConfig) -> None:
-    """The RL loop on one rank (every rank of the job calls it)."""
-    from nemo_lead.data import load_problems, open_think
+def rollout_context(cfg: RLConfig, source, info, model, tokenizer, tokenizer_dir: str):
+    """(the job's RolloutContext: the engine on `model`, the verifier's worker pool on global rank 0 (the
+    caller closes it), the end tokens): rl_job's, and the split layout's generators'."""
+    from nemo_lead.data import open_think
     from nemo_lead.generation import build_engine, engine_config_for
     from nemo_lead.models import end_token_ids, generation_config_dir
 
-    from .data_order import DataOrder
     from .rollouts import RolloutContext
 
+    verifier = cfg.verify.verifier(cfg.lead.default_answer_region, rule=cfg.lead.outcome_rule) if info.rank == 0 else None
+    try:
+        engine_cfg = engine_config_for(cfg.engine, source)  # trtllm: a HF folder to build from; weights by refit
+        ctx = RolloutContext(info=info, engine=build_engine(engine_cfg, model), tokenizer=tokenizer, prompt_cfg=cfg.prompt,
+                             verifier=verifier, check_repetition=cfg.lead.check_repetition,
+                             think_open=bool(open_think(tokenizer, cfg.prompt)))
+    except BaseException:
+        if verifier is not None:
+            verifier.close()
+        raise
+    return ctx, end_token_ids(tokenizer, [generation_config_dir(source.path), tokenizer_dir])
+
+
+def rl_job(cfg: RLConfig) -> None:
+    """The RL loop on one rank (every rank of the job calls it)."""
+    from nemo_lead.data import load_problems
+
+    from .data_order import DataOrder
+
+    link = None
+    if cfg.rollout.generator_ranks:  # the split layout: this rank trains, or generates (and returns here)
+        from .split import generator_job, join_split
+
+        link = join_split(cfg)
+        if link.is_generator:
+            return generator_job(cfg, link)
     cfg, source = resolve_model(cfg)
     d = cfg.data
     problems = load_problems(d.path, split=d.split, fields=dict(d.fields), limit=d.limit)
@@ -337,23 +374,20 @@ def rl_job(cfg: RLConfig) -> None:
     inputs = {"data.path": content_digest([(p.id, p.problem, p.answer) for p in problems]),
               "validation.data": content_digest([(p.id, p.problem, p.answer) for p in val])}
     run = start_run(cfg, "rl", cfg.steps, LOGS, source=source, inputs=inputs)
-    verifier = None
+    ctx = None
     stopped = False
     try:
-        if run.is_writer:
-            verifier = cfg.verify.verifier(cfg.lead.default_answer_region, rule=cfg.lead.outcome_rule)
-        engine_cfg = engine_config_for(cfg.engine, source)  # trtllm: a HF folder to build from; weights by refit
-        ctx = RolloutContext(info=run.info, engine=build_engine(engine_cfg, run.actor), tokenizer=run.tokenizer,
-                             prompt_cfg=cfg.prompt, verifier=verifier, check_repetition=cfg.lead.check_repetition,
-                             think_open=bool(open_think(run.tokenizer, cfg.prompt)))
+        ctx, ends = rollout_context(cfg, source, run.info, run.actor, run.tokenizer, run.tokenizer_dir)
         if cfg.prompts_per_step > len(problems):
             run.say(f"note: prompts_per_step={cfg.prompts_per_step} is more than the {len(problems)} problems of "
                     f"data.path: every step samples some problems twice (their groups are trained twice)")
         order = DataOrder(len(problems), cfg.seed, shuffle=d.shuffle)
         if run.loop_state.get("data"):
             order.load_state_dict(run.loop_state["data"])
-        ends = end_token_ids(run.tokenizer, [generation_config_dir(source.path), run.tokenizer_dir])
         s = RLState(run=run, ctx=ctx, problems=problems, order=order, val_problems=val, end_tokens=ends)
+        queued = restored_batches(run, cfg.rollout.lag)
+        s.batches = BatchQueue(cfg.rollout.lag, run.step + 1, queued) if link is None else link.trainer_queue(s, queued)
+        run.parts[PART] = s.batches.write_part
         if run.step == 0 and val:
             validate(s, 0)
         while run.step < cfg.steps:
@@ -366,16 +400,17 @@ def rl_job(cfg: RLConfig) -> None:
             run.folder.log_metrics(metrics)
             run.progress.step(run.step, {"reward": f"{metrics['reward/mean']:+.3f}", "acc": f"{metrics['accuracy']:.3f}",
                                          "len": f"{metrics['response_length/mean']:.0f}"})
-            if end_of_step(run, s.loop_state()):
+            if end_of_step(run, s.loop_state):
                 stopped = True
                 break
-        finish_run(run, s.loop_state(), stopped)
+        finish_run(run, s.loop_state, stopped)
+        s.batches.close()
     except BaseException:
         abort_run(run)
         raise
     finally:
-        if verifier is not None:
-            verifier.close()
+        if ctx is not None and ctx.verifier is not None:
+            ctx.verifier.close()
 
 
 def _preflight(cfg: RLConfig) -> None:
@@ -393,5 +428,5 @@ def run_rl(cfg: RLConfig) -> int:
 
     if check_before_start(cfg, "rl"):  # on GPUs: a layout that cannot fit stops here, saying what to change
         return 2
-    ranks = cfg.actor.tp * cfg.actor.pp
+    ranks = cfg.actor.tp * cfg.actor.pp + cfg.rollout.generator_ranks
     return run_command("rl", rl_job, (cfg,), ranks=ranks, preflight=preflight_if_relaunching(ranks, lambda: _preflight(cfg)))

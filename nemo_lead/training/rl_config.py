@@ -39,6 +39,13 @@ class RolloutConfig:
     top_p: float = 1.0  # 1: the actor's log-probs and the sampling distribution are the same
     max_tokens: int = 8192  # response budget (paper: 8k for 7B, 14k for 14B)
     stop_at_eos: bool = True  # the end tokens (tokenizer EOS + generation_config.json eos_token_id) end a response
+    # off-policy by a fixed lag k (nemo_lead.training.lag): step t trains on samples of the weights after step
+    # max(0, t - 1 - k); 0 is the paper's on-policy loop. k > 0 needs lead.rollout_correction (decoupled PPO)
+    lag: int = 0
+    # split layout (nemo_lead.training.split): the last G ranks generate, the others train; G = actor.tp x
+    # actor.pp (one model replica); 0 = every rank trains and generates (colocated). The same run either way
+    generator_ranks: int = 0
+    weight_bucket_mb: float = setting(256.0, resume="free", results=False)  # split: weights sent in buckets of this size
 
 
 @dataclass
@@ -96,10 +103,26 @@ class RLConfig(RunSettings):
             raise ValueError("rollout.temperature must be > 0 (the policy-gradient ratio needs a sampling distribution)")
         if self.old_logprobs not in OLD_LOGPROBS:
             raise ValueError(f"old_logprobs must be one of {list(OLD_LOGPROBS)}, got {self.old_logprobs!r}")
+        self._check_lag()
         if self.lead.rollout_correction.enabled and self.engine.kind == "trtllm" and self.rollout.top_p < 1:
             raise ValueError(f"lead.rollout_correction.mode={self.lead.rollout_correction.mode} needs the engine's "
                              "untruncated log-probs, which engine.kind=trtllm cannot report with rollout.top_p < 1: "
                              "set rollout.top_p=1 or lead.rollout_correction.mode=none")
+
+    def _check_lag(self) -> None:
+        r = self.rollout
+        if r.lag < 0:
+            raise ValueError(f"rollout.lag must be >= 0, got {r.lag}")
+        if r.lag > 0 and not self.lead.rollout_correction.enabled:
+            raise ValueError(f"rollout.lag={r.lag} trains on samples of older weights: set lead.rollout_correction.mode "
+                             "(tis, seq_tis or mis) for decoupled PPO's importance weights pi_prox / mu (NeMo-RL "
+                             "requires its importance-sampling correction for asynchronous GRPO as well)")
+        replica = self.actor.tp * self.actor.pp
+        if r.generator_ranks not in (0, replica):
+            raise ValueError(f"rollout.generator_ranks={r.generator_ranks}: the generators hold one model replica, so "
+                             f"it must be actor.tp x actor.pp = {replica} (or 0: no split)")
+        if not r.weight_bucket_mb > 0:
+            raise ValueError(f"rollout.weight_bucket_mb must be > 0, got {r.weight_bucket_mb}")
 
     @property
     def resolved_answer_region(self) -> str:

@@ -547,7 +547,7 @@ def _advantage_sign_job(model: str) -> tuple[list[float], list[float]]:
     lead = LeadConfig.paper()
 
     class S:  # the slice of RLState these phases read
-        cfg = type("C", (), {"lead": lead, "rollout": type("R", (), {"temperature": 1.0})(), "minibatches": 1,
+        cfg = type("C", (), {"lead": lead, "rollout": type("R", (), {"temperature": 1.0, "lag": 0})(), "minibatches": 1,
                              "ppo_epochs": 1, "old_logprobs": "auto"})()
         run = type("Run", (), {"actor": actor})()
 
