@@ -16,6 +16,8 @@ import importlib
 import json
 import sys
 from dataclasses import dataclass, field
+from importlib.metadata import PackageNotFoundError
+from importlib.metadata import version as package_version
 from pathlib import Path
 
 from .config import ConfigError, load_config, to_yaml
@@ -183,9 +185,6 @@ def _load_attr(spec: str):
 
 
 def version() -> str:
-    from importlib.metadata import PackageNotFoundError
-    from importlib.metadata import version as package_version
-
     try:
         return package_version("nemo-lead")
     except PackageNotFoundError:  # run from a checkout without installing

@@ -25,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import os
+import typing
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
@@ -32,6 +33,8 @@ from typing import Any, TypeVar
 import yaml
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
+
+from .files import write_atomic
 
 T = TypeVar("T")
 
@@ -87,8 +90,6 @@ def setting(default: Any = dataclasses.MISSING, *, default_factory: Any = datacl
 
 
 def _field_type(cls: type, f: dataclasses.Field) -> Any:
-    import typing
-
     try:
         hints = typing.get_type_hints(cls)
     except Exception:  # noqa: BLE001 - unresolvable annotations: fall back to the default's type
@@ -365,6 +366,4 @@ def to_yaml(obj: Any) -> str:
 
 def save_config(obj: Any, path: str | os.PathLike) -> None:
     """Write the resolved configuration atomically (temp file, then rename)."""
-    from .files import write_atomic
-
     write_atomic(path, to_yaml(obj))

@@ -11,8 +11,13 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import inspect
+import multiprocessing as mp
 import os
+from multiprocessing.managers import SyncManager
 from typing import Any
+
+from nemo_lead.procs import die_with_parent
 
 _result_queue_servers: list[Any] = []  # kept alive for the process's lifetime
 
@@ -51,12 +56,7 @@ def checkpoint_results_queue_dies_with_us() -> None:
     tracker, which outlive a rank killed with `kill -9`. The queue set here is the same kind of managed
     queue, served by a process forked from this one that asks for the parent-death signal
     (`nemo_lead.procs.die_with_parent`). Idempotent; call before the first save."""
-    import multiprocessing as mp
-    from multiprocessing.managers import SyncManager
-
     from megatron.core.dist_checkpointing.strategies import filesystem_async
-
-    from nemo_lead.procs import die_with_parent
 
     if getattr(filesystem_async, "_results_queue", None) is not None:
         return
@@ -68,8 +68,6 @@ def checkpoint_results_queue_dies_with_us() -> None:
 
 @functools.cache
 def _takes_output_processor() -> bool:
-    import inspect
-
     from megatron.core.models.gpt import GPTModel
 
     return "output_processor" in inspect.signature(GPTModel.forward).parameters

@@ -11,6 +11,7 @@ any layer may import this module.
 
 from __future__ import annotations
 
+import ctypes
 import os
 import signal
 import sys
@@ -24,8 +25,6 @@ def die_with_parent(parent_pid: int | None = None) -> None:
     parent is already another process (the expected one died first), exit now."""
     if sys.platform.startswith("linux"):
         try:
-            import ctypes
-
             ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
         except (OSError, AttributeError):
             pass

@@ -26,6 +26,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from nemo_lead.verify import extract_answer
+
 from .readers import DataError, read_records
 
 FILES_DIR = Path(__file__).resolve().parent / "files"
@@ -166,8 +168,6 @@ def _answer_from_solution(record: dict, where: str, roles: dict[str, tuple[str, 
     key, solution = first_field(record, roles["solution"])
     if key is None:
         raise DataError(f"{where}: missing field {tried_names(roles['answer'])}")
-    from nemo_lead.verify import extract_answer  # lazy: math-verify is not needed to read answer fields
-
     answer = extract_answer(str(solution), region="all")
     if answer is None or not answer.strip():
         raise DataError(

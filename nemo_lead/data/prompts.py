@@ -38,6 +38,8 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
+from nemo_lead.verify.extract import THINK_OPEN, ends_inside_think
+
 from .problems import Problem
 
 LEAD_INSTRUCTION = "\nLet's think step by step and put the final answer within \\boxed{}"
@@ -177,8 +179,6 @@ def open_think(tokenizer: Any, cfg: PromptConfig | None = None) -> str:
     """The open think block the rendered prompt ends inside (R1-Distill's generation prompt ends with
     `<think>\\n`): its text from `<think>` on, or "" when the prompt opens none. Graders prepend it to a
     response (a response that never closes it has no answer); distilled traces start with it."""
-    from nemo_lead.verify.extract import THINK_OPEN, ends_inside_think
-
     prompt = format_prompt(tokenizer, "x", cfg)
     return prompt[prompt.rfind(THINK_OPEN):] if ends_inside_think(prompt) else ""
 

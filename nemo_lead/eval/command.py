@@ -16,15 +16,16 @@ import os
 import sys
 from pathlib import Path
 
+from nemo_lead.parallel import check_layout, detect_launch, model_shape
+from nemo_lead.parallel.local import run_command
+
 from .config import EvalConfig
+from .report import compare_markdown
+from .runner import check_prompt_lengths, eval_rank, prepare
+from .store import SampleStore
 
 
 def _preflight(cfg: EvalConfig) -> None:
-    from nemo_lead.parallel import check_layout, detect_launch, model_shape
-
-    from .runner import check_prompt_lengths, prepare
-    from .store import SampleStore
-
     prep = prepare(cfg)
     launch = detect_launch(os.environ)
     check_layout(max(launch.world_size, cfg.tp * cfg.pp), cfg.tp, cfg.pp, **model_shape(prep.source.hf_config))
@@ -34,8 +35,6 @@ def _preflight(cfg: EvalConfig) -> None:
 
 
 def run_compare(runs: list[str], out: str | None) -> int:
-    from .report import compare_markdown
-
     try:
         text = compare_markdown(runs)
     except (ValueError, OSError) as e:
@@ -51,8 +50,4 @@ def run_eval(cfg: EvalConfig) -> int:
     """CLI runner: `--compare` prints the table of finished runs; otherwise evaluate (see the module doc)."""
     if cfg.compare:
         return run_compare(list(cfg.compare), cfg.out)
-    from nemo_lead.parallel.local import run_command
-
-    from .runner import eval_rank
-
     return run_command("eval", eval_rank, (cfg,), ranks=cfg.tp * cfg.pp, preflight=lambda: _preflight(cfg))

@@ -30,7 +30,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import torch.distributed as dist
+
 from nemo_lead.algorithms import outcome_label
+from nemo_lead.config import save_config
 from nemo_lead.data import (
     Problem,
     PromptConfig,
@@ -39,9 +42,12 @@ from nemo_lead.data import (
     prompt_token_ids,
     resolve_prompt,
 )
-from nemo_lead.generation import SamplingParams
-from nemo_lead.models.policy import with_end_tokens
+from nemo_lead.generation import SamplingParams, build_engine, engine_config_for
+from nemo_lead.models import load_tokenizer
+from nemo_lead.models.policy import load_policy, with_end_tokens
 from nemo_lead.models.source import ModelSource, model_source, resolve_precision
+from nemo_lead.parallel import destroy_parallel, init_parallel
+from nemo_lead.progress import LoopProgress
 from nemo_lead.verify.extract import THINK_OPEN
 
 from .config import ANSWER_REGION, EvalConfig, budget_points, dataset_specs, default_out
@@ -68,8 +74,6 @@ class Prepared:
 
 def prepare(cfg: EvalConfig) -> Prepared:
     """Read the model's description, tokenizer and datasets; raise on anything bad (no torch needed)."""
-    from nemo_lead.models import load_tokenizer
-
     source = model_source(cfg.model, cfg.tokenizer)
     if source.kind == "preset":
         raise ValueError(f"--model {cfg.model}: a model preset has random weights; evaluate a HF folder or a checkpoint")
@@ -155,8 +159,6 @@ class EvalProgress:
     (`nemo_lead.progress`: a bar, log lines, or nothing); only the writer rank shows anything."""
 
     def __init__(self, cfg: EvalConfig, total_samples: int, total_chunks: int, active: bool):
-        from nemo_lead.progress import LoopProgress
-
         self.shown = LoopProgress("eval", total_chunks, mode=cfg.progress, active=active, unit="chunk")
         self.total = total_samples
         self.done = self.chunks_done = self.tokens = 0
@@ -183,8 +185,6 @@ class EvalProgress:
 
 # ----------------------------------------------------------------------------- distributed plumbing
 def _broadcast(value: Any) -> Any:
-    import torch.distributed as dist
-
     box = [value]
     dist.broadcast_object_list(box, src=0)
     return box[0]
@@ -192,8 +192,6 @@ def _broadcast(value: Any) -> Any:
 
 def _gather_to_writer(item: Any, info) -> list[Any]:
     """Rank 0: the items of every data-parallel replica (one model-parallel rank of each sends); others: []."""
-    import torch.distributed as dist
-
     if info.dp == 1:
         return [item] if info.rank == 0 else []
     from megatron.core import parallel_state as ps
@@ -207,18 +205,12 @@ def _gather_to_writer(item: Any, info) -> list[Any]:
 # ----------------------------------------------------------------------------- the job
 def eval_rank(cfg: EvalConfig) -> None:
     """The evaluation on one rank (every rank of the job calls it; see the module docstring)."""
-    import torch.distributed as dist
-
-    from nemo_lead.parallel import destroy_parallel, init_parallel
-
     prep = prepare(cfg)
     info = init_parallel(cfg.tp, cfg.pp, model_config=prep.source.hf_config)
     grader = progress = None
     try:
         store = None
         if info.rank == 0:
-            from nemo_lead.config import save_config
-
             store = SampleStore.open(prep.out, prep.settings, write=True, problems=prep.datasets)
             save_config(cfg, prep.out / "config.yaml")
         n = prep.params.n
@@ -248,9 +240,6 @@ def eval_rank(cfg: EvalConfig) -> None:
 
 
 def _generate_pending(cfg, prep: Prepared, info, pending: list[int], store, grader, progress: EvalProgress) -> None:
-    from nemo_lead.generation import build_engine, engine_config_for
-    from nemo_lead.models.policy import load_policy
-
     engine = build_engine(engine_config_for(cfg.engine, prep.source), load_policy(prep.source, info, prep.precision))
     for start in range(0, len(pending), info.dp):
         batch = pending[start:start + info.dp]  # one chunk per data-parallel replica

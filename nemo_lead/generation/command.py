@@ -20,9 +20,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
+import torch.distributed as dist
+
+from nemo_lead.models import load_tokenizer
+from nemo_lead.models.policy import load_policy, with_end_tokens
+from nemo_lead.models.source import PRECISION_CHOICES, model_source, resolve_precision
+from nemo_lead.parallel import destroy_parallel, init_parallel
+from nemo_lead.parallel.local import run_command
 from nemo_lead.progress import LoopProgress, check_progress_mode
 
-from .engine import EngineConfig
+from .engine import EngineConfig, build_engine
 from .params import SamplingParams
 
 
@@ -50,8 +57,6 @@ class GenerateConfig:
             raise ValueError("give prompts (prompts='[\"text\", ...]') or prompts_file (--prompts-file F)")
         if self.tp < 1 or self.pp < 1:
             raise ValueError("tp and pp must be >= 1")
-        from nemo_lead.models.source import PRECISION_CHOICES
-
         if self.precision not in PRECISION_CHOICES:
             raise ValueError(f"precision must be one of {', '.join(PRECISION_CHOICES)}, got {self.precision!r}")
 
@@ -89,15 +94,6 @@ def encode(tokenizer, text: str, chat_template: bool) -> list[int]:
 
 def generate_rank(cfg: GenerateConfig) -> None:
     """The job on one rank (every rank of the TP x PP group calls it; rank 0 writes)."""
-    import torch.distributed as dist
-
-    from nemo_lead.models import load_tokenizer
-    from nemo_lead.models.policy import load_policy, with_end_tokens
-    from nemo_lead.models.source import model_source, resolve_precision
-    from nemo_lead.parallel import destroy_parallel, init_parallel
-
-    from .engine import build_engine
-
     source = model_source(cfg.model)
     tokenizer = load_tokenizer(source.require_tokenizer())
     texts = read_prompts(cfg)
@@ -143,11 +139,7 @@ def _write(cfg: GenerateConfig, texts: list[str], rollouts, tokenizer, say) -> N
 
 def run_generate(cfg: GenerateConfig) -> int:
     """CLI runner: generate here, or on tp x pp local ranks when started as a single plain process."""
-    from nemo_lead.parallel.local import run_command
-
     def preflight() -> None:  # fail on a bad model folder or prompts file before starting ranks
-        from nemo_lead.models.source import model_source
-
         model_source(cfg.model).require_tokenizer()
         read_prompts(cfg)
 

@@ -9,8 +9,14 @@ is not installed (see `nemo_lead.generation.trtllm_engine.INSTALL_HINT`).
 from __future__ import annotations
 
 import dataclasses
+import json
+import shutil
+import tempfile
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Optional
+
+from nemo_lead.models import tokenizer_files
 
 from .params import RolloutEngine
 
@@ -71,13 +77,6 @@ def engine_config_for(cfg: EngineConfig, source: Any) -> EngineConfig:
         return cfg
     hf_dir = source.path
     if source.kind == "checkpoint":
-        import json
-        import shutil
-        import tempfile
-        from pathlib import Path
-
-        from nemo_lead.models import tokenizer_files
-
         hf_dir = tempfile.mkdtemp(prefix="nemo-lead-trtllm-")
         Path(hf_dir, "config.json").write_text(json.dumps(source.hf_config))
         for f in tokenizer_files(source.require_tokenizer()):

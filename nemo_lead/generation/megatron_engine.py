@@ -48,8 +48,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+import torch.distributed as dist
 
-from nemo_lead.models import eval_mode, model_info, sequence_parallel_off
+from nemo_lead.models import eval_mode, gather_vocab_logits, model_info, sequence_parallel_off
+from nemo_lead.parallel import cpu
 
 from .cuda_graphs import DecodeSteps
 from .kv_budget import GB, budget_rows
@@ -103,7 +105,6 @@ class _Comm:
     """Who samples, and how hidden states and sampled tokens travel (no-ops on a single rank)."""
 
     def __init__(self):
-        import torch.distributed as dist
         from megatron.core import parallel_state as ps
 
         self.dist = dist
@@ -225,8 +226,6 @@ class MegatronEngine:
                                      f"the model's {self.max_positions} positions")
         if self._comm is None:
             self._comm = _Comm()
-        from nemo_lead.parallel import cpu
-
         # one model-parallel rank: the decode loop makes no CUDA assumptions, so the CPU layer's per-call hop
         # is dropped; TP / PP ranks keep it (megatron's TP gathers allocate on "the current CUDA device")
         single = cpu.suspended() if self._comm.mp_size == 1 else contextlib.nullcontext()
@@ -397,8 +396,6 @@ class _Generation:
         `keys`: the rows' draw keys (`streams.draw_keys`); `repeat`: rows per logits row (prefill: samples)."""
         packed = torch.empty((3, keys.shape[0]), dtype=torch.float64, device=self.device)
         if self.comm.last:
-            from nemo_lead.models import gather_vocab_logits
-
             logits = gather_vocab_logits(local_logits, self.e.vocab_size)
             if self.comm.is_sampler:
                 if repeat is not None:

@@ -19,6 +19,7 @@ what the megatron engine uses, so that a sample's tokens do not depend on the ro
 from __future__ import annotations
 
 import math
+import os
 from typing import NamedTuple
 
 import torch
@@ -90,7 +91,5 @@ def sample_tokens(logits: torch.Tensor, params: SamplingParams, generator: torch
 def make_generator(seed: int | None, device: torch.device | str) -> torch.Generator:
     """A generator on `device` seeded with `seed` (None: a fresh seed from the OS, not reproducible)."""
     if seed is None:
-        import os
-
         seed = int.from_bytes(os.urandom(8), "little") >> 1
     return torch.Generator(device=device).manual_seed(seed)

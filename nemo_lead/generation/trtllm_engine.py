@@ -28,8 +28,10 @@ import os
 from typing import Any
 
 import torch
+import torch.distributed as dist
+from torch.multiprocessing.reductions import reduce_tensor
 
-from nemo_lead.models import model_info
+from nemo_lead.models import export_hf_weights, hf_shapes, model_info
 
 from .megatron_engine import finish_param_gather, resolve_model
 from .params import Rollout, SamplingParams, check_prompts
@@ -89,8 +91,6 @@ def _environ(overrides: dict[str, str]):
 
 
 def _rank() -> int:
-    import torch.distributed as dist
-
     return dist.get_rank() if dist.is_initialized() else 0
 
 
@@ -137,10 +137,6 @@ class TrtllmEngine:
         """Stream the actor's weights (HF names, gathered over TP/PP) into the engine, bucket by bucket,
         then finalise (`trtllm_plan.issue_refit`). Collective: every rank of the job calls it. Wakes the
         engine first if it sleeps."""
-        from torch.multiprocessing.reductions import reduce_tensor
-
-        from nemo_lead.models import export_hf_weights, hf_shapes
-
         if self._asleep:
             self.wake()
         finish_param_gather(actor)
@@ -170,8 +166,6 @@ class TrtllmEngine:
             self._asleep = False
 
     def generate(self, prompt_token_ids: list[list[int]], params: SamplingParams) -> list[Rollout]:
-        import torch.distributed as dist
-
         check_prompts(prompt_token_ids, model_info(self.model).arch.vocab_size)
         group, size, rank = None, 1, 0
         if dist.is_initialized():

@@ -43,6 +43,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import torch
+from packaging.version import InvalidVersion, Version
 
 from .params import Rollout, SamplingParams
 from .streams import sample_seed
@@ -72,8 +73,6 @@ class TrtllmVersionError(RuntimeError):
 
 def _version(version: str):
     """A comparable `packaging` Version; pre-releases (1.2.0rc6) count below their release (1.2.0)."""
-    from packaging.version import InvalidVersion, Version
-
     try:
         v = Version(version)
     except InvalidVersion:

@@ -21,6 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from nemo_lead.config import ConfigError, repo_root
+from nemo_lead.pipeline.kinds import KINDS
+from nemo_lead.pipeline.recipe import find_recipe, read_recipe
 
 from .sbatch import JobPlan
 from .submit_config import DEFAULT_SIZE, SIZE_KEYS, SubmitConfig, check_size
@@ -28,8 +30,6 @@ from .submit_config import DEFAULT_SIZE, SIZE_KEYS, SubmitConfig, check_size
 
 def find_recipe_file(spec: str) -> Path | None:
     """A recipe given as a path, or by name in recipes/; None when it is neither."""
-    from nemo_lead.pipeline.recipe import find_recipe
-
     try:
         return find_recipe(spec)
     except ConfigError:
@@ -45,9 +45,6 @@ def recipe_stages(path: Path) -> dict[str, dict[str, Any]]:
     """Stage name -> its size: the `slurm:` mapping, in the recipe's order (read by the pipeline's recipe
     reader: `_base_` includes, stages refined by name, errors naming file and line); a stage of a kind that
     needs no GPU also has `host: True` (HOST_SIZE unless its `slurm:` says otherwise)."""
-    from nemo_lead.pipeline.kinds import KINDS
-    from nemo_lead.pipeline.recipe import read_recipe
-
     stages = {}
     for spec in read_recipe(path).stages:
         try:

@@ -38,6 +38,8 @@ import sys
 import threading
 from dataclasses import dataclass, field
 
+from .requeue import requeue_current_job
+
 STOP_SIGNALS = ("SIGUSR1", "SIGTERM", "SIGINT", "SIGHUP")
 STOP_REASONS = (*STOP_SIGNALS, "SIGPIPE")  # SIGPIPE: asked for by the loop (Python ignores the signal itself)
 KEPT_FROM_CHILDREN = (signal.SIGUSR1,)  # blocked in the main thread, so children inherit it blocked
@@ -118,8 +120,6 @@ class StopRequest:
             return False
         if int(os.environ.get("RANK", os.environ.get("SLURM_PROCID", "0"))) != 0:
             return False
-        from .requeue import requeue_current_job
-
         return requeue_current_job()
 
 

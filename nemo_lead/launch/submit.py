@@ -20,6 +20,8 @@ import sys
 import time
 from pathlib import Path
 
+from nemo_lead.pipeline.plan import check_submit  # recipes are resolved by the pipeline layer
+
 from .plan import plan_jobs
 from .sbatch import container_mounts, log_path, render_sbatch
 from .submit_config import SubmitConfig
@@ -53,8 +55,6 @@ def run_submit(cfg: SubmitConfig) -> int:
     """The `nemo-lead submit` command; exit status 0 submitted (or printed), 1 SLURM refused, 2 bad input."""
     try:
         jobs, run_dir = render_jobs(cfg)
-        from nemo_lead.pipeline.plan import check_submit  # recipes are resolved by the pipeline layer
-
         if check_submit(cfg, plan_jobs(cfg)[0]):
             return 2
     except (ValueError, OSError) as e:

@@ -12,8 +12,8 @@ would only add launches (the H200 runs in bench/RESULTS.md are partly host-bound
 
 Causal attention without dropout over 2 * CAUSAL_BLOCK to CAUSAL_BLOCK_MAX tokens runs block by block on
 the CPU (`block_causal_attention`): torch's CPU flash kernel does not skip the masked half of a causal
-problem at these lengths, the blocks do (a train step of the 4-layer model above: 1.64 s -> 1.52 s). GPU kernels skip
-it themselves.
+problem at these lengths, the blocks do (bench/RESULTS.md, "Design measurements"). GPU kernels skip it
+themselves.
 
 Same contract as `DotProductAttention` (megatron-core 0.16-0.19): query [sq, b, np, hn], key / value
 [sk, b, ng, hn] (GQA: ng query groups, shared by np / ng heads each), `attention_mask` None for causal
@@ -33,6 +33,8 @@ import functools
 import math
 
 import torch
+from megatron.core import parallel_state as ps
+from megatron.core import tensor_parallel
 from megatron.core.transformer.module import MegatronModule
 
 _GQA_KWARG = tuple(int(x) for x in torch.__version__.split("+")[0].split(".")[:2]) >= (2, 5)
@@ -81,8 +83,6 @@ class SDPAttention(MegatronModule):
                  attention_dropout: float | None = None, softmax_scale: float | None = None, cp_comm_type=None,
                  pg_collection=None):
         super().__init__(config=config)
-        from megatron.core import parallel_state as ps
-
         if config.context_parallel_size != 1:
             raise NotImplementedError("context parallelism needs Transformer Engine's attention (layer spec 'te')")
         if getattr(config, "window_size", None) is not None:
@@ -99,8 +99,6 @@ class SDPAttention(MegatronModule):
 
     def forward(self, query, key, value, attention_mask, attn_mask_type=None, attention_bias=None,
                 packed_seq_params=None):
-        from megatron.core import tensor_parallel
-
         if packed_seq_params is not None or attention_bias is not None:
             raise NotImplementedError("packed sequences / attention bias need Transformer Engine's attention")
         sq, b = query.shape[:2]

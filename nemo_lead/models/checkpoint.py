@@ -59,6 +59,9 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import torch.distributed as dist
+
+from nemo_lead.megatron_compat import checkpoint_results_queue_dies_with_us
 
 from .gpt import build_gpt, model_info, te_available, unwrap_model
 from .tokenizer import tokenizer_files
@@ -90,20 +93,14 @@ def latest_checkpoint(run_dir: str | Path) -> Path | None:
 
 # ----------------------------------------------------------------------------- collective helpers
 def dist_rank() -> int:
-    import torch.distributed as dist
-
     return dist.get_rank() if dist.is_initialized() else 0
 
 
 def dist_world_size() -> int:
-    import torch.distributed as dist
-
     return dist.get_world_size() if dist.is_initialized() else 1
 
 
 def dist_barrier() -> None:
-    import torch.distributed as dist
-
     if dist.is_initialized():
         dist.barrier()
 
@@ -139,8 +136,6 @@ def save_strategy():
     from megatron.core import parallel_state as ps
     from megatron.core.dist_checkpointing.serialization import get_default_save_sharded_strategy
     from megatron.core.dist_checkpointing.strategies.fully_parallel import FullyParallelSaveStrategyWrapper
-
-    from nemo_lead.megatron_compat import checkpoint_results_queue_dies_with_us
 
     checkpoint_results_queue_dies_with_us()  # its writer's helper process must not outlive a killed rank
     strategy = get_default_save_sharded_strategy("torch_dist")

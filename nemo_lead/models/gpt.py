@@ -29,11 +29,12 @@ import contextlib
 import importlib
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
 
+from ..megatron_compat import with_mlp_class
 from .hf_config import Arch, ModelConfigError, arch_from_hf, padded_vocab_size, read_hf_config
 from .source import PRECISIONS
 
@@ -73,9 +74,6 @@ def _with_local_layers(layer_spec):
     a fraction of megatron's unfused attention's time and memory), RoPE, RMSNorm and SwiGLU as autograd
     functions with written-out backwards (`nemo_lead.models.local_layers`). A copy: megatron's spec
     is not changed."""
-    from dataclasses import replace
-
-    from ..megatron_compat import with_mlp_class
     from .attention import SDPAttention
     from .local_layers import RMSNorm, RoPESelfAttention, SwiGLUMLP
 

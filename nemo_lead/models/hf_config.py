@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 SUPPORTED_FAMILIES = ("qwen2", "llama")
 
 
@@ -69,8 +71,6 @@ def read_hf_config(source: Mapping[str, Any] | str | os.PathLike) -> dict[str, A
             raise ModelConfigError(f"{path}:{e.lineno}: invalid JSON: {e.msg}") from None
     preset = _preset_dir() / f"{source}.yaml"
     if preset.is_file():
-        import yaml
-
         data = yaml.safe_load(preset.read_text())
         if not isinstance(data, dict) or not isinstance(data.get("hf_config"), dict):
             raise ModelConfigError(f"{preset}: a model preset needs an `hf_config:` mapping (config.json values)")

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+import torch.distributed as dist
 
 from .gpt import model_info, unwrap_model
 from .hf_config import Arch
@@ -275,7 +276,6 @@ def _stage_of(item: Item, arch: Arch, pp: int) -> int:
 
 
 def _gather_tp(t: torch.Tensor) -> list[torch.Tensor]:
-    import torch.distributed as dist
     from megatron.core import parallel_state as ps
 
     size = ps.get_tensor_model_parallel_world_size()
@@ -309,7 +309,6 @@ def export_hf_weights(model, dtype: torch.dtype | None = None) -> Iterator[tuple
     """Yield `(hf_name, full tensor)` for the whole model, on every rank (a collective: iterate it fully
     on all ranks). `dtype`: cast to this (default: the parameters' dtype). Tensors are on the CPU.
     `model` may be wrapped (DDP)."""
-    import torch.distributed as dist
     from megatron.core import parallel_state as ps
 
     model = unwrap_model(model)

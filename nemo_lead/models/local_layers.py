@@ -5,7 +5,7 @@ sharding and checkpoints stay megatron's; what a layer does not cover runs megat
 MLP (`SwiGLUMLP`): megatron's unfused gated MLP (no Transformer Engine, `bias_activation_fusion` off) runs
 one GEMM into a [tokens, 2 * ffn] tensor, then `silu(a) * (b + glu_linear_offset)` on
 `a, b = torch.chunk(y, 2, -1)`. Everything after the GEMM works on strided halves: SiLU reads the gate half
-through a view (about 2x slower than a contiguous tensor on the CPU), the `+ 0.0` offset copies the up half,
+through a view (slower than a contiguous tensor on the CPU), the `+ 0.0` offset copies the up half,
 and the backward of `chunk` is a `cat` that copies the whole [tokens, 2 * ffn] gradient again into a freshly
 allocated tensor (on the CPU machines a fresh 32 MiB tensor also costs page faults: glibc maps allocations
 that large afresh). fc1's weight is laid out as [gate rows; up rows] (each TP rank's shard too: megatron
@@ -48,7 +48,9 @@ transformers (TP1, TP2, PP2, recomputation).
 from __future__ import annotations
 
 import torch
+import torch.distributed as dist
 import torch.nn.functional as F
+from megatron.core.tensor_parallel import ColumnParallelLinear, copy_to_tensor_model_parallel_region
 from megatron.core.transformer.attention import SelfAttention
 from megatron.core.transformer.mlp import MLP
 
@@ -115,8 +117,6 @@ class _GatedFc1(torch.autograd.Function):
 
 def _gather_tokens(x: torch.Tensor, group) -> torch.Tensor:
     """[s / tp, ...] slices of the TP ranks -> [s, ...] (sequence parallelism's all-gather along dim 0)."""
-    import torch.distributed as dist
-
     out = torch.empty((x.shape[0] * group.size(), *x.shape[1:]), dtype=x.dtype, device=x.device)
     dist.all_gather_into_tensor(out, x.contiguous(), group=group)
     return out
@@ -124,8 +124,6 @@ def _gather_tokens(x: torch.Tensor, group) -> torch.Tensor:
 
 def _scatter_token_sum(x: torch.Tensor, group) -> torch.Tensor:
     """[s, ...] partial sums on every TP rank -> this rank's [s / tp, ...] slice of their sum."""
-    import torch.distributed as dist
-
     out = torch.empty((x.shape[0] // group.size(), *x.shape[1:]), dtype=x.dtype, device=x.device)
     dist.reduce_scatter_tensor(out, x.contiguous(), group=group)
     return out
@@ -136,8 +134,6 @@ class SwiGLUMLP(MLP):
     `_GatedFc1`; every other configuration runs megatron's forward."""
 
     def two_gemm_path(self, per_token_scale) -> bool:
-        from megatron.core.tensor_parallel import ColumnParallelLinear
-
         c, fc1 = self.config, self.linear_fc1
         return (c.gated_linear_unit and c.activation_func is F.silu and per_token_scale is None
                 and not c.use_te_activation_func and not c.bias_activation_fusion
@@ -155,8 +151,6 @@ class SwiGLUMLP(MLP):
         if fc1.tp_group.size() > 1 and fc1.sequence_parallel:
             return self.linear_fc2(_GatedFc1.apply(x, fc1.weight, fc1.bias, fc1.tp_group))
         if fc1.tp_group.size() > 1:
-            from megatron.core.tensor_parallel import copy_to_tensor_model_parallel_region
-
             x = copy_to_tensor_model_parallel_region(x, group=fc1.tp_group)
         return self.linear_fc2(_GatedFc1.apply(x, fc1.weight, fc1.bias))
 

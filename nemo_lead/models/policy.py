@@ -1,7 +1,7 @@
 """Load a policy to run (evaluate, sample from) from what `nemo_lead.models.source.model_source` describes:
 a HF model folder or a nemo-lead checkpoint folder.
 
-    source = model_source("path/to/DeepSeek-R1-Distill-Qwen-14B")                 # cheap: no torch, no weights
+    source = model_source("path/to/DeepSeek-R1-Distill-Qwen-14B")                 # cheap: config files only
     model = load_policy(source, parallel_info, resolve_precision("auto", source))  # collective: this rank's shard
 
 Checkpoint folders are read with `nemo_lead.models.checkpoint`, imported inside the function so that
@@ -10,19 +10,19 @@ describing a model stays free of torch.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
+from . import build_gpt, load_hf_weights
+from .checkpoint import build_from_checkpoint
 from .source import ModelSource, ModelSourceError, resolve_precision
+from .tokenizer import end_token_ids, generation_config_dir
 
 
 def with_end_tokens(params: Any, tokenizer: Any, source: ModelSource) -> Any:
     """`params` (a `SamplingParams`) with the model's end tokens added to its stop tokens: the tokenizer's EOS
     and generation_config.json's eos_token_id (`nemo_lead.models.tokenizer.end_token_ids`; a checkpoint
     carries the file in tokenizer/). Used by eval and generate."""
-    import dataclasses
-
-    from .tokenizer import end_token_ids, generation_config_dir
-
     ends = end_token_ids(tokenizer, [generation_config_dir(source.path), source.require_tokenizer()])
     return dataclasses.replace(params, stop_token_ids=list(dict.fromkeys([*params.stop_token_ids, *ends])))
 
@@ -34,12 +34,8 @@ def load_policy(source: ModelSource, parallel: Any = None, precision: str = "aut
         raise ModelSourceError(f"{source.name!r} is a model preset (random weights): give a HF folder or a checkpoint")
     precision = resolve_precision(precision, source)
     if source.kind == "checkpoint":
-        from .checkpoint import build_from_checkpoint
-
         model, _ = build_from_checkpoint(source.path, parallel, precision)
         return model
-    from . import build_gpt, load_hf_weights
-
     model = build_gpt(source.hf_config, parallel, precision, init=False)
     load_hf_weights(model, source.path)
     return model

@@ -5,7 +5,7 @@ model preset (random weights), with its HF config, tokenizer folder, saved preci
     precision = resolve_precision("auto", source)                  # the one precision rule
     source.fingerprint()                                           # what "the same model" means on resume
 
-Cheap (no torch, no weights), so commands check a model before any rank starts.
+Cheap (reads config files, never weights), so commands check a model before any rank starts.
 
 The precision rule (`resolve_precision`): an explicit fp32 / bf16 / fp16 / fp8 is used as given; "auto" is
 fp32 on a machine without a GPU (the CPU computes in fp32; bf16 there is slower and rounds more) and, on a
@@ -27,6 +27,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import torch
 
 from nemo_lead.files import write_atomic
 
@@ -118,8 +120,6 @@ def resolve_precision(precision: str, source: ModelSource | None = None, *, cuda
     if precision != "auto":
         return precision
     if cuda is None:
-        import torch
-
         cuda = torch.cuda.is_available()
     if not cuda:
         return "fp32"

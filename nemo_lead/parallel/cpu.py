@@ -45,7 +45,7 @@ import sys
 from typing import Any
 
 import torch
-from torch.overrides import TorchFunctionMode
+from torch.overrides import TorchFunctionMode, _get_current_function_mode_stack, _pop_mode_temporarily
 
 _CPU = torch.device("cpu")
 
@@ -222,8 +222,6 @@ def enable() -> None:
 def suspended():
     """The block runs without the device-rewriting mode (see the module docstring); a no-op when the mode
     is off, or when another mode was entered after it (popping ours would then pop that one)."""
-    from torch.overrides import _get_current_function_mode_stack, _pop_mode_temporarily
-
     stack = _get_current_function_mode_stack()
     if _mode is None or not stack or stack[-1] is not _mode:
         yield

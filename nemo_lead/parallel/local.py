@@ -17,12 +17,16 @@ import pickle
 import queue
 import signal
 import sys
+import threading
 import time
 import traceback
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+import torch
+
 from nemo_lead.procs import die_with_parent, forked_children_die_with_us
+from nemo_lead.quiet import hide_import_noise
 
 from .state import detect_launch, free_port
 
@@ -46,11 +50,7 @@ def _rank_main(fn, rank, world_size, port, args, kwargs, env, results) -> None:
         MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
     )
     try:
-        from nemo_lead.quiet import hide_import_noise
-
         hide_import_noise()
-        import torch
-
         torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
         value = fn(*args, **kwargs)
         # plain pickle: tensors travel by value, independent of torch's shared-memory reductions
@@ -133,8 +133,6 @@ def _forward_stop_signals(procs: Sequence[mp.process.BaseProcess]) -> dict:
     """SIGTERM / SIGUSR1 / SIGINT sent to the launcher go on to every rank (each runs in its own process
     group, so a terminal's Ctrl-C or a scheduler's signal would otherwise reach the launcher alone): the ranks'
     loops then finish their step and checkpoint (`nemo_lead.launch.signals`). Returns the previous handlers."""
-    import threading
-
     if threading.current_thread() is not threading.main_thread():
         return {}
 

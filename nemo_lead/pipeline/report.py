@@ -20,7 +20,11 @@ import yaml
 
 from nemo_lead.config import keys_where, load_config, to_yaml
 from nemo_lead.eval.metrics import CONS_AT_K, MEAN_LENGTH, PASS_AT_1
+from nemo_lead.eval.plan import dataset_name
+from nemo_lead.eval.report import markdown_table, read_summary
 from nemo_lead.files import write_atomic, write_json
+from nemo_lead.training.plot import plot_validation
+from nemo_lead.training.run_folder import VALIDATION_FILE
 
 SUMMARY_JSON = "summary.json"
 SUMMARY_MD = "summary.md"
@@ -63,9 +67,6 @@ def eval_command(cfg, data: str) -> str:
 def eval_rows(stage_name: str, configs: dict[str, Any]) -> list[dict[str, Any]]:
     """Rows of one eval stage: {row name: its EvalConfig} -> one entry per (row, dataset) with results."""
     from nemo_lead.eval.config import dataset_specs
-    from nemo_lead.eval.plan import dataset_name
-    from nemo_lead.eval.report import read_summary
-
     rows = []
     for name, cfg in configs.items():
         folder = Path(cfg.out)
@@ -88,8 +89,6 @@ def eval_rows(stage_name: str, configs: dict[str, Any]) -> list[dict[str, Any]]:
 
 def table_markdown(rows: list[dict[str, Any]]) -> str:
     """Table 2's shape: a row per model, Cons@k / Pass@1 / mean length per dataset."""
-    from nemo_lead.eval.report import markdown_table
-
     names = list(dict.fromkeys(r["name"] for r in rows))
     datasets = list(dict.fromkeys(r["dataset"] for r in rows))
     header = ["model"]
@@ -134,9 +133,6 @@ def plot_budget_curves(rows: list[dict[str, Any]], path: Path) -> Path:
 def write_summary(out: Path, recipe: str, rows: list[dict[str, Any]], rl_runs: list[tuple[str, str]],
                   stage_times: dict[str, float]) -> str:
     """Write summary.json / summary.md and the figures into `out`; returns the markdown."""
-    from nemo_lead.training.plot import plot_validation
-    from nemo_lead.training.run_folder import VALIDATION_FILE
-
     figures: dict[str, str] = {}
     with_val = [(name, run) for name, run in rl_runs if (Path(run) / VALIDATION_FILE).is_file()]
     if with_val:

@@ -11,6 +11,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import yaml
+
+from nemo_lead.data import open_think
+from nemo_lead.data.demo_task import DEMO_EXTRA_TOKENS, DEMO_MODEL, write_demo_data
 from nemo_lead.files import jsonl_text, read_jsonl, write_atomic, write_json
 from nemo_lead.training.run_folder import DONE_FILE, read_done
 
@@ -34,7 +38,6 @@ def say(msg: str) -> None:
 # ----------------------------------------------------------------------------- prepare (the demo task)
 def run_prepare(stage: Stage) -> dict[str, str]:
     """The embedded demo task's files and its tiny random-initialised model, from the stage's seed."""
-    from nemo_lead.data.demo_task import DEMO_EXTRA_TOKENS, DEMO_MODEL, write_demo_data
     from nemo_lead.models import write_tiny_model
 
     seed = stage.config.seed
@@ -79,7 +82,6 @@ def run_distill(stage: Stage) -> dict[str, str]:
     (`nemo-lead eval`'s job, so it is resumable and runs at any TP x PP), MathVerifier grades them, and one
     correct response per problem (`keep`) becomes its SFT trace: traces.jsonl with id, problem, response
     (the whole assistant text, think block included), answer, and the teacher's tokens and sample index."""
-    from nemo_lead.data import open_think
     from nemo_lead.eval.command import run_eval
     from nemo_lead.eval.runner import prepare
     from nemo_lead.eval.store import SAMPLES_FILE
@@ -139,8 +141,6 @@ def run_rl_stage(stage: Stage) -> dict[str, str]:
 def _set_aside_other_model(folder: Path, model: str) -> None:
     """A row's folder that holds another model's samples (an earlier stage ran again, e.g. extended, so the
     row's checkpoint changed) is renamed to <row>.replaced-N, not mixed with the new model's samples."""
-    import yaml
-
     saved = folder / "config.yaml"
     if not saved.is_file() or (yaml.safe_load(saved.read_text()) or {}).get("model") == model:
         return

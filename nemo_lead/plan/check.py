@@ -15,7 +15,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from nemo_lead.models.hf_config import read_hf_config
+from nemo_lead.parallel import detect_launch
 
 from .fixes import find_fixes
 from .job import GIB, job_shape, plan_job
@@ -40,16 +43,12 @@ def hf_config_of(model: str) -> tuple[dict[str, Any], int]:
 
 def gpus_of_job(cfg: Any) -> int:
     """GPUs the job will run on: the launcher's world size, or tp x pp ranks started here."""
-    from nemo_lead.parallel import detect_launch
-
     world = detect_launch(os.environ).world_size
     return world if world > 1 else cfg.actor.tp * cfg.actor.pp
 
 
 def device_gpu(settings: PlanSettings) -> tuple[GPU, float]:
     """The GPU kind (`plan.gpu`, else this machine's) and its GiB (`plan.gpu_memory_gb`, else this machine's)."""
-    import torch
-
     props = torch.cuda.get_device_properties(torch.cuda.current_device())
     try:
         gpu = gpu_named(settings.gpu or props.name)
@@ -85,8 +84,6 @@ def report_failures(command: str, failures: list[str], mode: str) -> int:
 
 def check_before_start(cfg: Any, kind: str) -> int:
     """`nemo-lead sft` / `rl`: the plan of `cfg` on this machine's GPUs (see the module docstring)."""
-    import torch
-
     settings = getattr(cfg, "plan", None) or PlanSettings()
     if settings.check == "off" or not torch.cuda.is_available():
         return 0

@@ -56,7 +56,11 @@ import torch.distributed as dist
 
 from nemo_lead.algorithms import LeadConfig, loss_denominator, policy_loss
 from nemo_lead.algorithms.loss import METRIC_REDUCTIONS, WEIGHTS, metric_keys
-from nemo_lead.models import eval_mode, model_info
+from nemo_lead.megatron_compat import forward_final_hidden
+from nemo_lead.models import build_gpt, eval_mode, load_hf_weights, model_info
+from nemo_lead.models.checkpoint import load_checkpoint, read_checkpoint_meta
+from nemo_lead.models.source import model_source, resolve_precision
+from nemo_lead.parallel import seed_model_parallel_rng
 
 from .actor_config import ActorConfig, micro_batch_tokens_for_device
 from .collectives import (
@@ -127,11 +131,6 @@ def build_actor(cfg: ActorConfig, parallel: Any = None) -> Actor:
     from megatron.core import parallel_state as ps
     from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig
     from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
-
-    from nemo_lead.models import build_gpt, load_hf_weights
-    from nemo_lead.models.checkpoint import load_checkpoint, read_checkpoint_meta
-    from nemo_lead.models.source import model_source, resolve_precision
-    from nemo_lead.parallel import seed_model_parallel_rng
 
     if not ps.model_parallel_is_initialized():
         raise RuntimeError("call nemo_lead.parallel.init_parallel(actor.tp, actor.pp) before build_actor")
@@ -225,8 +224,6 @@ def _run_schedule(actor: Actor, plan: _Plan, loss_fn: Callable, *, forward_only:
     """megatron's forward-backward schedule over the plan's micro-batches (collated lazily, one at a time);
     returns the loss function's third outputs (last stage; empty elsewhere)."""
     from megatron.core.pipeline_parallel import get_forward_backward_func
-
-    from nemo_lead.megatron_compat import forward_final_hidden
 
     device = actor.device
     packed = plan.batch.segments is not None and any(len(s) > 1 for s in plan.batch.segments)

@@ -5,6 +5,7 @@ building anything."""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -59,8 +60,6 @@ class ActorOptimConfig:
 
     def for_run(self, steps: int) -> ActorOptimConfig:
         """These settings with a decay that has no `lr_decay_steps` stretched over the run's `steps`."""
-        import dataclasses
-
         if self.lr_decay_style == "constant" or self.lr_decay_steps is not None:
             return self
         return dataclasses.replace(self, lr_decay_steps=max(steps, self.lr_warmup_steps + 1))

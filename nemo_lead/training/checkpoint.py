@@ -13,10 +13,12 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from nemo_lead.megatron_compat import saved_param_groups_take_current_lrs
+from nemo_lead.models import unwrap_model
 from nemo_lead.models.checkpoint import (
     dist_barrier,
     dist_rank,
     dist_world_size,
+    list_checkpoints,
     load_checkpoint,
     parallel_layout,
     read_checkpoint_meta,
@@ -133,8 +135,6 @@ def save_train_state(
     steps (the gradients are not saved)."""
     from megatron.core import dist_checkpointing
 
-    from nemo_lead.models import unwrap_model
-
     gpt = unwrap_model(model)
 
     def write_optimizer(folder: Path) -> None:
@@ -163,8 +163,6 @@ def load_train_state(path: str | Path, model, optimizer=None, *, scheduler=None,
     size, TP, PP) is the saving one. Returns meta.json, whose `loop` is the saved loop state, with
     `rng_restored` (bool) added."""
     from megatron.core import dist_checkpointing
-
-    from nemo_lead.models import unwrap_model
 
     path = Path(path)
     gpt = unwrap_model(model)
@@ -242,8 +240,6 @@ def resume_point(run_dir: str | Path, total_steps: int) -> tuple[Path | None, bo
     `final_checkpoint=weights`) is taken when it is at or past `total_steps`: the run is done and a rerun only
     finishes it again. A rerun that extends the run continues from the newest training checkpoint before it
     (the steps after it are trained again); without one it cannot continue, and says so."""
-    from nemo_lead.models.checkpoint import list_checkpoints
-
     found = list_checkpoints(run_dir)
     if not found:
         return None, False

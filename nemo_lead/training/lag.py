@@ -45,6 +45,9 @@ from typing import Any
 
 import torch
 
+from nemo_lead.generation import Rollout
+from nemo_lead.models.checkpoint import dist_rank
+
 PART = "lag"  # the checkpoint part (folder) holding the queued batches
 BATCHES_FILE = "batches.pt"
 SAMPLE_TIMES = ("time/generate", "time/verify")  # what sampling a batch reports; they travel with it
@@ -100,7 +103,6 @@ def batch_to_data(b: Batch) -> dict[str, Any]:
 
 def batch_from_data(d: dict[str, Any]) -> Batch:
     from nemo_lead.data import Problem
-    from nemo_lead.generation import Rollout
 
     from .rollouts import Group
 
@@ -148,8 +150,6 @@ class BatchQueue:
 
     def write_part(self, folder: Path) -> None:
         """The checkpoint part: the queued batches as data (global rank 0 writes; every rank holds them)."""
-        from nemo_lead.models.checkpoint import dist_rank
-
         if dist_rank() == 0:
             folder.mkdir()
             torch.save([batch_to_data(b) for b in self.pending], folder / BATCHES_FILE)

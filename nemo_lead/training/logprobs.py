@@ -43,6 +43,8 @@ from typing import NamedTuple
 import torch
 import torch.distributed as dist
 
+from nemo_lead.models import mask_vocab_padding
+
 
 def _tp_group():
     from megatron.core import parallel_state as ps
@@ -140,8 +142,6 @@ def token_logprobs(
     targets: global token ids [...]. Collective over the TP group; every TP rank gets the same result.
     Differentiable in `logits` (both outputs).
     """
-    from nemo_lead.models import mask_vocab_padding
-
     if temperature <= 0:
         raise ValueError(f"temperature must be > 0, got {temperature}")
     z = logits.float() if temperature == 1.0 else logits.float() / temperature  # (x / 1 is x: no copy)

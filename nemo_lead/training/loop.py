@@ -26,6 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Union
 
+import torch.distributed as dist
+
 from nemo_lead.data import prompt_settings, resolve_prompt
 from nemo_lead.data.traces import check_vocab_covers
 from nemo_lead.launch.signals import StopRequest, install_stop_handlers
@@ -87,8 +89,6 @@ def preflight_if_relaunching(ranks: int, check):
 
 def _on_writer_then_share(info, fn) -> Any:
     """Run `fn()` on global rank 0 and hand its result (or its ValueError) to every rank."""
-    import torch.distributed as dist
-
     box: list[Any] = [None]
     if info.rank == 0:
         try:

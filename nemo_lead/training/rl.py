@@ -53,10 +53,15 @@ from nemo_lead.algorithms import (
     shape_rewards,
 )
 from nemo_lead.algorithms.loss import MAX, METRIC_REDUCTIONS, metric_keys
+from nemo_lead.data import load_problems, open_think
 from nemo_lead.eval.metrics import CONS_AT_K, MEAN_LENGTH, PASS_AT_1, cons_at_k, mean_length, pass_at_k
-from nemo_lead.generation import SamplingParams
+from nemo_lead.generation import SamplingParams, build_engine, engine_config_for
+from nemo_lead.models import end_token_ids, generation_config_dir
 from nemo_lead.parallel.local import run_command
+from nemo_lead.plan.check import check_before_start
 
+from .actor import compute_logprobs, policy_train_step
+from .data_order import DataOrder
 from .lag import PART, BatchQueue, lag_metrics, restored_batches
 from .loop import (
     abort_run,
@@ -73,6 +78,7 @@ from .offload import offloaded
 from .rl_config import RLConfig
 from .rollouts import (
     Group,
+    RolloutContext,
     flat_tensors,
     generate_groups,
     grade_groups,
@@ -82,6 +88,7 @@ from .rollouts import (
     training_batch,
 )
 from .run_folder import PROBLEM_STATS_FILE, VALIDATION_FILE
+from .split import generator_job, join_split
 
 LOGS = (PROBLEM_STATS_FILE, VALIDATION_FILE)  # per-step logs cut back on resume
 FINITE_KEYS = ("loss", "grad_norm")  # a NaN / inf here stops the run
@@ -212,8 +219,6 @@ def old_logprobs(s: RLState, batch, engine_logp: list) -> tuple[Any, dict[str, f
     with_engine = engine_logp if known else None  # the policy loss reports the mismatch against them
     if old_logprobs_from_update(s.cfg):
         return dataclasses.replace(batch, rollout_logprobs=with_engine), {}
-    from .actor import compute_logprobs
-
     logp, entropy = compute_logprobs(s.run.actor, batch, s.cfg.rollout.temperature, entropy=True)
     ent = torch.cat(entropy)
     metrics = {"entropy": float(ent.mean()) if ent.numel() else 0.0}  # the old policy's, not the update's
@@ -223,8 +228,6 @@ def old_logprobs(s: RLState, batch, engine_logp: list) -> tuple[Any, dict[str, f
 def update_policy(s: RLState, batch, on_policy: bool) -> dict[str, float]:
     """8. update: `ppo_epochs` passes of `minibatches` optimizer steps; metrics combined over them (means
     averaged, maxima the largest). `on_policy`: the old log-probs are this update's own (7 left them to it)."""
-    from .actor import policy_train_step
-
     n = len(batch)
     parts = [list(range(n))[i::s.cfg.minibatches] for i in range(s.cfg.minibatches)]
     runs = [policy_train_step(s.run.actor, batch.select(p), s.cfg.lead, temperature=s.cfg.rollout.temperature,
@@ -335,12 +338,6 @@ def _validation_due(s: RLState, step: int, steps: int) -> bool:
 def rollout_context(cfg: RLConfig, source, info, model, tokenizer, tokenizer_dir: str):
     """(the job's RolloutContext: the engine on `model`, the verifier's worker pool on global rank 0 (the
     caller closes it), the end tokens): rl_job's, and the split layout's generators'."""
-    from nemo_lead.data import open_think
-    from nemo_lead.generation import build_engine, engine_config_for
-    from nemo_lead.models import end_token_ids, generation_config_dir
-
-    from .rollouts import RolloutContext
-
     verifier = cfg.verify.verifier(cfg.lead.default_answer_region, rule=cfg.lead.outcome_rule) if info.rank == 0 else None
     try:
         engine_cfg = engine_config_for(cfg.engine, source)  # trtllm: a HF folder to build from; weights by refit
@@ -356,14 +353,8 @@ def rollout_context(cfg: RLConfig, source, info, model, tokenizer, tokenizer_dir
 
 def rl_job(cfg: RLConfig) -> None:
     """The RL loop on one rank (every rank of the job calls it)."""
-    from nemo_lead.data import load_problems
-
-    from .data_order import DataOrder
-
     link = None
     if cfg.rollout.generator_ranks:  # the split layout: this rank trains, or generates (and returns here)
-        from .split import generator_job, join_split
-
         link = join_split(cfg)
         if link.is_generator:
             return generator_job(cfg, link)
@@ -415,8 +406,6 @@ def rl_job(cfg: RLConfig) -> None:
 
 def _preflight(cfg: RLConfig) -> None:
     """Bad problem files fail here, before any rank starts, with the file and line."""
-    from nemo_lead.data import load_problems
-
     load_problems(cfg.data.path, split=cfg.data.split, fields=dict(cfg.data.fields), limit=cfg.data.limit)
     if cfg.validation.data:
         load_problems(cfg.validation.data, limit=cfg.validation.limit)
@@ -424,8 +413,6 @@ def _preflight(cfg: RLConfig) -> None:
 
 def run_rl(cfg: RLConfig) -> int:
     """`nemo-lead rl`: the exit status (0 done or stopped by a signal after a checkpoint)."""
-    from nemo_lead.plan.check import check_before_start
-
     if check_before_start(cfg, "rl"):  # on GPUs: a layout that cannot fit stops here, saying what to change
         return 2
     ranks = cfg.actor.tp * cfg.actor.pp + cfg.rollout.generator_ranks

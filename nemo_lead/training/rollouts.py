@@ -17,9 +17,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+import torch.distributed as dist
 
 from nemo_lead.algorithms import Outcome, outcome_label
+from nemo_lead.data import prompt_token_ids
 from nemo_lead.verify.extract import THINK_OPEN
+
+from .microbatch import SequenceBatch
 
 
 @dataclass
@@ -75,7 +79,6 @@ def generate_all(ctx: RolloutContext, prompt_ids: list[list[int]], params) -> li
             mine[r.prompt_index].append(r)
     if info.dp == 1:
         return mine
-    import torch.distributed as dist
     from megatron.core import parallel_state as ps
 
     gathered: list[Any] = [None] * info.dp
@@ -86,8 +89,6 @@ def generate_all(ctx: RolloutContext, prompt_ids: list[list[int]], params) -> li
 def _broadcast(value: Any, info) -> Any:
     if info.world_size == 1:
         return value
-    import torch.distributed as dist
-
     box = [value]
     dist.broadcast_object_list(box, src=0)
     return box[0]
@@ -100,8 +101,6 @@ def decode(tokenizer, rollout, stop_ids: set[int]) -> str:
 
 def generate_groups(ctx: RolloutContext, problems: list[Any], params) -> list[Group]:
     """n samples per problem (not yet graded). Collective."""
-    from nemo_lead.data import prompt_token_ids
-
     prompts = prompt_token_ids(ctx.tokenizer, problems, ctx.prompt_cfg)
     per_prompt = generate_all(ctx, prompts, params)
     return [Group(problem=p, prompt_ids=ids, rollouts=rs) for p, ids, rs in zip(problems, prompts, per_prompt)]
@@ -153,8 +152,6 @@ def flat_tensors(groups: list[Group]) -> tuple[torch.Tensor, torch.Tensor, torch
 def training_batch(groups: list[Group]):
     """The kept responses of `groups` as the actor's SequenceBatch (advantages set), plus the engine's
     policy log-probs of the same responses (for the mismatch metric)."""
-    from .microbatch import SequenceBatch
-
     prompts, responses, adv, engine_logp = [], [], [], []
     for g in groups:
         for r, a, k in zip(g.rollouts, g.advantages.tolist(), g.keep.tolist()):

@@ -44,6 +44,7 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
+from nemo_lead.config import key_rules, save_config
 from nemo_lead.files import append_jsonl, json_safe, jsonl_text, read_jsonl, write_atomic, write_json
 
 CONFIG_FILE = "config.yaml"
@@ -128,8 +129,6 @@ class RunFolder:
         of the data the run reads; `step`: where it continues. Raises RunFolderError naming the keys."""
         if not self.writer:
             return
-        from nemo_lead.config import key_rules, save_config
-
         self.path.mkdir(parents=True, exist_ok=True)
         current = OmegaConf.to_container(OmegaConf.structured(cfg), resolve=True)
         saved_file = self.path / CONFIG_FILE

@@ -21,9 +21,14 @@ import random
 import time
 from typing import Any
 
+from nemo_lead.data.traces import fit_traces, load_traces
 from nemo_lead.files import write_json
+from nemo_lead.models import load_tokenizer
 from nemo_lead.parallel.local import run_command
+from nemo_lead.plan.check import check_before_start
 
+from .actor import sft_eval_loss, sft_train_step
+from .data_order import DataOrder
 from .loop import (
     abort_run,
     check_finite,
@@ -34,6 +39,7 @@ from .loop import (
     resolve_model,
     start_run,
 )
+from .packing import pack_traces
 from .run_folder import DATA_REPORT_FILE
 from .sft_config import SFTConfig
 
@@ -42,8 +48,6 @@ SFT_METRIC_CHECKS = ("loss", "grad_norm")
 
 def load_sft_data(cfg: SFTConfig, tokenizer: Any) -> tuple[list, list, dict[str, Any]]:
     """(train traces, validation traces, a report of what was kept) for `cfg` (errors name file and line)."""
-    from nemo_lead.data.traces import fit_traces, load_traces
-
     d = cfg.data
     traces = load_traces(d.path, tokenizer, cfg.prompt, split=d.split, fields=dict(d.fields), limit=d.limit)
     val: list = []
@@ -71,9 +75,6 @@ def total_steps(cfg: SFTConfig, num_traces: int) -> int:
 
 def validation_loss(run, val: list) -> float:
     """Mean NLL over every assistant token of the held-out traces (chunks of global_batch traces)."""
-    from .actor import sft_eval_loss
-    from .packing import pack_traces
-
     cfg = run.cfg
     nll = tokens = 0.0
     for start in range(0, len(val), cfg.global_batch):
@@ -86,12 +87,6 @@ def validation_loss(run, val: list) -> float:
 
 def sft_job(cfg: SFTConfig) -> None:
     """The SFT loop on one rank (every rank of the job calls it)."""
-    from nemo_lead.models import load_tokenizer
-
-    from .actor import sft_train_step
-    from .data_order import DataOrder
-    from .packing import pack_traces
-
     cfg, source = resolve_model(cfg)
     tokenizer = load_tokenizer(source.require_tokenizer())
     train, val, report = load_sft_data(cfg, tokenizer)
@@ -144,16 +139,12 @@ def sft_job(cfg: SFTConfig) -> None:
 
 def _preflight(cfg: SFTConfig) -> None:
     """Bad data fails here, before any rank starts, with the file and line."""
-    from nemo_lead.models import load_tokenizer
-
     cfg, source = resolve_model(cfg)
     load_sft_data(cfg, load_tokenizer(source.require_tokenizer()))
 
 
 def run_sft(cfg: SFTConfig) -> int:
     """`nemo-lead sft`: the exit status (0 done or stopped by a signal after a checkpoint)."""
-    from nemo_lead.plan.check import check_before_start
-
     if check_before_start(cfg, "sft"):  # on GPUs: a layout that cannot fit stops here, saying what to change
         return 2
     ranks = cfg.actor.tp * cfg.actor.pp

@@ -42,6 +42,11 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
+from nemo_lead.launch.signals import install_stop_handlers
+from nemo_lead.models import build_gpt, load_tokenizer, unwrap_model
+from nemo_lead.models.checkpoint import read_checkpoint_meta
+from nemo_lead.models.source import resolve_precision
+from nemo_lead.parallel import destroy_parallel, init_parallel
 from nemo_lead.parallel.bridge import (
     Pending,
     Sides,
@@ -54,6 +59,7 @@ from nemo_lead.parallel.bridge import (
     send_tensors,
 )
 
+from .data_order import DataOrder
 from .lag import Batch, BatchQueue, batch_from_data, batch_to_data, sample_batch
 
 TAG_START, TAG_BATCH, TAG_WEIGHTS = 1, 2, 3
@@ -107,8 +113,6 @@ def join_split(cfg: Any) -> Link:
 
 
 def _parameters(model: Any) -> list:
-    from nemo_lead.models import unwrap_model
-
     return list(unwrap_model(model).parameters())
 
 
@@ -189,10 +193,6 @@ class GeneratorRun:
 
 def _generator_model(cfg: Any, source: Any, info: Any):
     """The actor's GPTModel without optimizer or weights of its own (they come from the trainers)."""
-    from nemo_lead.models import build_gpt
-    from nemo_lead.models.checkpoint import read_checkpoint_meta
-    from nemo_lead.models.source import resolve_precision
-
     divisible = {"vocab_divisible_by": read_checkpoint_meta(source.path)["vocab_divisible_by"]} \
         if source.kind == "checkpoint" else {}
     return build_gpt(source.hf_config, info, resolve_precision(cfg.actor.precision, source), spec=cfg.actor.layer_spec,
@@ -211,11 +211,7 @@ def _receive_weights(link: Link, params: list, plan: list, peer: int) -> int | N
 def generator_job(cfg: Any, link: Link) -> None:
     """A generator rank's whole job: sample B_j with the weights the trainers send, send it (module doc)."""
     from nemo_lead.data import load_problems
-    from nemo_lead.launch.signals import install_stop_handlers
-    from nemo_lead.models import load_tokenizer
-    from nemo_lead.parallel import destroy_parallel, init_parallel
 
-    from .data_order import DataOrder
     from .loop import resolve_model
     from .rl import RLState, rollout_context
 

@@ -11,7 +11,7 @@ correct against gold "70" or "C"; a bare letter is never equal to a number.
 
 Guards, because a model in training writes anything and sympy evaluates exactly:
 - an answer longer than `MAX_PARSE_CHARS` or nested deeper than `MAX_NESTING` brackets is compared only
-  canonically (the LaTeX parser's time grows steeply with nesting: 10 parentheses already take ~0.6 s);
+  canonically (the LaTeX parser's time grows steeply with nesting; bench/RESULTS.md, "Design measurements");
 - a parsed answer whose exact value would have more than `MAX_DIGITS` digits (`9^{9^{9^{9^9}}}`,
   `100000000!`, `2^{100000000}`) is dropped before `verify`, unless the gold is as large;
 - everything runs under `time_limit`, one `setitimer` budget per response. math-verify's own timeouts are

@@ -14,10 +14,9 @@ Why fresh interpreters (`subprocess` with `sys.executable -c ...`), not fork, fo
 - fork copies a parent that may hold torch/CUDA/NCCL threads and their locks (unsafe; Python 3.12+ warns);
 - spawn and forkserver re-import the parent's `__main__` module in every worker (a training script that
   imports torch and megatron at the top costs seconds and hundreds of MB per worker);
-- a fresh `python -c` imports only this package and math-verify: about 0.5-1 s per worker, paid once, in the
-  background while the caller keeps working (workers report "ready"; deadlines count only from then).
-  Measured here (2 cores), one warmed-up worker started from a script that imports torch at the top: spawn
-  2.3 s, forkserver 1.8 s (both import torch again in the worker), this 0.65 s (no torch).
+- a fresh `python -c` imports only this package and math-verify, paid once per worker, in the background
+  while the caller keeps working (workers report "ready"; deadlines count only from then). The start-up
+  times of the three are in bench/RESULTS.md, "Design measurements".
 
 No worker outlives the pool: `close()` (also called by a `weakref.finalize`, which runs at garbage
 collection or interpreter exit) stops them; a worker whose parent dies gets EOF on its task pipe, and on
