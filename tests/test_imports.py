@@ -6,7 +6,10 @@ so it takes a second) and accepts an import inside a function only when
 
 - it loads a third-party package (torch, megatron, transformers, tensorrt_llm, ...) that the module's own
   top-level imports, followed through the package, do not already load; or
-- hoisting it would close an import cycle (the target, through its top-level imports, imports this module).
+- hoisting it would close an import cycle: the target, through its top-level imports, imports this module,
+  or needs a name from one of this module's packages while that package is still running its `__init__`.
+  (A path that only passes through such a package's `__init__` is no cycle: the package is already in
+  `sys.modules` when its submodule runs, so `from .sibling import name` works there.)
 
 Everything else (stdlib, a light package such as yaml, a nemo_lead module that adds nothing heavy) belongs at
 the top of the file.
@@ -76,20 +79,23 @@ class _Graph:
         parts = module.split(".")
         return [".".join(parts[:i]) for i in range(1, len(parts) + 1)]
 
+    def _source(self, module: str, node: ast.ImportFrom) -> str:
+        """The absolute name of the module `from X import ...` reads, relative imports resolved."""
+        if not node.level:
+            return node.module or ""
+        base = module.split(".")
+        if self.files[module].name != "__init__.py":
+            base = base[:-1]
+        base = base[: len(base) - (node.level - 1)]
+        return ".".join(base + ([node.module] if node.module else []))
+
     def targets(self, module: str, node) -> tuple[set, set]:
         """(package modules, third-party top-level names) that executing `node` inside `module` imports."""
         internal, external = set(), set()
         if isinstance(node, ast.Import):
             names = [a.name for a in node.names]
         else:
-            if node.level:
-                base = module.split(".")
-                if self.files[module].name != "__init__.py":
-                    base = base[:-1]
-                base = base[: len(base) - (node.level - 1)]
-                source = ".".join(base + ([node.module] if node.module else []))
-            else:
-                source = node.module or ""
+            source = self._source(module, node)
             names = [source] + [f"{source}.{a.name}" for a in node.names if f"{source}.{a.name}" in self.files]
         for name in names:
             top = name.split(".")[0]
@@ -98,6 +104,39 @@ class _Graph:
             elif top != "__future__" and top not in sys.stdlib_module_names:
                 external.add(top)
         return internal, external
+
+    def needs_namespace(self, module: str, node) -> set:
+        """The package module whose executed namespace `node` reads, if any: a plain module it imports from,
+        or a package it takes a name (not a submodule) from. `import a.b` and `from a import submodule` read
+        none (the modules only have to be in `sys.modules`)."""
+        if isinstance(node, ast.Import):
+            return set()
+        source = self._source(module, node)
+        if source not in self.files:
+            return set()
+        plain = self.files[source].name != "__init__.py"
+        takes_names = any(f"{source}.{a.name}" not in self.files for a in node.names)
+        return {source} if plain or takes_names else set()
+
+    def would_cycle(self, module: str, node) -> bool:
+        """Whether `node`, moved to the top of `module`, would import `module` again while it runs, or read a
+        name from one of its packages before that package's `__init__` has finished."""
+        ancestors = set(self._parents(module)[:-1])
+        if self.needs_namespace(module, node) & ancestors:
+            return True
+        todo, seen = list(self.targets(module, node)[0]), set()
+        while todo:
+            m = todo.pop()
+            if m == module:
+                return True
+            if m in seen or m in ancestors:  # an importing package: in sys.modules already, not run again
+                continue
+            seen.add(m)
+            for child in self.split[m][0]:
+                if self.needs_namespace(m, child) & ancestors:
+                    return True
+                todo.extend(self.targets(m, child)[0])
+        return False
 
     def closure(self, module: str) -> tuple[frozenset, frozenset]:
         """(package modules, third-party names) loaded by importing `module`, top-level imports only."""
@@ -124,13 +163,9 @@ class _Graph:
             for node in inner:
                 internal, external = self.targets(module, node)
                 deferred = set(external)
-                cycle = False
                 for target in internal:
-                    reached, ext = self.closure(target)
-                    deferred |= ext
-                    cycle |= module in reached
-                heavy = deferred - own_external - LIGHT_THIRD_PARTY
-                if heavy or cycle:
+                    deferred |= self.closure(target)[1]
+                if deferred - own_external - LIGHT_THIRD_PARTY or self.would_cycle(module, node):
                     continue
                 line = ast.get_source_segment(self.files[module].read_text(), node) or ""
                 problems.append(f"{self.files[module].relative_to(self.root.parent)}:{node.lineno}: {line}")
@@ -193,3 +228,27 @@ def test_an_import_already_paid_for_at_the_top_is_not_deferring_anything(tmp_pat
     )
     problems = _Graph(root).unjustified()
     assert len(problems) == 1 and "user.py:4" in problems[0], problems
+
+
+@pytest.mark.parametrize(
+    "sibling, accepted",
+    [
+        ("import json\n", False),  # reached only through pkg/sub/__init__, which is already importing: hoist
+        ("from pkg.sub import x\n", True),  # reads a name pkg/sub/__init__ has not defined yet: a real cycle
+        ("from . import c\n", False),  # another submodule of the importing package: nothing read from __init__
+        ("from .a import x\n", True),  # imports the module under test while it runs
+    ],
+)
+def test_a_path_through_the_importing_package_is_a_cycle_only_when_it_reads_from_it(tmp_path, sibling, accepted):
+    root = _package(
+        tmp_path,
+        {
+            "__init__.py": "",
+            "sub/__init__.py": "from .a import x\n",
+            "sub/a.py": "x = 1\n\ndef run():\n    from .b import y\n",
+            "sub/b.py": sibling + "y = 2\n",
+            "sub/c.py": "",
+        },
+    )
+    problems = _Graph(root).unjustified()
+    assert (problems == []) is accepted, problems

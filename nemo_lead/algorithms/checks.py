@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import torch
 
+from .outcome import check_outcomes
+
 
 def check_same_length(**tensors: torch.Tensor) -> int:
     """All tensors are 1-D with the same length N; return N."""
@@ -29,8 +31,6 @@ def check_finite(**tensors: torch.Tensor) -> None:
 
 def check_batch(outcome: torch.Tensor, group: torch.Tensor, **values: torch.Tensor) -> None:
     """The per-response inputs of one global batch: same length, finite `values`, valid outcomes."""
-    from .outcome import check_outcomes
-
     check_same_length(outcome=outcome, group=group, **values)
     check_finite(**values)
     check_outcomes(outcome)

@@ -18,7 +18,9 @@ from typing import Any, Optional
 
 from nemo_lead.models import tokenizer_files
 
+from .megatron_engine import MegatronEngine
 from .params import RolloutEngine
+from .trtllm_engine import TrtllmEngine
 
 ENGINE_KINDS = ("megatron", "trtllm")
 
@@ -87,10 +89,6 @@ def engine_config_for(cfg: EngineConfig, source: Any) -> EngineConfig:
 def build_engine(cfg: EngineConfig, actor: Any) -> RolloutEngine:
     """The engine `cfg.kind` over `actor` (a GPTModel, a list of one chunk, or an object with `.model`)."""
     if cfg.kind == "megatron":
-        from .megatron_engine import MegatronEngine
-
         return MegatronEngine(actor, max_batch_size=cfg.max_batch_size, max_prefill_tokens=cfg.max_prefill_tokens,
                               sync_every=cfg.sync_every, cuda_graphs=cfg.cuda_graphs, kv_cache_gb=cfg.kv_cache_gb)
-    from .trtllm_engine import TrtllmEngine
-
     return TrtllmEngine(actor, cfg.trtllm)

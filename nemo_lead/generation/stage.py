@@ -35,6 +35,8 @@ import torch.nn.functional as F
 
 from nemo_lead.models.rope import rope
 
+from .kv_budget import kv_bytes_per_position
+
 
 class UnsupportedModel(ValueError):
     """A model feature the megatron engine cannot run faithfully."""
@@ -112,8 +114,6 @@ class StageRunner:
 
     def kv_bytes_per_position(self) -> int:
         """Bytes of K and V one sequence position costs in this stage's KV cache (`kv_budget`)."""
-        from .kv_budget import kv_bytes_per_position
-
         return kv_bytes_per_position(len(self.layers), self.groups, self.head_dim, self.dtype.itemsize)
 
     # ----------------------------------------------------------------------------- direct linears (one TP rank)

@@ -39,7 +39,8 @@ import torch
 import torch.distributed as dist
 
 from .gpt import model_info, unwrap_model
-from .hf_config import Arch
+from .hf_config import Arch, arch_from_hf
+from .tokenizer import tokenizer_files
 
 # ----------------------------------------------------------------------------- the mapping table
 REPLICATED, COLUMN, ROW, QKV, FC1, VOCAB = "replicated", "column", "row", "qkv", "fc1", "vocab"
@@ -363,9 +364,6 @@ def save_hf_folder(
     and nothing is written (the other ranks of a collective export).
     """
     from safetensors.torch import save_file
-
-    from .hf_config import arch_from_hf
-    from .tokenizer import tokenizer_files
 
     arch = arch_from_hf(hf_config)
     shapes, itemsize = hf_shapes(arch), torch.empty((), dtype=dtype).element_size()

@@ -32,6 +32,8 @@ import torch
 
 from nemo_lead.files import write_atomic
 
+from .hf_config import preset_names, read_hf_config
+
 HF_DTYPES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
 PRECISIONS = ("fp32", "bf16", "fp16", "fp8")  # fp8: bf16 parameters + Transformer Engine FP8 GEMMs
 PRECISION_CHOICES = ("auto", *PRECISIONS)  # what a `precision` setting accepts
@@ -79,8 +81,6 @@ class ModelSource:
 def model_source(model: str, tokenizer: str | None = None, *, key: str = "--model") -> ModelSource:
     """Describe `model`: a checkpoint folder (meta.json), a HF folder (config.json) or a conf/model preset.
     `tokenizer`: a tokenizer folder that replaces the model's own. `key` names the setting in errors."""
-    from .hf_config import preset_names, read_hf_config
-
     path = Path(model).expanduser()
     tok = Path(tokenizer).expanduser().resolve() if tokenizer else None
     if tok is not None and not tok.is_dir():

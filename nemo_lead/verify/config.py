@@ -15,6 +15,7 @@ from typing import Optional
 from nemo_lead.config import setting
 
 from .extract import REGIONS
+from .verifier import MathVerifier
 
 
 @dataclass
@@ -38,6 +39,4 @@ class VerifyConfig:
 
     def verifier(self, default_region: str, rule: str = "paper"):
         """A `MathVerifier` with these settings (close it, or use it as a context manager)."""
-        from .verifier import MathVerifier
-
         return MathVerifier(self.workers, self.timeout_s, self.region(default_region), rule=rule)
