@@ -589,12 +589,11 @@ def test_one_update_follows_the_advantage_sign(data):
 
 
 def _nan_job(root: str, ckpt: str, out: str) -> str:
-    import nemo_lead.training.actor as actor_mod
+    import nemo_lead.training.rl as rl_mod
     from nemo_lead.cli import resolve_config
     from nemo_lead.parallel.local import JobError
-    from nemo_lead.training.rl import rl_job
 
-    real = actor_mod.policy_train_step
+    real = rl_mod.policy_train_step  # the name the RL step calls
     calls = []
 
     def poisoned(*args, **kwargs):
@@ -602,12 +601,12 @@ def _nan_job(root: str, ckpt: str, out: str) -> str:
         calls.append(1)
         return {**m, "loss": float("nan")} if len(calls) == 3 else m
 
-    actor_mod.policy_train_step = poisoned
+    rl_mod.policy_train_step = poisoned
     cfg = resolve_config("rl", [], [f"actor.model={ckpt}", f"data.path={root}/problems.jsonl", f"out={out}", "steps=5",
                                     "save_every=2", "prompts_per_step=4", "rollout.n=4", "rollout.max_tokens=32",
                                     "actor.optim.lr=2e-4", "rollout.temperature=1.0", "progress=none", "prompt.suffix="])
     try:
-        rl_job(cfg)
+        rl_mod.rl_job(cfg)
     except JobError as e:
         return str(e)
     return "no error"
