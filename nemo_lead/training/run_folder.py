@@ -44,6 +44,7 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
+from nemo_lead.checkpoint_meta import list_checkpoints
 from nemo_lead.config import key_rules, save_config
 from nemo_lead.files import append_jsonl, json_safe, jsonl_text, read_jsonl, write_atomic, write_json
 
@@ -118,8 +119,6 @@ class RunFolder:
     # ------------------------------------------------------------------ opening
     def holds_steps(self) -> bool:
         """A checkpoint or a metrics line exists: the run has done a step, and its settings bind."""
-        from nemo_lead.models.checkpoint import list_checkpoints
-
         metrics = self.path / METRICS_FILE
         return bool(list_checkpoints(self.path)) or (metrics.is_file() and metrics.stat().st_size > 0)
 
@@ -222,8 +221,6 @@ class RunFolder:
         """Rank 0: delete all but the newest `keep_last` complete checkpoints (0 keeps all)."""
         if not self.writer or keep_last <= 0:
             return
-        from nemo_lead.models.checkpoint import list_checkpoints
-
         for _, folder in list_checkpoints(self.path)[:-keep_last]:
             shutil.rmtree(folder, ignore_errors=True)
 
