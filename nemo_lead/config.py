@@ -74,7 +74,10 @@ COMMON_KEYS = {
     "tensor_parallel_size": ("actor.tp", "tp"), "pipeline_parallel_size": ("actor.pp", "pp"),
     "precision": ("actor.precision",), "dtype": ("actor.precision", "precision"), "data": ("data.path",),
     "kl_coef": ("lead.kl_coeff",), "kl_coeff": ("lead.kl_coeff",), "beta": ("lead.kl_coeff",),
-    "epsilon": ("lead.clip_eps",), "clip_range": ("lead.clip_eps",), "preset": ("lead.preset",),
+    # the policy ratio's clip (TRL's epsilon / epsilon_high, verl's clip_ratio_low / high), not gradient clipping
+    "epsilon": ("lead.clip_eps_low",), "clip_range": ("lead.clip_eps_low",), "clip_ratio": ("lead.clip_eps_low",),
+    "clip_ratio_low": ("lead.clip_eps_low",), "epsilon_high": ("lead.clip_eps_high",),
+    "clip_ratio_high": ("lead.clip_eps_high",), "preset": ("lead.preset",),
     "output_dir": ("out",), "save_steps": ("save_every",), "max_steps": ("steps",), "total_steps": ("steps",),
 }
 
