@@ -11,8 +11,16 @@ import dataclasses
 import pytest
 import torch
 
-from nemo_lead.algorithms import LeadConfig, compute_advantages, group_keep_mask, policy_loss
-from nemo_lead.algorithms import advantages, config, filters, loss
+from nemo_lead.algorithms import (
+    LeadConfig,
+    advantages,
+    compute_advantages,
+    config,
+    filters,
+    group_keep_mask,
+    loss,
+    policy_loss,
+)
 from nemo_lead.algorithms.outcome import Outcome
 
 # two groups of four: one with spread, one all wrong
