@@ -26,7 +26,7 @@ from nemo_lead.config import ConfigError, load_config, to_yaml
 from nemo_lead.data.filters import parse_bound
 from nemo_lead.plan.settings import PlanSettings
 
-from .kinds import KINDS, schema
+from .kinds import KINDS, schema, settings_hook
 from .recipe import Recipe, Ref, StageSpec, find_recipe, read_recipe, substitute
 
 KEEP_RULES = ("first", "shortest")
@@ -116,8 +116,17 @@ class Stage:
     spec: StageSpec
     folder: Path
     config: Any  # PrepareConfig | SelectConfig | EvalConfig (distill, eval) | SFTConfig | RLConfig
-    keep: str = "first"  # distill: which correct response per problem becomes its trace
-    models: dict[str, str] = field(default_factory=dict)  # eval: row name -> model
+    extras: dict[str, Any] = field(default_factory=dict)  # the kind's own keys (its settings hook): keep, models
+
+    @property
+    def keep(self) -> str:
+        """distill: which correct response per problem becomes its trace."""
+        return self.extras.get("keep", "first")
+
+    @property
+    def models(self) -> dict[str, str]:
+        """eval: row name -> model."""
+        return self.extras.get("models", {})
 
     @property
     def name(self) -> str:
@@ -130,11 +139,9 @@ class Stage:
     def as_dict(self) -> dict[str, Any]:
         """The settings as plain data (what --print-config shows and the state file fingerprints)."""
         data = yaml.safe_load(to_yaml(self.config))
-        if self.kind == "distill":
-            data["keep"] = self.keep
-        if self.kind == "eval":
-            data.pop("model", None)
-            data["models"] = dict(self.models)
+        for key in KINDS[self.kind].hidden_keys:
+            data.pop(key, None)
+        data.update({k: dict(v) if isinstance(v, dict) else v for k, v in self.extras.items()})
         return data
 
 
@@ -245,43 +252,51 @@ def resolve_stage(spec: StageSpec, recipe: Recipe, run: RunConfig, outputs: Opti
         except ConfigError as e:
             where = "command line" if key in cli_keys else spec.location(key)
             raise ConfigError(f"{where}: stage {spec.name!r}, key {key!r}: {e}") from None
+    kind = KINDS[spec.kind]
+    for key, _ in items:
+        if key in kind.pipeline_keys:
+            where = "command line" if key in cli_keys else spec.location(key)
+            raise ConfigError(f"{where}: stage {spec.name!r}: {key!r} is set by the pipeline "
+                              f"({'list the models under `models`' if key == 'model' else 'OUT/stages/NAME'})")
     extras: dict[str, Any] = {}
-    if spec.kind in ("sft", "rl", "distill", "eval"):
-        for key, _ in items:
-            if key == "out" or (spec.kind == "eval" and key == "model"):
-                where = "command line" if key in cli_keys else spec.location(key)
-                raise ConfigError(f"{where}: stage {spec.name!r}: {key!r} is set by the pipeline "
-                                  f"({'list the models under `models`' if key == 'model' else 'OUT/stages/NAME'})")
-    if spec.kind == "distill":
-        extras["keep"] = next((v for k, v in items if k == "keep"), "first")
-        if extras["keep"] not in KEEP_RULES:
-            raise ConfigError(f"{spec.location('keep')}: stage {spec.name!r}: keep must be one of "
-                              f"{', '.join(KEEP_RULES)}, got {extras['keep']!r}")
-        items = [(k, v) for k, v in items if k != "keep"] + [("out", str(folder / "samples")), ("plot", False)]
-    if spec.kind == "eval":
-        models: dict[str, str] = {}
-        for k, v in items:
-            if k.startswith("models."):
-                models[k[7:]] = v
-            elif k == "models" and v not in ({}, None):
-                raise ConfigError(f"{spec.location(k)}: stage {spec.name!r}: models is a mapping of row names to models")
-        if not models:
-            raise ConfigError(f"{spec.location('models')}: stage {spec.name!r}: an eval stage needs `models`: "
-                              "{row name: model folder or ${stage:NAME.checkpoint}}")
-        extras["models"] = models
-        items = [(k, v) for k, v in items if k != "models" and not k.startswith("models.")]
-        items.append(("model", next(iter(models.values()))))
-    if spec.kind in ("sft", "rl"):
-        items.append(("out", str(folder)))
+    hook = settings_hook(spec.kind)
+    if hook is not None:
+        items, extras = hook(spec, items)
+    if kind.out is not None:
+        items.append(("out", str(folder / kind.out) if kind.out else str(folder)))
     # the defaults of the matching command (`nemo-lead sft | rl | eval`: their dataclasses); distill samples
     # as eval does
     try:
         config = load_config(schema(spec.kind), [], [_override(k, v) for k, v in items])
     except ConfigError as e:
         raise ConfigError(_relocate(e, spec, cli_keys)) from None
-    if spec.kind in ("sft", "rl"):  # `nemo-lead run ... plan.check=warn` applies to every stage's start-up check
+    if kind.planned:  # `nemo-lead run ... plan.check=warn` applies to every stage's start-up check
         config.plan = config.plan.merged(run.plan)
-    return Stage(spec=spec, folder=folder, config=config, **extras)
+    return Stage(spec=spec, folder=folder, config=config, extras=extras)
+
+
+def distill_settings(spec: StageSpec, items: list[tuple[str, Any]]) -> tuple[list[tuple[str, Any]], dict[str, Any]]:
+    """A distill stage's `keep` (which correct response becomes the trace); it samples as eval, without plots."""
+    keep = next((v for k, v in items if k == "keep"), "first")
+    if keep not in KEEP_RULES:
+        raise ConfigError(f"{spec.location('keep')}: stage {spec.name!r}: keep must be one of "
+                          f"{', '.join(KEEP_RULES)}, got {keep!r}")
+    return [(k, v) for k, v in items if k != "keep"] + [("plot", False)], {"keep": keep}
+
+
+def eval_settings(spec: StageSpec, items: list[tuple[str, Any]]) -> tuple[list[tuple[str, Any]], dict[str, Any]]:
+    """An eval stage's `models` (row name -> model); the first row's model stands in for `model`."""
+    models: dict[str, str] = {}
+    for k, v in items:
+        if k.startswith("models."):
+            models[k[7:]] = v
+        elif k == "models" and v not in ({}, None):
+            raise ConfigError(f"{spec.location(k)}: stage {spec.name!r}: models is a mapping of row names to models")
+    if not models:
+        raise ConfigError(f"{spec.location('models')}: stage {spec.name!r}: an eval stage needs `models`: "
+                          "{row name: model folder or ${stage:NAME.checkpoint}}")
+    items = [(k, v) for k, v in items if k != "models" and not k.startswith("models.")]
+    return items + [("model", next(iter(models.values())))], {"models": models}
 
 
 def eval_row_config(stage: Stage, row: str):
