@@ -34,6 +34,8 @@ import yaml
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from nemo_lead.dotted import lookup
+
 from .files import write_atomic
 
 T = TypeVar("T")
@@ -293,15 +295,6 @@ def _preset_fields(cls: type, prefix: str = "") -> dict[str, type]:
     return out
 
 
-def _lookup(data: dict, dotted: str) -> Any:
-    node: Any = data
-    for p in dotted.split("."):
-        if not isinstance(node, dict) or p not in node:
-            return None
-        node = node[p]
-    return node
-
-
 # ----------------------------------------------------------------------------- entry point
 def load_config(
     schema: type[T],
@@ -329,13 +322,13 @@ def load_config(
     for path, cls in _preset_fields(schema).items():
         name = None
         for layer in layers:
-            value = _lookup(layer.data, path + ".preset")
+            value = lookup(layer.data, path + ".preset", None)
             name = value if value is not None else name
         if name is not None:
             try:
                 preset_obj = cls.from_preset(name)
             except ValueError as e:
-                src = next(la for la in reversed(layers) if _lookup(la.data, path + ".preset") is not None)
+                src = next(la for la in reversed(layers) if lookup(la.data, path + ".preset", None) is not None)
                 where, reason = src.where(path + ".preset"), f"{path}.preset: {e}"
                 raise ConfigError(f"{where}: {reason}", where=where, key=f"{path}.preset", reason=reason) from None
             OmegaConf.update(base, path, OmegaConf.structured(preset_obj), merge=False)

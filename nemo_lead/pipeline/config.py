@@ -24,6 +24,7 @@ import yaml
 
 from nemo_lead.config import ConfigError, load_config, to_yaml
 from nemo_lead.data.filters import parse_bound
+from nemo_lead.dotted import flatten
 from nemo_lead.plan.settings import PlanSettings
 
 from .kinds import KINDS, schema, settings_hook
@@ -172,16 +173,6 @@ def load_recipe(run: RunConfig) -> Recipe:
 
 
 # ----------------------------------------------------------------------------- resolving one stage
-def _flatten(d: dict[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
-    items = []
-    for k, v in d.items():
-        if isinstance(v, dict) and v:
-            items += _flatten(v, f"{prefix}{k}.")
-        else:
-            items.append((f"{prefix}{k}", v))
-    return items
-
-
 def _override(key: str, value: Any) -> str:
     """`key=value` that the config loader reads back as exactly `value` (YAML flow style, one line)."""
     text = yaml.safe_dump(value, default_flow_style=True, width=1 << 30, allow_unicode=True).strip()
@@ -242,11 +233,11 @@ def resolve_stage(spec: StageSpec, recipe: Recipe, run: RunConfig, outputs: Opti
     settings loaded through the kind's schema; errors name the recipe line or the command line."""
     folder = Path(run.out or "runs/_") / "stages" / spec.name
     cli = run.stages.get(spec.name, {}) or {}
-    cli_keys = {k for k, _ in _flatten(cli)}
+    cli_keys = set(flatten(cli, keep_empty=True))
     settings = dict(spec.settings)
     lookup = _stage_lookup(spec, recipe, run, outputs)
     items = []
-    for key, value in _flatten(settings) + _flatten(cli):
+    for key, value in [*flatten(settings, keep_empty=True).items(), *flatten(cli, keep_empty=True).items()]:
         try:
             items.append((key, substitute(value, lookup)))
         except ConfigError as e:

@@ -72,7 +72,16 @@ from .loop import (
 from .no_signal import signal_metrics
 from .offload import offloaded
 from .rl_config import RLConfig
-from .rollouts import Group, flat_tensors, problem_stats, rollout_records, sample_groups, training_batch
+from .rollouts import (
+    Group,
+    answer_extracted_frac,
+    flat_tensors,
+    problem_stats,
+    rollout_records,
+    sample_groups,
+    training_batch,
+    truncated_frac,
+)
 from .run_folder import PROBLEM_STATS_FILE, VALIDATION_FILE
 from .sampling import RLState, rollout_context, rollout_params, step_seed
 from .split import generator_job, join_split
@@ -161,7 +170,7 @@ def step_metrics(step: int, seen: list[Group], selected: list[Group], rounds: in
         "step": step, "reward/mean": float(rewards.mean()), "reward/std": float(rewards.std()) if len(rewards) > 1 else 0.0,
         "accuracy": float((outcome == Outcome.CORRECT).float().mean()),
         "response_length/mean": float(lengths.float().mean()), "response_length/max": int(lengths.max()),
-        "truncated_frac": float(sum(r.finish_reason == "length" for g in seen for r in g.rollouts) / len(outcome)),
+        "truncated_frac": truncated_frac(seen),
         "repetition_frac": float((outcome == Outcome.REPETITION).float().mean()),
         "groups/kept_frac": len(selected) / len(seen), "groups/kept": len(selected), "rounds": rounds,
         "samples": len(outcome), "advantage/abs_mean": float(adv.abs().mean()) if adv.numel() else 0.0,
@@ -226,8 +235,7 @@ def validate(s: RLState, step: int) -> dict[str, float]:
         "step": step, PASS_AT_1: pass_at_k([[o == Outcome.CORRECT for o in g.outcomes] for g in groups]),
         CONS_AT_K: cons_at_k([g.extracted for g in groups], [g.problem.answer for g in groups]),
         MEAN_LENGTH: mean_length([g.lengths for g in groups]),
-        "answer_extracted_frac": sum(a is not None for g in groups for a in g.extracted) / (len(groups) * v.n),
-        "truncated_frac": sum(r.finish_reason == "length" for g in groups for r in g.rollouts) / (len(groups) * v.n),
+        "answer_extracted_frac": answer_extracted_frac(groups), "truncated_frac": truncated_frac(groups),
         "n": v.n, "problems": len(groups), "seconds": time.monotonic() - t0,
     }
     s.run.folder.append(VALIDATION_FILE, [out])
