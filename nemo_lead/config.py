@@ -1,6 +1,6 @@
 """Configuration: OmegaConf structured configs (dataclasses) + YAML files + `key=value` overrides.
 
-Why our own small loader rather than Hydra: hydra-core 1.3.8 conflicts with omegaconf 2.4 (DESIGN.md
+Why our own small loader rather than Hydra: hydra-core 1.3.8 conflicts with omegaconf 2.4 (docs/design.md
 decision 2). What it adds over plain `OmegaConf.merge`:
 
 - errors that name the file, the line and the dotted key, and suggest the nearest valid key

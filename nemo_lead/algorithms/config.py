@@ -3,7 +3,7 @@
 One dataclass so that an ablation is one config line (`lead.preset=grpo_length` or `lead.alpha=0.1`).
 Defaults are the paper's values (arXiv 2504.09696); `LeadConfig.reference_code()` reproduces what the
 authors' verl fork (aeroplanepaper/GRPO-LEAD at commit 9344bef) observably does, which differs in the
-places listed in DESIGN.md ("paper vs the authors' code") and in `reference_code`'s docstring.
+places listed in docs/design.md ("Paper vs the authors' code") and in `reference_code`'s docstring.
 
 Presets (`LeadConfig.from_preset(name)`, `name` as in `PRESETS`):
 
