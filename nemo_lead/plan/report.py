@@ -30,7 +30,7 @@ def over_budget(plan: JobPlan) -> list[str]:
 
 def overrides(changes: dict[str, Any], prefix: str = "") -> str:
     def value(v: Any) -> str:
-        return str(v).lower() if isinstance(v, bool) else str(v)
+        return "null" if v is None else str(v).lower() if isinstance(v, bool) else str(v)
 
     return " ".join(f"{prefix}{k}={value(v)}" for k, v in changes.items())
 
@@ -54,7 +54,9 @@ def verdict(ranking: Ranking) -> str:
     if ranking.rank == 1:
         return f"as configured: the fastest of {ranking.fitting} that fit"
     best = ranking.fastest[0]
-    return (f"as configured: rank {ranking.rank} of {ranking.fitting}; fits but {ranking.slower:.2f} x slower "
+    slower = (f"{ranking.slower:.2f} x slower" if ranking.slower >= 1.01
+              else f"{100 * (ranking.slower - 1):.1f}% slower")  # "1.00 x slower" would say nothing
+    return (f"as configured: rank {ranking.rank} of {ranking.fitting}; fits but {slower} "
             f"than {layout_name(best.plan)} ({ranking.configured.time.total:,.0f} s vs {best.seconds:,.0f} s)")
 
 
