@@ -9,9 +9,10 @@ A recipe is read the way `nemo-lead run` reads it (`RunConfig`, `resolve_stage`:
 overrides, the kinds' defaults), so its stages are planned with exactly their settings. A stage whose model
 is an earlier stage's checkpoint gets that stage's model (the shape does not change in training); the model
 itself may be a HF folder (only its config.json is read), a checkpoint or a conf/model preset. The numbers:
-`nemo_lead.plan` (per GPU and phase, what is left, the ranked fixes, the step time). `--json FILE` writes
-them: one job's plan as an object with `layout`, `fits`, `gpu_memory_bytes`, `per_gpu_bytes` per phase, ...;
-several stages as {"stages": [...], "fits": all of them}.
+`nemo_lead.plan` (per GPU and phase, what is left, the ranked fixes, the step time, and the layouts that fit
+ranked by step time: `nemo_lead.plan.search`, `--fastest N` of them, 0 for none). `--json FILE` writes
+them: one job's plan as an object with `layout`, `fits`, `gpu_memory_bytes`, `per_gpu_bytes` per phase,
+`ranking`, ...; several stages as {"stages": [...], "fits": all of them}.
 """
 
 from __future__ import annotations
@@ -183,7 +184,8 @@ def run_plan(cfg: PlanConfig) -> int:
             memory, reserve = settings.gpu_memory_gb, settings.value("reserve_gb")
             plan = plan_job(shape, gpu, memory_gib=memory, reserve_gib=reserve)
             fixes = find_fixes(shape, gpu, memory_gib=memory, reserve_gib=reserve, limit=cfg.fixes)
-            ranking = rank_layouts(shape, gpu, memory_gib=memory, reserve_gib=reserve, limit=cfg.fastest)
+            ranking = (rank_layouts(shape, gpu, memory_gib=memory, reserve_gib=reserve, limit=cfg.fastest)
+                       if cfg.fastest else None)
             texts.append(describe(job.name, plan, fixes, job.prefix, ranking))
             results.append(as_json(job.name, plan, fixes, ranking))
     except (ConfigError, ValueError, OSError) as e:

@@ -86,7 +86,7 @@ def ranking_of(configured: JobPlan, candidates: Iterable[Candidate], limit: int 
     """The ranked candidates and where the configured settings (the candidate without changes) stand."""
     order = ranked(candidates)
     rank = next((i for i, c in enumerate(order, 1) if not c.changes), None) if configured.fits else None
-    return Ranking(fastest=order[:limit], fitting=len(order), rank=rank, configured=configured)
+    return Ranking(fastest=order[:max(limit, 1)], fitting=len(order), rank=rank, configured=configured)
 
 
 def needed_budget_gb(s: JobShape) -> float:
