@@ -15,7 +15,7 @@ from typing import Any
 from nemo_lead.pipeline.plan import PlanConfig, jobs_of
 from nemo_lead.plan.check import hf_config_of
 from nemo_lead.plan.job import GIB, JobPlan, job_shape, plan_job
-from nemo_lead.plan.report import layout_name, overrides
+from nemo_lead.plan.report import layout_name, overrides, step_text
 from nemo_lead.plan.search import rank_layouts
 from nemo_lead.plan.settings import PlanSettings
 from nemo_lead.plan.timing import gpu_named
@@ -49,20 +49,13 @@ def _plans(recipe: str, model: str, gpus: int, gpu: str, stage: str, stages: dic
     return plan_job(shape, g, reserve_gib=3.0), rank_layouts(shape, g, memory_gib=None, reserve_gib=3.0, limit=1)
 
 
-def _step(plan: JobPlan) -> str:
-    t = plan.time
-    if plan.shape.kind == "sft":
-        return f"{t.total:,.0f}"
-    return f"{t.total:,.0f} ({t.generation:,.0f} + {t.update:,.0f} + {t.refit:,.0f})"
-
-
 def _memory(plan: JobPlan) -> str:
     host = f"; host {plan.host_bytes_per_node / GIB:,.0f}" if plan.host_bytes_per_node else ""
     return " / ".join(f"{plan.total(p) / GIB:.1f}" for p in plan.phases) + host
 
 
 def _cell(plan: JobPlan) -> str:
-    return f"{layout_name(plan)}: {_step(plan)}" if plan.fits else f"{layout_name(plan)}: does not fit"
+    return f"{layout_name(plan)}: {step_text(plan)}" if plan.fits else f"{layout_name(plan)}: does not fit"
 
 
 def _ratio(before: JobPlan, after: JobPlan | None) -> str:
@@ -70,7 +63,7 @@ def _ratio(before: JobPlan, after: JobPlan | None) -> str:
 
 
 def main() -> None:
-    print("| model | GPUs | stage | before: layout, step s | now: recipe, layout, step s (generation + update + "
+    print("| model | GPUs | stage | before: layout, step | now: recipe, layout, step (generation + update + "
           "refit) | before / now | the plan's fastest that fits | before / fastest | GiB per GPU update / "
           "generation; host GiB per node (now, else the fastest) |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")

@@ -40,7 +40,8 @@ def layout_name(plan: JobPlan) -> str:
     return f"tp {s.tp} pp {s.pp} dp {s.dp}"
 
 
-def _step(plan: JobPlan) -> str:
+def step_text(plan: JobPlan) -> str:
+    """"2,100 s (1,892 + 207 + 1)": the step, and for RL its generation, update and refit / offload."""
     t = plan.time
     if plan.shape.kind == "sft":
         return f"{t.total:,.0f} s"
@@ -69,7 +70,7 @@ def describe_ranking(ranking: Ranking, prefix: str = "") -> list[str]:
         p = c.plan
         memory = " / ".join(f"{p.total(ph) / GIB:.1f}" for ph in p.phases)
         host = f", host {p.host_bytes_per_node / GIB:,.0f} GiB per node" if p.host_bytes_per_node else ""
-        lines.append(f"    {i}. {layout_name(p)}: {_step(p)}; {memory} GiB{host}; "
+        lines.append(f"    {i}. {layout_name(p)}: {step_text(p)}; {memory} GiB{host}; "
                      + (overrides(c.changes, prefix) or "as configured"))
     lines.append(f"  {verdict(ranking)}")
     return lines
