@@ -130,3 +130,10 @@ def test_the_7b_ablation_ships_the_fastest_layout_on_8_h100_and_8_h200(tmp_path)
         rc, p = _plan(tmp_path, "ablation-7b-grpo", "--gpus", "8", "--gpu", gpu, "paths.base_model=r1-distill-qwen-7b")
         assert rc == 0 and p["layout"] == {"tp": 1, "pp": 1, "dp": 8} and p["ranking"]["configured_rank"] == 1
         assert round(p["step_seconds"]["total"]) == seconds
+
+
+def test_fastest_takes_a_count(tmp_path, capsys):
+    assert main(["plan", *STAGE1, "--fastest", "-1"]) == 2
+    assert "fastest must be >= 0" in capsys.readouterr().err
+    rc, p = _plan(tmp_path, *STAGE1, "--gpu", "h200", "--fastest", "0")
+    assert rc == 0 and p["ranking"] is None and "fastest layouts" not in capsys.readouterr().out
