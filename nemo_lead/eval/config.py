@@ -60,7 +60,7 @@ class EvalConfig:
         for key in ("tp", "pp", "problems_per_call"):
             if getattr(self, key) < 1:
                 raise ValueError(f"{key} must be >= 1, got {getattr(self, key)}")
-        check_engine_layout(self.engine, tp=self.tp, pp=self.pp, prefix="")
+        check_engine_layout(self.engine, tp=self.tp, pp=self.pp, prefix="", own_layout=False)
         if self.limit is not None and self.limit < 1:
             raise ValueError(f"limit must be >= 1, got {self.limit}")
         if self.precision not in PRECISION_CHOICES:

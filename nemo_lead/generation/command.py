@@ -58,7 +58,7 @@ class GenerateConfig:
             raise ValueError("give prompts (prompts='[\"text\", ...]') or prompts_file (--prompts-file F)")
         if self.tp < 1 or self.pp < 1:
             raise ValueError("tp and pp must be >= 1")
-        check_engine_layout(self.engine, tp=self.tp, pp=self.pp, prefix="")
+        check_engine_layout(self.engine, tp=self.tp, pp=self.pp, prefix="", own_layout=False)
         if self.precision not in PRECISION_CHOICES:
             raise ValueError(f"precision must be one of {', '.join(PRECISION_CHOICES)}, got {self.precision!r}")
 

@@ -60,10 +60,13 @@ class EngineConfig:
     # and wait for rows when the budget is full (nemo_lead.generation.kv_budget); results do not change
     kv_cache_gb: Optional[float] = None
     # megatron: the engine's model-parallel layout. actor (the default): the engine decodes on the model's own
-    # modules, so at its TP / PP (actor.tp / actor.pp; eval and generate: tp / pp); a number must equal that
-    # layout. An engine layout of its own (a copy of the weights resharded each step) is not implemented yet
+    # modules, so at its TP / PP (actor.tp / actor.pp; eval and generate: tp / pp); a number equal to that
+    # layout means the same. rl only: engine.tp=1 engine.pp=1 over a larger actor layout gives every rank a
+    # TP1 copy of the weights, rebuilt in memory after every update, each rank an engine replica generating
+    # its share of the prompts (docs/engine-layout.md). Other engine layouts are not implemented yet
     tp: str = AT_THE_MODELS_LAYOUT
     pp: str = AT_THE_MODELS_LAYOUT
+    refit_bucket_mb: float = 512  # megatron, engine layout of its own: weights gathered per collective, in MB
     trtllm: TrtllmConfig = field(default_factory=TrtllmConfig)
 
     def __post_init__(self) -> None:
@@ -78,27 +81,48 @@ class EngineConfig:
         for key in ("tp", "pp"):
             value = str(getattr(self, key))
             if value != AT_THE_MODELS_LAYOUT and not (value.isdigit() and int(value) >= 1):
-                raise ValueError(f"engine.{key} must be {AT_THE_MODELS_LAYOUT} or the model's {key.upper()} (a "
-                                 f"number >= 1), got {value!r}: an engine layout of its own (what the plan finds "
-                                 "fastest) is not implemented yet")
+                raise ValueError(f"engine.{key} must be {AT_THE_MODELS_LAYOUT} or a number >= 1 (the model's "
+                                 f"{key.upper()}, or 1 for a TP1 x PP1 engine), got {value!r}: choosing the "
+                                 "layout the plan finds fastest (auto) is not implemented yet")
+        if not self.refit_bucket_mb > 0:
+            raise ValueError(f"engine.refit_bucket_mb must be > 0, got {self.refit_bucket_mb!r}")
 
 
-def check_engine_layout(cfg: EngineConfig, *, tp: int, pp: int, prefix: str = "actor.") -> None:
+def engine_layout(cfg: EngineConfig, *, tp: int, pp: int) -> tuple[int, int]:
+    """The engine's (TP, PP) over a model at `tp` x `pp` (`actor` resolved to the model's value)."""
+    return tuple(own if str(v) == AT_THE_MODELS_LAYOUT else int(v) for v, own in ((cfg.tp, tp), (cfg.pp, pp)))
+
+
+def has_own_layout(cfg: EngineConfig, *, tp: int, pp: int) -> bool:
+    """The engine decodes on a TP1 x PP1 copy of its own (`engine.tp=1 engine.pp=1` over a larger layout)."""
+    return cfg.kind == "megatron" and engine_layout(cfg, tp=tp, pp=pp) != (tp, pp)
+
+
+def check_engine_layout(cfg: EngineConfig, *, tp: int, pp: int, prefix: str = "actor.", own_layout: bool = True) -> None:
     """`cfg.tp` / `cfg.pp` against the layout of the model the engine decodes on (`prefix`tp / `prefix`pp):
-    `actor` or the same numbers, else a ValueError naming both values. TensorRT-LLM runs its own layout
-    (one TP1 copy per GPU), so with engine.kind=trtllm they must stay at `actor`."""
-    for key, own in (("tp", tp), ("pp", pp)):
+    the model's own (`actor` or the same numbers) or, where `own_layout` (rl), TP1 x PP1 (a copy per rank);
+    else a ValueError naming both values. TensorRT-LLM runs its own layout (one TP1 copy per GPU), so with
+    engine.kind=trtllm they must stay at `actor`."""
+    for key in ("tp", "pp"):
         value = str(getattr(cfg, key))
-        if value == AT_THE_MODELS_LAYOUT:
-            continue
-        if cfg.kind != "megatron":
+        if value != AT_THE_MODELS_LAYOUT and cfg.kind != "megatron":
             raise ValueError(f"engine.{key}={value} sets the megatron engine's layout; engine.kind={cfg.kind} runs "
                              f"one TP1 copy of the model per GPU: leave engine.{key}={AT_THE_MODELS_LAYOUT}")
-        if int(value) != own:
-            raise ValueError(f"engine.{key}={value} differs from {prefix}{key}={own}: the engine decodes on the "
-                             f"model's own modules at {prefix}{key}; an engine layout of its own (its copy of the "
-                             f"weights resharded every step) is not implemented yet: set engine.{key}="
-                             f"{AT_THE_MODELS_LAYOUT} or engine.{key}={own}")
+    layout = engine_layout(cfg, tp=tp, pp=pp)
+    if layout in ((tp, pp), (1, 1)) and (own_layout or layout == (tp, pp)):
+        return
+    for key, own, mine in (("tp", tp, layout[0]), ("pp", pp, layout[1])):
+        if mine != own:
+            value = str(getattr(cfg, key))
+            said = f"engine.{key}={value}" + (f" ({mine})" if value == AT_THE_MODELS_LAYOUT else "")
+            if not own_layout:
+                raise ValueError(f"{said} differs from {prefix}{key}={own}: here the engine decodes on the "
+                                 f"model's own modules at {prefix}{key} (an engine layout of its own is implemented "
+                                 f"for rl only): set engine.{key}={AT_THE_MODELS_LAYOUT} or engine.{key}={own}")
+            raise ValueError(f"engine.tp={cfg.tp} engine.pp={cfg.pp} over {prefix}tp={tp} {prefix}pp={pp}: the "
+                             f"engine runs at the model's layout (engine.tp=engine.pp={AT_THE_MODELS_LAYOUT}) or as "
+                             "TP1 x PP1 replicas (engine.tp=1 engine.pp=1); other engine layouts (TP or PP between "
+                             "1 and the model's) are not implemented yet")
 
 
 def engine_config_for(cfg: EngineConfig, source: Any) -> EngineConfig:
@@ -116,9 +140,16 @@ def engine_config_for(cfg: EngineConfig, source: Any) -> EngineConfig:
     return dataclasses.replace(cfg, trtllm=dataclasses.replace(cfg.trtllm, hf_dir=hf_dir))
 
 
-def build_engine(cfg: EngineConfig, actor: Any) -> RolloutEngine:
-    """The engine `cfg.kind` over `actor` (a GPTModel, a list of one chunk, or an object with `.model`)."""
+def build_engine(cfg: EngineConfig, actor: Any, *, release_copy: bool = False) -> RolloutEngine:
+    """The engine `cfg.kind` over `actor` (a GPTModel, a list of one chunk, or an object with `.model`).
+    megatron with a layout of its own (`has_own_layout` for the job's TP / PP): a TP1 copy per rank, freed
+    between generations when `release_copy` (`actor.offload_during_generation`)."""
     if cfg.kind == "megatron":
+        from megatron.core import parallel_state as ps
+
+        own = has_own_layout(cfg, tp=ps.get_tensor_model_parallel_world_size(),
+                             pp=ps.get_pipeline_model_parallel_world_size())
         return MegatronEngine(actor, max_batch_size=cfg.max_batch_size, max_prefill_tokens=cfg.max_prefill_tokens,
-                              sync_every=cfg.sync_every, cuda_graphs=cfg.cuda_graphs, kv_cache_gb=cfg.kv_cache_gb)
+                              sync_every=cfg.sync_every, cuda_graphs=cfg.cuda_graphs, kv_cache_gb=cfg.kv_cache_gb,
+                              own_copy=own, refit_bucket_mb=cfg.refit_bucket_mb, release_copy=release_copy)
     return TrtllmEngine(actor, cfg.trtllm)

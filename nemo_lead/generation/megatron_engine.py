@@ -54,9 +54,11 @@ from nemo_lead.models import eval_mode, gather_vocab_logits, model_info, sequenc
 from nemo_lead.parallel import cpu
 
 from .cuda_graphs import DecodeSteps
+from .engine_copy import EngineModel
 from .kv_budget import GB, budget_rows
 from .kv_cache import KVCache, compaction_order
 from .params import Rollout, SamplingParams, check_prompts
+from .reshard import gather_tp1_weights, shard_table
 from .sampling import sample_tokens
 from .stage import StageRunner
 from .streams import draw_keys, sample_seed
@@ -136,6 +138,9 @@ class _Comm:
             self.dist.broadcast(packed, src=self.sampler_rank, group=self.mp_group)
         return packed
 
+    def full_logits(self, logits: torch.Tensor, vocab_size: int) -> torch.Tensor:
+        return gather_vocab_logits(logits, vocab_size)
+
     def min_over_group(self, value: int) -> int:
         """The smallest `value` over the model-parallel group (PP stages may hold different layer counts)."""
         if self.mp_size == 1:
@@ -143,6 +148,21 @@ class _Comm:
         box = [None] * self.mp_size
         self.dist.all_gather_object(box, value, group=self.mp_group)
         return min(box)
+
+
+class _SoloComm:
+    """One engine replica on one rank (the TP1 x PP1 copy, `own_copy`): it samples, nothing travels."""
+
+    pp, first, last, mp_size, is_sampler = 1, True, True, 1, True
+
+    def share(self, packed: torch.Tensor) -> torch.Tensor:
+        return packed
+
+    def full_logits(self, logits: torch.Tensor, vocab_size: int) -> torch.Tensor:
+        return logits[..., :vocab_size]
+
+    def min_over_group(self, value: int) -> int:
+        return value
 
 
 # ----------------------------------------------------------------------------- host bookkeeping
@@ -170,6 +190,13 @@ class MegatronEngine:
         the output layer are never sampled.
     kv_cache_gb: bytes of K and V cache this rank may hold, in GB (1e9 bytes); None = no budget (the cache
         grows on demand up to max_batch_size rows). Reserve at admission (`nemo_lead.generation.kv_budget`).
+    own_copy: decode on a TP1 x PP1 copy of the weights (`nemo_lead.generation.engine_copy`) instead of the
+        actor's modules: every rank is then an engine replica of its own (`replicas`: (count, index) over
+        the world; the caller gives each its share of the prompts, `nemo_lead.training.rollouts`). `refit`
+        rebuilds the copy by collectives over the job's ranks (`nemo_lead.generation.reshard`, buckets of
+        `refit_bucket_mb` MB): every rank must call `refit`, `wake` and `sleep` together.
+    release_copy: with `own_copy`, `sleep` frees the copy and the next `wake` rebuilds it from the actor
+        (`actor.offload_during_generation`: the copy then lives only while the optimizer state is away).
 
     `last_stats` (after each `generate`): `kv_budget_bytes` (None without a budget), `kv_rows` (sequences
     that may decode at once: max_batch_size, the budget and the number of samples decide), `kv_waves`
@@ -180,7 +207,8 @@ class MegatronEngine:
 
     def __init__(self, model: Any, *, max_batch_size: int = 256, max_prefill_tokens: int = 16384,
                  sync_every: int | None = None, vocab_size: int | None = None, cuda_graphs: bool | None = None,
-                 kv_cache_gb: float | None = None):
+                 kv_cache_gb: float | None = None, own_copy: bool = False, refit_bucket_mb: float = 512,
+                 release_copy: bool = False):
         if max_batch_size < 1 or max_prefill_tokens < 1:
             raise ValueError("max_batch_size and max_prefill_tokens must be >= 1")
         if sync_every is not None and sync_every < 1:
@@ -195,29 +223,64 @@ class MegatronEngine:
         self.cuda_graphs = cuda_graphs
         self.graph_stats = {"captures": 0, "replays": 0}  # summed over generate calls
         self._vocab_size = vocab_size
-        self._comm: _Comm | None = None
+        self._comm: _Comm | _SoloComm | None = _SoloComm() if own_copy else None
+        self.own_copy, self.release_copy = own_copy, release_copy
+        if refit_bucket_mb <= 0:
+            raise ValueError(f"engine.refit_bucket_mb must be > 0, got {refit_bucket_mb!r}")
+        self.refit_bucket_bytes = refit_bucket_mb * 1e6
+        self.replicas: tuple[int, int] | None = None  # own_copy: (engine replicas, this rank's index)
+        self.refit_stats: dict[str, Any] = {}  # own_copy: the last rebuild's bytes, buckets, seconds, copy_bytes
+        self._actor = self._table = None
+        self.model = None
         self.refit(model)
 
     # ----------------------------------------------------------------------------- RolloutEngine
     def refit(self, actor: Any) -> None:
-        """Point the engine at the actor's live modules (no copy; see the module docstring)."""
+        """Point the engine at the actor's live modules (no copy; see the module docstring); `own_copy`:
+        rebuild the TP1 copy from them (collective), or with `release_copy` at the next `wake`."""
         finish_param_gather(actor)
-        self.model = resolve_model(actor)
-        self.runner = StageRunner(self.model)
+        if not self.own_copy:
+            self._point_at(resolve_model(actor))
+            return
+        self._actor = resolve_model(actor)
+        if self._table is None:
+            self._table = shard_table(self._actor)
+            self.replicas = (dist.get_world_size(), dist.get_rank()) if dist.is_initialized() else (1, 0)
+        self.model = self.runner = None
+        if not self.release_copy:
+            self._build_copy()
+
+    def _build_copy(self) -> None:
+        self.model = self.runner = None  # the old copy goes before the new one is gathered
+        tensors, stats = gather_tp1_weights(self._actor, self.refit_bucket_bytes, self._table)
+        self._point_at(EngineModel(self._actor, tensors), direct=True)
+        self.refit_stats = {**stats, "copy_bytes": self.model.nbytes}
+
+    def _point_at(self, model, direct: bool | None = None) -> None:
+        self.model = model
+        self.runner = StageRunner(self.model, direct=direct)
         info = model_info(self.model, required=False)  # None: a GPTModel not built by build_gpt
         arch = info.arch if info is not None else None
         self.vocab_size = self._vocab_size or (arch.vocab_size if arch is not None else self.model.vocab_size)
         self.max_positions = getattr(self.model, "max_sequence_length", None)
 
     def sleep(self) -> None:
-        """The cache is freed when `generate` returns; hand the allocator's cached blocks back to the GPU."""
+        """The cache is freed when `generate` returns (`release_copy`: the copy too); hand the allocator's
+        cached blocks back to the GPU."""
+        if self.own_copy and self.release_copy:
+            self.model = self.runner = None
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
 
     def wake(self) -> None:
-        """Nothing to restore: the engine holds no memory between calls."""
+        """Nothing to restore (the engine holds no memory between calls), except a released copy: rebuilt
+        from the actor (collective)."""
+        if self.own_copy and self.model is None:
+            self._build_copy()
 
     def generate(self, prompt_token_ids: list[list[int]], params: SamplingParams) -> list[Rollout]:
+        if self.model is None:
+            raise RuntimeError("the engine's copy of the weights was released by sleep(): call wake() first")
         check_prompts(prompt_token_ids, self.vocab_size)
         if self.max_positions is not None:
             for i, ids in enumerate(prompt_token_ids):
@@ -396,7 +459,7 @@ class _Generation:
         `keys`: the rows' draw keys (`streams.draw_keys`); `repeat`: rows per logits row (prefill: samples)."""
         packed = torch.empty((3, keys.shape[0]), dtype=torch.float64, device=self.device)
         if self.comm.last:
-            logits = gather_vocab_logits(local_logits, self.e.vocab_size)
+            logits = self.comm.full_logits(local_logits, self.e.vocab_size)
             if self.comm.is_sampler:
                 if repeat is not None:
                     logits = logits.repeat_interleave(repeat, dim=0)

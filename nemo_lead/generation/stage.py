@@ -92,7 +92,9 @@ def _plain_layer(layer) -> bool:
 class StageRunner:
     """Prefill and decode through this rank's stage of `model` (a GPTModel), with a `KVCache`."""
 
-    def __init__(self, model):
+    def __init__(self, model, direct: bool | None = None):
+        """`direct`: None = the direct path where every layer qualifies (one TP rank, plain layers); True =
+        the direct path regardless (the engine's TP1 copy, `nemo_lead.generation.engine_copy`)."""
         check_supported(model)
         cfg = model.config
         tp = cfg.tensor_model_parallel_size
@@ -110,7 +112,7 @@ class StageRunner:
         rope = model.rotary_pos_emb
         self.inv_freq = rope.inv_freq.to(self.device, torch.float32)
         self.position_scale = 1.0 / (rope.seq_len_interpolation_factor or 1.0)
-        self.direct = tp == 1 and not cfg.test_mode and all(_plain_layer(layer) for layer in self.layers)
+        self.direct = direct or (tp == 1 and not cfg.test_mode and all(_plain_layer(layer) for layer in self.layers))
 
     def kv_bytes_per_position(self) -> int:
         """Bytes of K and V one sequence position costs in this stage's KV cache (`kv_budget`)."""

@@ -69,20 +69,23 @@ def _dp_share(n: int, dp: int, rank: int) -> range:
 
 
 def generate_all(ctx: RolloutContext, prompt_ids: list[list[int]], params) -> list[list[Any]]:
-    """Per prompt, its n rollouts (every rank gets all of them; see the module docstring). Collective."""
-    info = ctx.info
-    share = _dp_share(len(prompt_ids), info.dp, info.dp_rank)
+    """Per prompt, its n rollouts (every rank gets all of them; see the module docstring). Collective.
+    An engine with replicas of its own (`MegatronEngine.replicas`: a TP1 copy on every rank) splits the
+    prompts over those replicas as over DP replicas: the same shares and seeds as a TP1 job on as many ranks."""
+    replicas = getattr(ctx.engine, "replicas", None)
+    count, index = replicas or (ctx.info.dp, ctx.info.dp_rank)
+    share = _dp_share(len(prompt_ids), count, index)
     mine: list[list[Any]] = [[] for _ in share]
     if len(share):
-        seed = params.seed if info.dp == 1 else (params.seed * 1_000_003 + info.dp_rank) % (2**63)
+        seed = params.seed if count == 1 else (params.seed * 1_000_003 + index) % (2**63)
         for r in ctx.engine.generate([prompt_ids[i] for i in share], dataclasses.replace(params, seed=seed)):
             mine[r.prompt_index].append(r)
-    if info.dp == 1:
+    if count == 1:
         return mine
     from megatron.core import parallel_state as ps
 
-    gathered: list[Any] = [None] * info.dp
-    dist.all_gather_object(gathered, mine, group=ps.get_data_parallel_group())
+    gathered: list[Any] = [None] * count
+    dist.all_gather_object(gathered, mine, group=None if replicas else ps.get_data_parallel_group())
     return [per_prompt for part in gathered for per_prompt in part]
 
 

@@ -121,7 +121,7 @@ def rollout_context(cfg: RLConfig, source, info, model, tokenizer, tokenizer_dir
     verifier = cfg.verify.verifier(cfg.lead.default_answer_region, rule=cfg.lead.outcome_rule) if info.rank == 0 else None
     try:
         engine_cfg = engine_config_for(cfg.engine, source)  # trtllm: a HF folder to build from; weights by refit
-        ctx = RolloutContext(info=info, engine=build_engine(engine_cfg, model), tokenizer=tokenizer, prompt_cfg=cfg.prompt,
+        ctx = RolloutContext(info=info, engine=build_engine(engine_cfg, model, release_copy=cfg.actor.offload_during_generation), tokenizer=tokenizer, prompt_cfg=cfg.prompt,
                              verifier=verifier, check_repetition=cfg.lead.check_repetition,
                              think_open=bool(open_think(tokenizer, cfg.prompt)))
     except BaseException:

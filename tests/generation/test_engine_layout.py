@@ -1,12 +1,12 @@
-"""engine.tp / engine.pp: today the engine decodes on the model's own modules, so they may only say so
-(`actor`, the default) or repeat the model's layout; anything else is an error before a job starts, naming
-both values (an engine layout of its own is not implemented yet)."""
+"""engine.tp / engine.pp: the engine decodes at the model's own layout (`actor`, the default, or the same
+numbers) or, in rl, as TP1 x PP1 replicas over any actor layout (engine.tp=1 engine.pp=1: a copy of the
+weights per rank); anything else is an error before a job starts, naming both values."""
 
 import pytest
 
 from nemo_lead.config import ConfigError, load_config
 from nemo_lead.eval.config import EvalConfig
-from nemo_lead.generation import EngineConfig, check_engine_layout
+from nemo_lead.generation import EngineConfig, check_engine_layout, has_own_layout
 from nemo_lead.generation.command import GenerateConfig
 from nemo_lead.training.rl_config import RLConfig
 
@@ -17,26 +17,42 @@ def test_actor_or_the_actors_own_numbers_are_accepted():
     assert (load_config(RLConfig, [], RL).engine.tp, load_config(RLConfig, [], RL).engine.pp) == ("actor", "actor")
     cfg = load_config(RLConfig, [], [*RL, "engine.tp=2", "engine.pp=1"])
     assert (cfg.engine.tp, cfg.engine.pp) == ("2", "1")
+    assert not has_own_layout(cfg.engine, tp=2, pp=1)
     g = load_config(GenerateConfig, [], ["model=tiny-qwen2", "prompts=[hi]", "tp=2", "engine.tp=2"])
     assert g.engine.tp == "2"
 
 
-def test_another_layout_is_an_error_naming_both_values():
-    with pytest.raises(ConfigError, match=r"engine.tp=1 differs from actor.tp=2: .*not implemented yet: set "
-                                          r"engine.tp=actor or engine.tp=2"):
-        load_config(RLConfig, [], [*RL, "engine.tp=1"])
-    with pytest.raises(ConfigError, match=r"engine.pp=2 differs from actor.pp=1"):
+def test_tp1_pp1_replicas_are_accepted_in_rl_over_any_actor_layout():
+    cfg = load_config(RLConfig, [], [*RL, "engine.tp=1", "engine.refit_bucket_mb=64"])
+    assert has_own_layout(cfg.engine, tp=2, pp=1) and cfg.engine.refit_bucket_mb == 64
+    pp2 = load_config(RLConfig, [], [*RL[:-2], "actor.tp=1", "actor.pp=2", "engine.pp=1"])
+    assert has_own_layout(pp2.engine, tp=1, pp=2)
+    check_engine_layout(EngineConfig(tp="1", pp="1"), tp=4, pp=2)
+    assert not has_own_layout(EngineConfig(tp="1", pp="1"), tp=1, pp=1)  # the model's own layout: no copy
+
+
+def test_other_layouts_are_errors_naming_both_values():
+    with pytest.raises(ConfigError, match=r"engine.tp=1 engine.pp=actor over actor.tp=2 actor.pp=2: .*TP1 x PP1 "
+                                          r"replicas .*not implemented yet"):
+        load_config(RLConfig, [], [*RL[:-1], "actor.pp=2", "engine.tp=1"])
+    with pytest.raises(ConfigError, match=r"engine.tp=2 engine.pp=actor over actor.tp=4"):
+        load_config(RLConfig, [], [*RL[:-2], "actor.tp=4", "engine.tp=2"])
+    with pytest.raises(ConfigError, match=r"engine.tp=actor engine.pp=2 over actor.tp=2 actor.pp=1"):
         load_config(RLConfig, [], [*RL, "engine.pp=2"])
-    with pytest.raises(ConfigError, match=r"engine.tp=1 differs from tp=2"):
+    with pytest.raises(ConfigError, match=r"engine.tp=1 differs from tp=2: .*implemented for rl only"):
         load_config(EvalConfig, [], ["model=tiny-qwen2", "tp=2", "engine.tp=1"])
     with pytest.raises(ConfigError, match=r"engine.pp=2 differs from pp=1"):
         load_config(GenerateConfig, [], ["model=tiny-qwen2", "prompts=[hi]", "engine.pp=2"])
+    with pytest.raises(ConfigError, match=r"rollout.generator_ranks=2 is not implemented yet"):
+        load_config(RLConfig, [], [*RL, "engine.tp=1", "rollout.generator_ranks=2"])
 
 
 def test_values_that_are_no_layout_and_trtllm_are_refused():
     for bad in ("auto", "0", "two"):
-        with pytest.raises(ValueError, match=rf"engine.tp must be actor or the model's TP .*got '{bad}'"):
+        with pytest.raises(ValueError, match=rf"engine.tp must be actor or a number >= 1 .*got '{bad}'"):
             EngineConfig(tp=bad)
+    with pytest.raises(ValueError, match="engine.refit_bucket_mb must be > 0"):
+        EngineConfig(refit_bucket_mb=0)
     with pytest.raises(ValueError, match="engine.kind=trtllm runs one TP1 copy of the model per GPU"):
         check_engine_layout(EngineConfig(kind="trtllm", tp="1"), tp=1, pp=1)
     check_engine_layout(EngineConfig(kind="trtllm"), tp=2, pp=1)  # actor: nothing to check

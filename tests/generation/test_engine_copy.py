@@ -1,0 +1,166 @@
+"""The megatron engine's own TP1 x PP1 layout over a larger actor (engine.tp=1 engine.pp=1), tiny Qwen2,
+fp32, CPU/gloo, two ranks.
+
+- Resharding: every tensor of the TP1 copy gathered from an actor at TP2 and at PP2 equals the HF tensor
+  it is made of (fused QKV split back into q / k / v, fc1 into gate / up, vocabulary padding dropped), in
+  buckets of one parameter and in one bucket alike; the bytes received are counted.
+- Rollouts: two TP1 replicas over a TP2 actor sample exactly the tokens a TP1 job on two ranks (DP2)
+  samples from the same HF model (`generate_all`: same shares, same seeds), and their log-probs to 1e-5.
+- Refit: after the actor's weights change, `refit` gives the copy the new weights; with `release_copy`
+  `sleep` frees the copy, `generate` refuses until `wake` rebuilds it.
+"""
+
+import pytest
+import torch
+from distributed import run_distributed
+
+from nemo_lead.generation import SamplingParams
+from nemo_lead.models import write_tiny_model
+
+PROMPTS = [[5, 6, 7, 8, 9], [10, 11], [12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22]]
+PARAMS = SamplingParams(n=2, temperature=1.0, top_p=0.95, max_tokens=8, seed=3, stop_token_ids=[0])
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    # untied embeddings: the output layer travels on its own (from the last stage at PP2)
+    return str(write_tiny_model(tmp_path_factory.mktemp("copy") / "qwen2", "qwen2", seed=7, init_std=0.1,
+                                tie_word_embeddings=False))
+
+
+def _build(hf_dir, tp, pp):
+    from nemo_lead.models import build_gpt, load_hf_weights
+    from nemo_lead.parallel import init_parallel
+
+    info = init_parallel(tp, pp)
+    model = build_gpt(hf_dir, info, "fp32", init=False)
+    load_hf_weights(model, hf_dir)
+    return info, model
+
+
+def _as_hf(tensors, arch):
+    """The TP1 copy under HF names (the inverse of the HF -> megatron TP1 layout)."""
+    from nemo_lead.models.hf_weights import FC1, QKV, VOCAB, _split_qkv, mapping
+
+    out = {}
+    for item in mapping(arch):
+        t = tensors[item.megatron[0]]
+        if item.kind == QKV:
+            parts = _split_qkv(t, arch)
+        elif item.kind == FC1:
+            parts = t.chunk(2)
+        elif item.kind == VOCAB:
+            parts = [t[: arch.vocab_size]]
+        else:
+            parts = [t]
+        out.update(zip(item.hf, parts))
+    return out
+
+
+def _reshard_job(hf_dir):
+    from nemo_lead.generation.reshard import gather_tp1_weights, shard_table
+    from nemo_lead.models import model_info
+    from nemo_lead.parallel import destroy_parallel
+
+    out = {}
+    for tp, pp in ((2, 1), (1, 2)):
+        _, model = _build(hf_dir, tp, pp)
+        table = shard_table(model)
+        one, s1 = gather_tp1_weights(model, bucket_bytes=1, table=table)  # one parameter per bucket
+        big, s2 = gather_tp1_weights(model, bucket_bytes=1e9, table=table)
+        out[(tp, pp)] = {"hf": _as_hf(one, model_info(model).arch), "same": all(torch.equal(one[k], big[k]) for k in one),
+                         "names": sorted(one) == sorted(big), "stats": (s1, s2), "params": len(table)}
+        destroy_parallel(keep_process_group=True)
+    destroy_parallel()
+    return out
+
+
+def test_the_tp1_copy_of_a_tp2_and_a_pp2_actor_equals_the_hf_weights(tiny):
+    from nemo_lead.models.hf_weights import HFReader
+
+    reader = HFReader(tiny)
+    want = {name: reader.read(name) for name in reader.file_of}
+    for rank in run_distributed(_reshard_job, 2, tiny):
+        for layout, got in rank.items():
+            assert sorted(got["hf"]) == sorted(want), layout
+            for name, t in want.items():
+                assert torch.equal(got["hf"][name], t), (layout, name)
+            assert got["same"] and got["names"], layout
+            (one, big) = got["stats"]
+            assert one["buckets"] == got["params"] and big["buckets"] == (1 if layout == (2, 1) else 2), layout
+            # bytes received: every parameter's TP shards (replicated ones once per TP rank), at least the model
+            assert one["bytes"] == big["bytes"] >= sum(t.numel() * 4 for t in want.values()), layout
+
+
+def _rollouts_job(hf_dir):
+    from nemo_lead.generation import MegatronEngine
+    from nemo_lead.parallel import destroy_parallel
+    from nemo_lead.training.rollouts import RolloutContext, generate_all
+
+    def rollouts(info, engine):
+        ctx = RolloutContext(info=info, engine=engine, tokenizer=None, prompt_cfg=None, verifier=None, think_open=False)
+        return [[(r.token_ids, r.policy_logprobs, r.finish_reason) for r in rs] for rs in generate_all(ctx, PROMPTS, PARAMS)]
+
+    out = {}
+    info, model = _build(hf_dir, 1, 1)  # the TP1 job: two DP replicas
+    out["tp1"] = rollouts(info, MegatronEngine(model, max_batch_size=4))
+    destroy_parallel(keep_process_group=True)
+    info, model = _build(hf_dir, 2, 1)
+    engine = MegatronEngine(model, max_batch_size=4, own_copy=True)
+    out["replicas"] = engine.replicas
+    out["copy"] = rollouts(info, engine)
+    out["refit"] = engine.refit_stats
+    # an update: every weight x 1.5 (each rank scales its own shards); refit must give the copy the new weights
+    with torch.no_grad():
+        for p in model.parameters():
+            p.mul_(1.5)
+    engine.refit(model)
+    out["after"] = {k: v.clone() for k, v in engine.model.tensors.items()}
+    # release_copy: sleep frees the copy, generate refuses, wake rebuilds it (same weights, same rollouts)
+    released = MegatronEngine(model, max_batch_size=4, own_copy=True, release_copy=True, refit_bucket_mb=1e-3)
+    try:
+        released.generate(PROMPTS, PARAMS)
+    except RuntimeError as e:
+        out["refused"] = str(e)
+    released.wake()
+    out["woken"] = rollouts(info, released)
+    released.sleep()
+    out["slept"] = released.model is None
+    out["scaled"] = rollouts(info, engine)
+    destroy_parallel()
+    return out
+
+
+def test_two_tp1_replicas_over_a_tp2_actor_sample_the_tp1_jobs_tokens_and_refit_follows_updates(tiny):
+    from nemo_lead.models.hf_weights import HFReader
+
+    ranks = run_distributed(_rollouts_job, 2, tiny)
+    ref = ranks[0]["tp1"]
+    assert [len(rs) for rs in ref] == [PARAMS.n] * len(PROMPTS)
+    for i, rank in enumerate(ranks):
+        assert rank["replicas"] == (2, i)
+        assert rank["tp1"] == ref
+        got = rank["copy"]
+        assert [[r[0] for r in rs] for rs in got] == [[r[0] for r in rs] for rs in ref]
+        assert [[r[2] for r in rs] for rs in got] == [[r[2] for r in rs] for rs in ref]
+        err = max(abs(x - y) for g, w in zip(got, ref) for a, b in zip(g, w) for x, y in zip(a[1], b[1]))
+        assert err < 1e-5, err
+        assert rank["refit"]["copy_bytes"] > 0 and rank["refit"]["bytes"] >= rank["refit"]["copy_bytes"]
+        assert "call wake() first" in rank["refused"]
+        assert rank["slept"] and rank["woken"] == rank["scaled"]
+        assert rank["scaled"] != got  # the new weights sample other tokens
+    reader = HFReader(tiny)
+    for rank in ranks:  # every tensor of the refitted copy is the updated one: 1.5 x the HF tensor
+        after = _as_hf(rank["after"], _arch(tiny))
+        assert sorted(after) == sorted(reader.file_of)
+        for name in reader.file_of:
+            assert torch.equal(after[name], 1.5 * reader.read(name)), name
+
+
+def _arch(hf_dir):
+    import json
+    from pathlib import Path
+
+    from nemo_lead.models.hf_config import arch_from_hf
+
+    return arch_from_hf(json.loads(Path(hf_dir, "config.json").read_text()))
