@@ -192,7 +192,8 @@ class MegatronEngine:
         grows on demand up to max_batch_size rows). Reserve at admission (`nemo_lead.generation.kv_budget`).
     own_copy: decode on a TP1 x PP1 copy of the weights (`nemo_lead.generation.engine_copy`) instead of the
         actor's modules: every rank is then an engine replica of its own (`replicas`: (count, index) over
-        the world; the caller gives each its share of the prompts, `nemo_lead.training.rollouts`). `refit`
+        the actor replica's model-parallel group; the caller gives each its share of the prompts,
+        `nemo_lead.training.rollouts`). `refit`
         rebuilds the copy by collectives over the job's ranks (`nemo_lead.generation.reshard`, buckets of
         `refit_bucket_mb` MB): every rank must call `refit`, `wake` and `sleep` together.
     release_copy: with `own_copy`, `sleep` frees the copy and the next `wake` rebuilds it from the actor
@@ -228,7 +229,7 @@ class MegatronEngine:
         if refit_bucket_mb <= 0:
             raise ValueError(f"engine.refit_bucket_mb must be > 0, got {refit_bucket_mb!r}")
         self.refit_bucket_bytes = refit_bucket_mb * 1e6
-        self.replicas: tuple[int, int] | None = None  # own_copy: (engine replicas, this rank's index)
+        self.replicas: tuple[int, int] | None = None  # own_copy: (engine replicas per actor replica, this one's)
         self.refit_stats: dict[str, Any] = {}  # own_copy: the last rebuild's bytes, buckets, seconds, copy_bytes
         self._actor = self._table = None
         self.model = None
@@ -245,7 +246,10 @@ class MegatronEngine:
         self._actor = resolve_model(actor)
         if self._table is None:
             self._table = shard_table(self._actor)
-            self.replicas = (dist.get_world_size(), dist.get_rank()) if dist.is_initialized() else (1, 0)
+            from megatron.core import parallel_state as ps
+
+            group = ps.get_model_parallel_group()
+            self.replicas = (dist.get_world_size(group), dist.get_rank(group))
         self.model = self.runner = None
         if not self.release_copy:
             self._build_copy()
@@ -278,7 +282,9 @@ class MegatronEngine:
         if self.own_copy and self.model is None:
             self._build_copy()
 
-    def generate(self, prompt_token_ids: list[list[int]], params: SamplingParams) -> list[Rollout]:
+    def generate(self, prompt_token_ids: list[list[int]], params: SamplingParams, prompt_offset: int = 0) -> list[Rollout]:
+        """`prompt_offset`: these prompts are prompts `prompt_offset` .. of a larger call (an engine replica's
+        share): each sample draws from that call's stream for it, so the tokens are the larger call's."""
         if self.model is None:
             raise RuntimeError("the engine's copy of the weights was released by sleep(): call wake() first")
         check_prompts(prompt_token_ids, self.vocab_size)
@@ -295,7 +301,7 @@ class MegatronEngine:
         # inference mode, not only no_grad: no version counters or view tracking on the cache's many small
         # updates (everything it creates stays inside this call; rollouts leave as Python lists)
         with eval_mode(self.model), torch.inference_mode(), single, sequence_parallel_off(self.model):
-            gen = _Generation(self, prompt_token_ids, params)
+            gen = _Generation(self, prompt_token_ids, params, prompt_offset)
             seqs = gen.run()
         self.last_stats = dict(gen.stats)
         if gen.steps is not None:
@@ -307,8 +313,9 @@ class MegatronEngine:
 class _Generation:
     """The state of one `generate` call (see the module docstring for the schedule)."""
 
-    def __init__(self, engine: MegatronEngine, prompts: list[list[int]], params: SamplingParams):
+    def __init__(self, engine: MegatronEngine, prompts: list[list[int]], params: SamplingParams, offset: int = 0):
         self.e, self.r, self.comm = engine, engine.runner, engine._comm
+        self.offset = offset  # the streams of prompt i are those of prompt offset + i of a larger call
         self.prompts, self.params = prompts, params
         self.device = self.r.device
         self.sync_every = engine._sync_every or (8 if self.device.type == "cuda" else 1)
@@ -484,7 +491,7 @@ class _Generation:
         h_last = self._through_stage(ids.to(self.device), (s, b, self.r.hidden_size),
                                      lambda x: self.r.prefill(x, lengths, window, self.rope))
         seqs = [_Seq(i, j, len(self.prompts[i])) for i, first, c in group for j in range(first, first + c)]
-        keys = torch.tensor([sample_seed(self.seed, q.prompt_index * n + q.sample_index) for q in seqs],
+        keys = torch.tensor([sample_seed(self.seed, (self.offset + q.prompt_index) * n + q.sample_index) for q in seqs],
                             dtype=torch.long, device=self.device)
         drawn = torch.zeros_like(keys)
         packed = self._sample(h_last, draw_keys(keys, drawn), torch.tensor(counts, device=self.device))

@@ -5,7 +5,9 @@
 
 Data parallelism: each DP replica generates a contiguous share of the prompts with its own seed (derived
 from the call's seed and its DP rank), then the rollouts are all-gathered, so every rank holds the whole
-step's rollouts in prompt order. Grading runs on global rank 0 only (one `MathVerifier` worker pool per
+step's rollouts in prompt order. An engine with a TP1 copy on every rank (engine.tp=1 engine.pp=1 over a
+larger actor layout) splits each DP share further over the actor replica's ranks, every sample keeping the
+random stream it has at the actor's layout: the same tokens, given the same logits. Grading runs on global rank 0 only (one `MathVerifier` worker pool per
 job, not per rank) and the grades are broadcast. Every rank then computes rewards and advantages from the
 same numbers, so the train step's inputs agree without further talk.
 """
@@ -68,24 +70,43 @@ def _dp_share(n: int, dp: int, rank: int) -> range:
     return range(start, start + per + (rank < extra))
 
 
-def generate_all(ctx: RolloutContext, prompt_ids: list[list[int]], params) -> list[list[Any]]:
-    """Per prompt, its n rollouts (every rank gets all of them; see the module docstring). Collective.
-    An engine with replicas of its own (`MegatronEngine.replicas`: a TP1 copy on every rank) splits the
-    prompts over those replicas as over DP replicas: the same shares and seeds as a TP1 job on as many ranks."""
-    replicas = getattr(ctx.engine, "replicas", None)
-    count, index = replicas or (ctx.info.dp, ctx.info.dp_rank)
-    share = _dp_share(len(prompt_ids), count, index)
-    mine: list[list[Any]] = [[] for _ in share]
-    if len(share):
-        seed = params.seed if count == 1 else (params.seed * 1_000_003 + index) % (2**63)
-        for r in ctx.engine.generate([prompt_ids[i] for i in share], dataclasses.replace(params, seed=seed)):
+def _replica_share(ctx: RolloutContext, prompt_ids: list[list[int]], share: range, params) -> list[list[Any]]:
+    """This rank's part of its DP replica's `share`, when the engine has replicas of its own inside the actor
+    replica (`MegatronEngine.replicas`: a TP1 copy on each of its ranks): a contiguous part per engine
+    replica, each sample drawing from the stream the whole share's call would give it (`prompt_offset`),
+    then gathered over the model-parallel group, so the share's rollouts are the actor-layout engine's."""
+    from megatron.core import parallel_state as ps
+
+    count, index = ctx.engine.replicas
+    part = _dp_share(len(share), count, index)
+    mine: list[list[Any]] = [[] for _ in part]
+    if len(part):
+        for r in ctx.engine.generate([prompt_ids[share[i]] for i in part], params, prompt_offset=part.start):
             mine[r.prompt_index].append(r)
-    if count == 1:
+    gathered: list[Any] = [None] * count
+    dist.all_gather_object(gathered, mine, group=ps.get_model_parallel_group())
+    return [per_prompt for piece in gathered for per_prompt in piece]
+
+
+def generate_all(ctx: RolloutContext, prompt_ids: list[list[int]], params) -> list[list[Any]]:
+    """Per prompt, its n rollouts (every rank gets all of them; see the module docstring). Collective."""
+    info = ctx.info
+    share = _dp_share(len(prompt_ids), info.dp, info.dp_rank)
+    seed = params.seed if info.dp == 1 else (params.seed * 1_000_003 + info.dp_rank) % (2**63)
+    params = dataclasses.replace(params, seed=seed)
+    if getattr(ctx.engine, "replicas", None):
+        mine = _replica_share(ctx, prompt_ids, share, params)
+    else:
+        mine = [[] for _ in share]
+        if len(share):
+            for r in ctx.engine.generate([prompt_ids[i] for i in share], params):
+                mine[r.prompt_index].append(r)
+    if info.dp == 1:
         return mine
     from megatron.core import parallel_state as ps
 
-    gathered: list[Any] = [None] * count
-    dist.all_gather_object(gathered, mine, group=None if replicas else ps.get_data_parallel_group())
+    gathered: list[Any] = [None] * info.dp
+    dist.all_gather_object(gathered, mine, group=ps.get_data_parallel_group())
     return [per_prompt for part in gathered for per_prompt in part]
 
 

@@ -4,8 +4,9 @@ fp32, CPU/gloo, two ranks.
 - Resharding: every tensor of the TP1 copy gathered from an actor at TP2 and at PP2 equals the HF tensor
   it is made of (fused QKV split back into q / k / v, fc1 into gate / up, vocabulary padding dropped), in
   buckets of one parameter and in one bucket alike; the bytes received are counted.
-- Rollouts: two TP1 replicas over a TP2 actor sample exactly the tokens a TP1 job on two ranks (DP2)
-  samples from the same HF model (`generate_all`: same shares, same seeds), and their log-probs to 1e-5.
+- Rollouts: two TP1 replicas over a TP2 actor (`generate_all`: each generates half the prompts, every sample
+  on the stream it has in the whole call) sample exactly the tokens a TP1 model loaded from the same HF
+  folder samples for all the prompts in one call, and the same log-probs to 1e-5.
 - Refit: after the actor's weights change, `refit` gives the copy the new weights; with `release_copy`
   `sleep` frees the copy, `generate` refuses until `wake` rebuilds it.
 """
@@ -102,8 +103,10 @@ def _rollouts_job(hf_dir):
         return [[(r.token_ids, r.policy_logprobs, r.finish_reason) for r in rs] for rs in generate_all(ctx, PROMPTS, PARAMS)]
 
     out = {}
-    info, model = _build(hf_dir, 1, 1)  # the TP1 job: two DP replicas
-    out["tp1"] = rollouts(info, MegatronEngine(model, max_batch_size=4))
+    _, model = _build(hf_dir, 1, 1)  # the TP1 reference: every prompt in one call
+    out["tp1"] = [[] for _ in PROMPTS]
+    for r in MegatronEngine(model, max_batch_size=4).generate(PROMPTS, PARAMS):
+        out["tp1"][r.prompt_index].append((r.token_ids, r.policy_logprobs, r.finish_reason))
     destroy_parallel(keep_process_group=True)
     info, model = _build(hf_dir, 2, 1)
     engine = MegatronEngine(model, max_batch_size=4, own_copy=True)
@@ -131,7 +134,7 @@ def _rollouts_job(hf_dir):
     return out
 
 
-def test_two_tp1_replicas_over_a_tp2_actor_sample_the_tp1_jobs_tokens_and_refit_follows_updates(tiny):
+def test_two_tp1_replicas_over_a_tp2_actor_sample_the_tp1_tokens_and_refit_follows_updates(tiny):
     from nemo_lead.models.hf_weights import HFReader
 
     ranks = run_distributed(_rollouts_job, 2, tiny)

@@ -14,6 +14,7 @@
 - Old log-probs from the update's own forward pass (the default) give the run a separate pass gives.
 - Rollout correction (token TIS) runs end to end, logs its metrics, and leaves an on-policy run as it was.
 - Offloading the optimizer state and gradient buffers during generation gives the same run and weights.
+- engine.tp=1 at TP2 (a TP1 copy of the weights per rank, two engine replicas) equals the TP2 run.
 """
 
 from __future__ import annotations
@@ -321,6 +322,30 @@ def test_rl_at_tp2_matches_tp1(rl_tp2, rl_run):
     assert [r["step"] for r in tp2] == list(range(1, 7))
     for a, b in zip(tp2, tp1):  # the same sampled tokens, rewards and advantages; losses up to float order
         assert _close(a, b, 1e-4), (a, b)
+
+
+def test_rl_engine_tp1_replicas_over_a_tp2_actor_match_the_tp2_run(data, sft_run, rl_tp2, tmp_path):
+    """engine.tp=1 at --tp 2: each rank decodes half of each step's prompts on its own TP1 copy of the
+    weights, rebuilt after every update (with offload on: freed between generations, rebuilt in the
+    offloaded window); the same sampled tokens as the engine at the actor's layout, so the run equals the
+    TP2 run to the tolerance TP2 has against TP1."""
+    root, _ = data
+    out = tmp_path / "engine_tp1"
+    res = _run(_rl_args(root, sft_run / "checkpoints" / "step_000080", out,
+                        extra=["--tp", "2", "engine.tp=1", "engine.pp=1", "actor.offload_during_generation=true"]))
+    assert res.returncode == 0, res.stderr
+    rows, tp2 = _strip_timing(_metrics(out)), _strip_timing(_metrics(rl_tp2))
+    assert [r["step"] for r in rows] == list(range(1, 7)) and any(r["grad_norm"] for r in rows)
+    for a, b in zip(rows, tp2):
+        assert _close(a, b, 1e-4), (a, b)
+        assert a["mismatch/logprob_abs_mean"] < 1e-4  # the copy holds the actor's current weights
+    for name in ("val.jsonl", "problem_stats.jsonl"):
+        got, want = _strip_timing(_metrics(out, name)), _strip_timing(_metrics(rl_tp2, name))
+        assert len(got) == len(want) and all(_close(a, b, 1e-4) for a, b in zip(got, want)), name
+    for f in sorted((rl_tp2 / "rollouts").iterdir()):  # the same responses, rewards, outcomes
+        got = [json.loads(x) for x in (out / "rollouts" / f.name).read_text().splitlines()]
+        want = [json.loads(x) for x in f.read_text().splitlines()]
+        assert [(g["response"], g["outcome"]) for g in got] == [(w["response"], w["outcome"]) for w in want], f.name
 
 
 def test_rl_resume_after_kill_at_tp2_equals_uninterrupted_tp2(data, sft_run, rl_tp2, tmp_path):
