@@ -63,6 +63,9 @@ def changes_of(base: JobShape, s: JobShape) -> dict[str, Any]:
                        ("kv_cache_gb", "engine.kv_cache_gb")):
         if getattr(s, field) != getattr(base, field):
             out[key] = getattr(s, field)
+    if s.engine_tp1 != base.engine_tp1:
+        value = 1 if s.engine_tp1 else "actor"
+        out.update({"engine.tp": value, "engine.pp": value})
     if s.recompute != base.recompute:
         r = s.recompute
         out["actor.recompute_granularity"] = r.granularity
@@ -72,8 +75,8 @@ def changes_of(base: JobShape, s: JobShape) -> dict[str, Any]:
 
 
 def change_count(changes: dict[str, Any]) -> int:
-    """Settings changed, counting a recomputation setting once."""
-    return len([k for k in changes if k not in ("actor.recompute_method", "actor.recompute_num_layers")])
+    """Settings changed, counting a recomputation setting once (and the engine layout's two keys once)."""
+    return len([k for k in changes if k not in ("actor.recompute_method", "actor.recompute_num_layers", "engine.pp")])
 
 
 def fit_generation(s: JobShape, plan: JobPlan, evaluate, cap_gb: float | None = None) -> JobPlan | None:

@@ -7,7 +7,10 @@
 Phases: `update` (the train step: weights, gradient buffer, optimizer state, activations, logits) and, for
 RL, `generation` (weights, gradient buffer and optimizer state unless `actor.offload_during_generation`
 moves them to the host, the engine's KV cache, its prefill / decode temporaries as activations and its
-sampling temporaries as logits). Each phase reports the pipeline stage whose rank needs most (every TP rank
+sampling temporaries as logits). With the engine at TP1 x PP1 over a larger actor layout (`engine_tp1`)
+the generation phase adds the engine's copy of the whole model (`engine_copy`) and the refit's bucket
+buffers (`refit_buckets`: (TP + 1) x engine.refit_bucket_mb), and the engine's KV cache, temporaries and
+rows are those of one TP1 replica per GPU; without offload the copy lives through the update too. Each phase reports the pipeline stage whose rank needs most (every TP rank
 of a stage needs the same, but for the sampler: TP rank 0 of the last stage) and the worst DP rank's slice of
 the distributed optimizer. What is left is the GPU's memory less `plan.reserve_gb` less the phase's total.
 
@@ -34,7 +37,7 @@ from .activations import Recompute, update_memory
 from .engine_memory import engine_memory, kv_slot_bytes
 from .parameters import DTYPE_BYTES, stage_parameters, static_bytes
 from .settings import PlanSettings
-from .timing import GPU, StepTime, generation_seconds, offload_seconds, update_seconds
+from .timing import GPU, StepTime, generation_seconds, offload_seconds, refit_seconds, update_seconds
 
 GIB = 1 << 30
 KV_GB = 1e9  # engine.kv_cache_gb's unit (`nemo_lead.generation.kv_budget.GB`)
@@ -81,10 +84,19 @@ class JobShape:
     top_p: float = 1.0
     response_fraction: float = 1.0
     vocab_divisible_by: int = 128
+    # megatron engine at TP1 x PP1 over a larger actor layout (engine.tp=1 engine.pp=1): a copy of the whole
+    # model per GPU, rebuilt after every update in buckets of refit_bucket_mb MB
+    engine_tp1: bool = False
+    refit_bucket_mb: float = 512
 
     @property
     def dp(self) -> int:
         return self.gpus // (self.tp * self.pp)
+
+    @property
+    def engine_layout(self) -> tuple[int, int, int]:
+        """The engine's (TP, PP, replicas): the actor's layout, or TP1 x PP1 on every GPU."""
+        return (1, 1, self.gpus) if self.engine_tp1 else (self.tp, self.pp, self.dp)
 
 
 def job_shape(cfg: Any, kind: str, hf_config: dict, *, gpus: int, settings: PlanSettings,
@@ -114,7 +126,14 @@ def job_shape(cfg: Any, kind: str, hf_config: dict, *, gpus: int, settings: Plan
         max_prefill_tokens=e.max_prefill_tokens, sync_every=e.sync_every or 8, cuda_graphs=e.cuda_graphs,
         kv_cache_gb=e.kv_cache_gb, top_p=r.top_p,
         response_fraction=settings.value("response_fraction"),
+        engine_tp1=e.kind == "megatron" and (a.tp, a.pp) != (1, 1) and _engine_value(e.tp, a.tp) == 1
+        and _engine_value(e.pp, a.pp) == 1, refit_bucket_mb=e.refit_bucket_mb,
     )
+
+
+def _engine_value(value: Any, own: int) -> int:
+    """engine.tp / engine.pp as a number (`actor`: the actor's)."""
+    return own if str(value) == "actor" else int(value)
 
 
 @dataclass(frozen=True)
@@ -174,6 +193,7 @@ def plan_job(s: JobShape, gpu: GPU, *, memory_gib: float | None = None, reserve_
     stages: dict[str, int] = {}
     rows = 0
     optimizer = 0  # the most optimizer bytes of one rank over the stages
+    copy = _static(s.arch, 1, 1, 1, 0, s.precision, False, s.vocab_divisible_by)[0].weights if s.engine_tp1 else 0
     for stage in range(s.pp):
         st, largest = _static(s.arch, s.tp, s.pp, s.dp, stage, s.precision, s.distributed_optimizer,
                               s.vocab_divisible_by)
@@ -189,6 +209,10 @@ def plan_job(s: JobShape, gpu: GPU, *, memory_gib: float | None = None, reserve_
             rows = g.rows
             kept = {k: (0 if s.offload and k != "weights" else v) for k, v in static.items()}
             found["generation"] = {**kept, "kv_cache": g.kv_cache, "activations": g.activations, "logits": g.logits}
+            if s.engine_tp1:  # the copy, and while it is gathered a bucket's buffers (local and [tp, n])
+                found["generation"].update(engine_copy=copy, refit_buckets=int((s.tp + 1) * s.refit_bucket_mb * 1e6))
+                if not s.offload:  # kept from refit to the next generation: through the update too
+                    found["update"]["engine_copy"] = copy
         for phase, parts in found.items():
             if phase not in phases or sum(parts.values()) > sum(phases[phase].values()):
                 phases[phase], stages[phase] = parts, stage
@@ -201,9 +225,10 @@ def plan_job(s: JobShape, gpu: GPU, *, memory_gib: float | None = None, reserve_
 
 
 def _generation(s: JobShape, stage: int, e: int):
-    prompts_per_replica = math.ceil(s.prompts / s.dp)
+    tp, pp, replicas = s.engine_layout
+    prompts_per_replica = math.ceil(s.prompts / replicas)
     budget = int(s.kv_cache_gb * KV_GB) if s.kv_cache_gb is not None else None
-    return engine_memory(s.arch, tp=s.tp, pp=s.pp, stage=stage, e=e, sequences=prompts_per_replica * s.n, n=s.n,
+    return engine_memory(s.arch, tp=tp, pp=pp, stage=min(stage, pp - 1), e=e, sequences=prompts_per_replica * s.n, n=s.n,
                          prompt_tokens=s.prompt_tokens, max_tokens=s.max_tokens, max_batch_size=s.max_batch_size,
                          max_prefill_tokens=s.max_prefill_tokens, sync_every=s.sync_every, kv_budget_bytes=budget,
                          top_p=s.top_p)
@@ -221,12 +246,16 @@ def _time(s: JobShape, gpu: GPU, tokens: int, mbs: int, rows: int, phases) -> St
                             microbatches=mbs, forwards=forwards)
     if s.kind == "sft":
         return StepTime(generation=0.0, update=update, refit=0.0)
-    graphs = s.cuda_graphs if s.cuda_graphs is not None else s.tp == s.pp == 1
-    slot = kv_slot_bytes(s.arch, tp=s.tp, pp=s.pp, e=DTYPE_BYTES[s.precision])
-    gen = generation_seconds(s.arch, gpu, tp=s.tp, pp=s.pp, weight_bytes=phases["update"]["weights"], slot_bytes=slot,
-                             rows=rows, prompts=math.ceil(s.prompts / s.dp), n=s.n, prompt_tokens=s.prompt_tokens,
+    tp, pp, replicas = s.engine_layout
+    graphs = s.cuda_graphs if s.cuda_graphs is not None else tp == pp == 1
+    slot = kv_slot_bytes(s.arch, tp=tp, pp=pp, e=DTYPE_BYTES[s.precision])
+    weights = phases["generation"].get("engine_copy") or phases["update"]["weights"]
+    gen = generation_seconds(s.arch, gpu, tp=tp, pp=pp, weight_bytes=weights, slot_bytes=slot,
+                             rows=rows, prompts=math.ceil(s.prompts / replicas), n=s.n, prompt_tokens=s.prompt_tokens,
                              max_tokens=s.max_tokens, response_fraction=s.response_fraction, cuda_graphs=graphs)
     refit = offload_seconds(gpu, phases["update"]["optimizer"]) if s.offload else 0.0
+    if s.engine_tp1:
+        refit += refit_seconds(gpu, weights, s.tp * s.pp)
     return StepTime(generation=gen, update=update, refit=refit)
 
 

@@ -37,7 +37,7 @@ def overrides(changes: dict[str, Any], prefix: str = "") -> str:
 
 def layout_name(plan: JobPlan) -> str:
     s = plan.shape
-    return f"tp {s.tp} pp {s.pp} dp {s.dp}"
+    return f"tp {s.tp} pp {s.pp} dp {s.dp}" + (f", engine tp 1 x {s.gpus}" if s.engine_tp1 else "")
 
 
 def step_text(plan: JobPlan) -> str:
@@ -128,6 +128,7 @@ def describe(name: str, plan: JobPlan, fixes: list[Fix], prefix: str = "", ranki
 def _phases(plan: JobPlan) -> dict[str, Any]:
     return {
         "layout": {"tp": plan.shape.tp, "pp": plan.shape.pp, "dp": plan.shape.dp},
+        "engine_layout": dict(zip(("tp", "pp", "replicas"), plan.shape.engine_layout)),
         "fits": plan.fits,
         "per_gpu_bytes": {p: {**parts, "total": plan.total(p)} for p, parts in plan.phases.items()},
         "left_bytes": {p: plan.left(p) for p in plan.phases},

@@ -7,9 +7,10 @@ Searched: the layout (`actor.tp` within a node, `actor.pp` dividing the layers, 
 data-parallel: `fixes.layouts_of`), `actor.sequence_parallel` (TP > 1), activation recomputation (none,
 selective, full with one layer per chunk), `actor.optim.use_distributed_optimizer` (DP > 1) and, for RL,
 `actor.offload_during_generation`, each on and off; for the megatron engine each of these also with the
-largest KV budget (`engine.kv_cache_gb`) that fits, at most what all of a replica's rows need at full length.
-The engine runs at the actor's layout (it decodes on the actor's modules), so the engine's layout follows
-the actor's. The configured settings are a candidate of their own (whatever their recomputation method).
+largest KV budget (`engine.kv_cache_gb`) that fits, at most what all of a replica's rows need at full length,
+and over an actor at TP or PP > 1 the engine both at the actor's layout and at TP1 x PP1 (engine.tp=1
+engine.pp=1: a copy of the model per GPU, `JobShape.engine_tp1`). The configured settings are a candidate
+of their own (whatever their recomputation method).
 
 Ranked by the step time of `nemo_lead.plan.timing` (generation + update + offload copies), then by fewer
 changed settings, then by more memory left. Settings that change no time and no layout (sequence
@@ -73,9 +74,9 @@ def ranked(candidates: Iterable[Candidate]) -> list[Candidate]:
     order = sorted((c for c in candidates if c.plan.fits and c.plan.time is not None),
                    key=lambda c: (c.seconds, change_count(c.changes), -c.least_left))
     kept: list[Candidate] = []
-    seen: set[tuple[int, int, int]] = set()
+    seen: set[tuple[int, int, bool, int]] = set()
     for c in order:
-        key = (c.plan.shape.tp, c.plan.shape.pp, round(c.seconds / SAME_SECONDS))
+        key = (c.plan.shape.tp, c.plan.shape.pp, c.plan.shape.engine_tp1, round(c.seconds / SAME_SECONDS))
         if key not in seen:
             seen.add(key)
             kept.append(c)
@@ -92,8 +93,9 @@ def ranking_of(configured: JobPlan, candidates: Iterable[Candidate], limit: int 
 def needed_budget_gb(s: JobShape) -> float:
     """The KV budget (GB, rounded up to 0.1) that holds all of a replica's rows at full length: a larger one
     admits no more sequences."""
-    rows = min(s.max_batch_size, math.ceil(s.prompts / s.dp) * s.n)
-    slot = kv_slot_bytes(s.arch, tp=s.tp, pp=s.pp, e=DTYPE_BYTES[s.precision])
+    tp, pp, replicas = s.engine_layout
+    rows = min(s.max_batch_size, math.ceil(s.prompts / replicas) * s.n)
+    slot = kv_slot_bytes(s.arch, tp=tp, pp=pp, e=DTYPE_BYTES[s.precision])
     return math.ceil(rows * (s.prompt_tokens + s.max_tokens) * slot / KV_GB * 10) / 10
 
 
@@ -101,14 +103,15 @@ def shapes_searched(base: JobShape) -> list[JobShape]:
     """The configured shape and every combination of the settings searched (see the module docstring)."""
     recomputes: list[Recompute] = [Recompute(), SELECTIVE, FULL]
     out = [base]
-    for (tp, pp), sp, recompute, distributed, offload in itertools.product(
+    rl_megatron = base.kind == "rl" and base.engine == "megatron"
+    for (tp, pp), sp, recompute, distributed, offload, engine_tp1 in itertools.product(
             layouts_of(base), (False, True), recomputes, (False, True),
-            (False, True) if base.kind == "rl" else (base.offload,)):
+            (False, True) if base.kind == "rl" else (base.offload,), (False, True) if rl_megatron else (False,)):
         dp = base.gpus // (tp * pp)
-        if (sp and tp == 1) or (distributed != base.distributed_optimizer and dp == 1):
+        if (sp and tp == 1) or (distributed != base.distributed_optimizer and dp == 1) or (engine_tp1 and tp * pp == 1):
             continue
         out.append(dataclasses.replace(base, tp=tp, pp=pp, sequence_parallel=sp, recompute=recompute,
-                                       distributed_optimizer=distributed, offload=offload))
+                                       distributed_optimizer=distributed, offload=offload, engine_tp1=engine_tp1))
     return out
 
 

@@ -5,8 +5,11 @@
     update       training FLOPs (PaLM's 6 N + 12 L h s per token; + 2 N + 4 L h s per token for a forward of
                  its own: old log-probs recomputed, full activation recomputation) / (GPUs x peak x
                  UPDATE_PEAK_FRACTION), stretched by the pipeline bubble (pp - 1) / micro-batches
-    refit        0 for the megatron engine (it runs on the actor's weights); offload adds the copies of the
-                 optimizer state to the host and back at HOST_LINK_FRACTION of the nominal link
+    refit        0 for the megatron engine at the actor's layout (it runs on the actor's weights); at TP1 x PP1
+                 over a TP x PP actor (engine.tp=1 engine.pp=1) the copy's bytes a GPU receives,
+                 (1 - 1 / (TP x PP)) of the model, over the GPU's nominal NVLink bandwidth per direction
+                 x LINK_FRACTION (all-gather and broadcast within a node; not measured); offload adds the
+                 copies of the optimizer state to the host and back at HOST_LINK_FRACTION of the nominal link
 
 The efficiencies are bench/RESULTS.md's figures of 2026-11-30 (one H200, local spec, bf16, TP1):
 - UPDATE_PEAK_FRACTION: the actor's train step on the R1-Distill-Qwen-1.5B shape reached 409 TFLOP/s at
@@ -31,6 +34,7 @@ UPDATE_PEAK_FRACTION = {4096: 337 / 989, 8192: 409 / 989}  # tokens per micro-ba
 DECODE_BANDWIDTH_FRACTION = 0.128
 EAGER_HOST_S_PER_LAYER = (77.71e-3 - 8.10e-3) / 28
 HOST_LINK_FRACTION = 1.0  # nominal (not measured)
+LINK_FRACTION = 1.0  # of the nominal NVLink bandwidth reached by the refit's collectives (not measured)
 
 
 @dataclass(frozen=True)
@@ -40,14 +44,15 @@ class GPU:
     bf16_tflops: float  # nominal dense bf16 peak
     hbm_tbps: float  # nominal HBM bandwidth
     host_gbps: float  # nominal host link, per direction (PCIe)
+    link_gbps: float  # nominal NVLink bandwidth per GPU, per direction (SXM parts)
 
 
 GPUS = {g.name: g for g in (
-    GPU("h100", 79.2, 989.0, 3.35, 64.0),
-    GPU("h200", 139.8, 989.0, 4.8, 64.0),
-    GPU("a100", 79.2, 312.0, 2.04, 32.0),
-    GPU("a100-40", 39.4, 312.0, 1.55, 32.0),
-    GPU("b200", 178.4, 2250.0, 8.0, 64.0),
+    GPU("h100", 79.2, 989.0, 3.35, 64.0, 450.0),
+    GPU("h200", 139.8, 989.0, 4.8, 64.0, 450.0),
+    GPU("a100", 79.2, 312.0, 2.04, 32.0, 300.0),
+    GPU("a100-40", 39.4, 312.0, 1.55, 32.0, 300.0),
+    GPU("b200", 178.4, 2250.0, 8.0, 64.0, 900.0),
 )}
 
 
@@ -123,3 +128,9 @@ def update_seconds(arch: Arch, gpu: GPU, *, gpus: int, pp: int, tokens: int, seq
 def offload_seconds(gpu: GPU, bytes_each_way: int) -> float:
     """Optimizer state to the host before generation and back after it."""
     return 2 * bytes_each_way / (gpu.host_gbps * 1e9 * HOST_LINK_FRACTION)
+
+
+def refit_seconds(gpu: GPU, copy_bytes: int, actor_ranks: int) -> float:
+    """The engine's TP1 copy gathered from an actor replica of `actor_ranks` GPUs: each receives the part of
+    the model it does not hold, over NVLink (module docstring)."""
+    return copy_bytes * (1 - 1 / actor_ranks) / (gpu.link_gbps * 1e9 * LINK_FRACTION)
