@@ -7,6 +7,8 @@ fp32, CPU/gloo, two ranks.
 - Rollouts: two TP1 replicas over a TP2 actor (`generate_all`: each generates half the prompts, every sample
   on the stream it has in the whole call) sample exactly the tokens a TP1 model loaded from the same HF
   folder samples for all the prompts in one call, and the same log-probs to 1e-5.
+- The CUDA-graph-shaped decode steps (bucketed, not captured on the CPU) run on the copy over the TP2
+  actor, with the same tokens.
 - Refit: after the actor's weights change, `refit` gives the copy the new weights; with `release_copy`
   `sleep` frees the copy, `generate` refuses until `wake` rebuilds it.
 """
@@ -113,6 +115,25 @@ def _rollouts_job(hf_dir):
     out["replicas"] = engine.replicas
     out["copy"] = rollouts(info, engine)
     out["refit"] = engine.refit_stats
+    # the copy runs at TP = PP = 1, so the CUDA-graph-shaped decode steps apply over any actor layout (on the
+    # CPU: the same bucketed steps, without capture); here every prompt on each rank, in one call
+    from nemo_lead.generation.cuda_graphs import DecodeSteps
+
+    steps, step = [], DecodeSteps._step
+    DecodeSteps._step = lambda self, *a: steps.append(1) or step(self, *a)  # count the bucketed steps
+    try:
+        graphs = MegatronEngine(model, max_batch_size=4, own_copy=True, cuda_graphs=True)
+        out["graphs"] = [[] for _ in PROMPTS]
+        for r in graphs.generate(PROMPTS, PARAMS):
+            out["graphs"][r.prompt_index].append((r.token_ids, r.policy_logprobs, r.finish_reason))
+    finally:
+        DecodeSteps._step = step
+    out["bucketed_steps"] = len(steps)
+    try:  # at the actor's layout (TP2) they are refused
+        MegatronEngine(model, cuda_graphs=True).generate(PROMPTS, PARAMS)
+    except ValueError as e:
+        out["graphs_at_tp2"] = str(e)
+    del graphs
     # an update: every weight x 1.5 (each rank scales its own shards); refit must give the copy the new weights
     with torch.no_grad():
         for p in model.parameters():
@@ -148,6 +169,8 @@ def test_two_tp1_replicas_over_a_tp2_actor_sample_the_tp1_tokens_and_refit_follo
         assert [[r[2] for r in rs] for rs in got] == [[r[2] for r in rs] for rs in ref]
         err = max(abs(x - y) for g, w in zip(got, ref) for a, b in zip(g, w) for x, y in zip(a[1], b[1]))
         assert err < 1e-5, err
+        assert [[r[0] for r in rs] for rs in rank["graphs"]] == [[r[0] for r in rs] for rs in ref]
+        assert rank["bucketed_steps"] >= PARAMS.max_tokens - 1 and "TP = PP = 1" in rank["graphs_at_tp2"]
         assert rank["refit"]["copy_bytes"] > 0 and rank["refit"]["bytes"] >= rank["refit"]["copy_bytes"]
         assert "call wake() first" in rank["refused"]
         assert rank["slept"] and rank["woken"] == rank["scaled"]
