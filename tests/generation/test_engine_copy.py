@@ -4,7 +4,7 @@ fp32, CPU/gloo, two ranks.
 - Resharding: every tensor of the TP1 copy gathered from an actor at TP2 and at PP2 equals the HF tensor
   it is made of (fused QKV split back into q / k / v, fc1 into gate / up, vocabulary padding dropped), in
   buckets of one parameter and in one bucket alike; the bytes received are counted.
-- Rollouts: two TP1 replicas over a TP2 actor (`generate_all`: each generates half the prompts, every sample
+- Rollouts: two TP1 replicas over a TP2 actor (and over a PP2 actor) (`generate_all`: each generates half the prompts, every sample
   on the stream it has in the whole call) sample exactly the tokens a TP1 model loaded from the same HF
   folder samples for all the prompts in one call, and the same log-probs to 1e-5.
 - The CUDA-graph-shaped decode steps (bucketed, not captured on the CPU) run on the copy over the TP2
@@ -151,6 +151,9 @@ def _rollouts_job(hf_dir):
     released.sleep()
     out["slept"] = released.model is None
     out["scaled"] = rollouts(info, engine)
+    destroy_parallel(keep_process_group=True)
+    info, model = _build(hf_dir, 1, 2)  # PP2 -> two engine replicas at PP1: the same tokens
+    out["pp2"] = rollouts(info, MegatronEngine(model, max_batch_size=4, own_copy=True))
     destroy_parallel()
     return out
 
@@ -167,6 +170,7 @@ def test_two_tp1_replicas_over_a_tp2_actor_sample_the_tp1_tokens_and_refit_follo
         got = rank["copy"]
         assert [[r[0] for r in rs] for rs in got] == [[r[0] for r in rs] for rs in ref]
         assert [[r[2] for r in rs] for rs in got] == [[r[2] for r in rs] for rs in ref]
+        assert [[r[0] for r in rs] for rs in rank["pp2"]] == [[r[0] for r in rs] for rs in ref]
         err = max(abs(x - y) for g, w in zip(got, ref) for a, b in zip(g, w) for x, y in zip(a[1], b[1]))
         assert err < 1e-5, err
         assert [[r[0] for r in rs] for rs in rank["graphs"]] == [[r[0] for r in rs] for rs in ref]
