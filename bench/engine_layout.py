@@ -5,7 +5,8 @@ Model: Qwen2 4 layers, hidden 256, 4 heads / 2 KV heads, ffn 1024, the tiny char
 fp32 weights, `nemo_lead.models.write_tiny_model`); `--prompts` prompts of 8-40 tokens x `--n` samples,
 `--max-tokens` new tokens, temperature 1, the end token as stop token, `generate_all` as the RL loop calls
 it. Per layout: the median over `--repeats` runs (alternating) of the step's generation; for engine.tp=1
-also the refit (the copy gathered from the TP2 shards: seconds and bytes received per rank). The tokens
+also the refit (the copy gathered from the TP2 shards: seconds, and the bytes of the gathered buffers per
+rank, its own shards included). The tokens
 of both layouts are checked equal (each sample draws from the same stream in either layout).
 
     OMP_NUM_THREADS=1 .venv/bin/python bench/engine_layout.py [--record]
@@ -104,7 +105,7 @@ def main() -> None:
         f"new tokens, temperature 1, stop token on ({r0['generated']} tokens generated); median of {args.repeats} "
         "alternating runs. Same tokens in both layouts: checked.",
         "",
-        "| engine layout | generation s | refit s | refit MB received per rank | copy MB per rank |",
+        "| engine layout | generation s | refit s | refit MB gathered per rank | copy MB per rank |",
         "| --- | --- | --- | --- | --- |",
         f"| engine.tp=actor (TP2, one engine) | {gen['actor']:.2f} | 0 | 0 | 0 |",
         f"| engine.tp=1 (TP1 x 2 replicas) | {gen['tp1']:.2f} | {refit_s:.3f} | {refit_mb:.1f} | {copy_mb:.1f} |",

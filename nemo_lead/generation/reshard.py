@@ -22,7 +22,7 @@ How (every rank of the job calls it; each actor replica's TP / PP groups work in
   already per-group [q; k; v], so the concatenation is the TP1 layout); row-parallel along columns; the
   gated fc1 [gate_r; up_r] per rank becomes [gate_0 .. gate_T-1; up_0 .. up_T-1]; replicated tensors (norms,
   row-parallel biases) are TP rank 0's. Vocabulary padding rows are kept (the engine masks them).
-`stats`: `bytes` (received by this rank: the gathered buffers), `buckets`, `seconds`.
+`stats`: `bytes` (of the gathered buffers on this rank, its own shards included), `buckets`, `seconds`.
 Tested against the HF tensors at TP2 and PP2 (tests/generation/test_engine_copy.py).
 """
 

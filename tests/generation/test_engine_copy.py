@@ -3,7 +3,7 @@ fp32, CPU/gloo, two ranks.
 
 - Resharding: every tensor of the TP1 copy gathered from an actor at TP2 and at PP2 equals the HF tensor
   it is made of (fused QKV split back into q / k / v, fc1 into gate / up, vocabulary padding dropped), in
-  buckets of one parameter and in one bucket alike; the bytes received are counted.
+  buckets of one parameter and in one bucket alike; the bytes gathered are counted exactly.
 - Rollouts: two TP1 replicas over a TP2 actor (and over a PP2 actor) (`generate_all`: each generates half the prompts, every sample
   on the stream it has in the whole call) sample exactly the tokens a TP1 model loaded from the same HF
   folder samples for all the prompts in one call, and the same log-probs to 1e-5.
@@ -72,7 +72,9 @@ def _reshard_job(hf_dir):
         one, s1 = gather_tp1_weights(model, bucket_bytes=1, table=table)  # one parameter per bucket
         big, s2 = gather_tp1_weights(model, bucket_bytes=1e9, table=table)
         out[(tp, pp)] = {"hf": _as_hf(one, model_info(model).arch), "same": all(torch.equal(one[k], big[k]) for k in one),
-                         "names": sorted(one) == sorted(big), "stats": (s1, s2), "params": len(table)}
+                         "names": sorted(one) == sorted(big), "stats": (s1, s2), "params": len(table),
+                         "copy_bytes": sum(t.numel() * t.element_size() for t in one.values()),
+                         "replicated_bytes": sum(one[name].numel() * 4 for name, kind, *_ in table if kind == "replicated")}
         destroy_parallel(keep_process_group=True)
     destroy_parallel()
     return out
@@ -91,8 +93,11 @@ def test_the_tp1_copy_of_a_tp2_and_a_pp2_actor_equals_the_hf_weights(tiny):
             assert got["same"] and got["names"], layout
             (one, big) = got["stats"]
             assert one["buckets"] == got["params"] and big["buckets"] == (1 if layout == (2, 1) else 2), layout
-            # bytes received: every parameter's TP shards (replicated ones once per TP rank), at least the model
-            assert one["bytes"] == big["bytes"] >= sum(t.numel() * 4 for t in want.values()), layout
+            # bytes gathered: every parameter's TP shards, so the copy (padding included) and the replicated
+            # tensors once more per further TP rank
+            extra = (layout[0] - 1) * got["replicated_bytes"]
+            assert one["bytes"] == big["bytes"] == got["copy_bytes"] + extra, layout
+            assert got["copy_bytes"] >= sum(t.numel() * 4 for t in want.values()) and got["replicated_bytes"] > 0
 
 
 def _rollouts_job(hf_dir):
