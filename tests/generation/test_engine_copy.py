@@ -7,6 +7,7 @@ fp32, CPU/gloo, two ranks.
 - Rollouts: two TP1 replicas over a TP2 actor (and over a PP2 actor) (`generate_all`: each generates half the prompts, every sample
   on the stream it has in the whole call) sample exactly the tokens a TP1 model loaded from the same HF
   folder samples for all the prompts in one call, and the same log-probs to 1e-5.
+- Four TP1 replicas over a TP2 x DP2 actor (4 ranks) sample the tokens of the engine at the actor's layout.
 - The CUDA-graph-shaped decode steps (bucketed, not captured on the CPU) run on the copy over the TP2
   actor, with the same tokens.
 - Refit: after the actor's weights change, `refit` gives the copy the new weights; with `release_copy`
@@ -199,3 +200,26 @@ def _arch(hf_dir):
     from nemo_lead.models.hf_config import arch_from_hf
 
     return arch_from_hf(json.loads(Path(hf_dir, "config.json").read_text()))
+
+
+def _dp2_job(hf_dir):
+    from nemo_lead.generation import MegatronEngine
+    from nemo_lead.parallel import destroy_parallel
+    from nemo_lead.training.rollouts import RolloutContext, generate_all
+
+    info, model = _build(hf_dir, 2, 1)  # 4 ranks: TP2 x DP2
+    out = {}
+    for name, engine in (("actor", MegatronEngine(model, max_batch_size=4)),
+                         ("copy", MegatronEngine(model, max_batch_size=4, own_copy=True))):
+        ctx = RolloutContext(info=info, engine=engine, tokenizer=None, prompt_cfg=None, verifier=None, think_open=False)
+        out[name] = [[r.token_ids for r in rs] for rs in generate_all(ctx, PROMPTS * 2, PARAMS)]
+    destroy_parallel()
+    return out
+
+
+def test_tp1_replicas_over_a_tp2_x_dp2_actor_sample_the_actor_layouts_tokens(tiny):
+    """Each DP share split over its actor replica's two ranks, gathered over TP, then over DP."""
+    ranks = run_distributed(_dp2_job, 4, tiny)
+    want = ranks[0]["actor"]
+    assert len(want) == 2 * len(PROMPTS) and want[0] != want[len(PROMPTS)]  # the DP replicas' own seeds
+    assert all(r["actor"] == want and r["copy"] == want for r in ranks)
