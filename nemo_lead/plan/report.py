@@ -10,7 +10,7 @@ from .parameters import parameter_count
 from .search import Ranking
 from .timing import DECODE_BANDWIDTH_FRACTION, EAGER_HOST_S_PER_LAYER, HOST_LINK_FRACTION, update_fraction
 
-COMPONENTS = ("weights", "grads", "optimizer", "activations", "logits", "kv_cache")
+COMPONENTS = ("weights", "grads", "optimizer", "activations", "logits", "kv_cache", "engine_copy", "refit_buckets")
 
 
 def _gib(n: int) -> str:
@@ -84,7 +84,7 @@ def describe(name: str, plan: JobPlan, fixes: list[Fix], prefix: str = "", ranki
     lines = [f"{name} ({s.kind}): {a.family} {a.num_layers} layers, hidden {a.hidden_size}, "
              f"{parameter_count(a, s.vocab_divisible_by) / 1e9:.1f}B parameters, {s.precision}; {s.gpus} x {plan.gpu.name} "
              f"({plan.memory_bytes / GIB:.1f} GiB, {(plan.memory_bytes - plan.usable_bytes) / GIB:.1f} reserved); "
-             f"tp {s.tp} pp {s.pp} dp {s.dp}",
+             f"{layout_name(plan)}",
              f"  micro-batches: {plan.microbatches} per DP rank of <= {plan.tokens_per_microbatch:,} tokens"
              + (f"; engine: {plan.engine_rows} sequences at once of {s.prompt_tokens:,} + {s.max_tokens:,} tokens"
                 if s.kind == "rl" else "")]

@@ -159,3 +159,18 @@ def test_fastest_takes_a_count(tmp_path, capsys):
     assert "fastest must be >= 0" in capsys.readouterr().err
     rc, p = _plan(tmp_path, *STAGE1, "--gpu", "h200", "--fastest", "0")
     assert rc == 0 and p["ranking"] is None and "fastest layouts" not in capsys.readouterr().out
+
+
+def test_a_configured_engine_at_tp1_is_planned_with_its_copy(tmp_path, capsys):
+    stage = "stages.stage1."
+    rc, p = _plan(tmp_path, *STAGE1, "--gpu", "h200", f"{stage}engine.tp=1", f"{stage}engine.pp=1")
+    out = capsys.readouterr().out
+    assert rc == 0 and p["engine_layout"] == {"tp": 1, "pp": 1, "replicas": 8} and p["layout"]["tp"] == 8
+    gen = p["per_gpu_bytes"]["generation"]
+    assert gen["engine_copy"] > 20 * p["per_gpu_bytes"]["update"]["weights"] / 8  # the whole model, not 1/8
+    assert "tp 8 pp 1 dp 1, engine tp 1 x 8\n" in out and "    engine_copy " in out and "    refit_buckets " in out
+    # offload (lead-14b's RL stages): the copy is freed for the update; without it, it stays
+    rc, q = _plan(tmp_path, *STAGE1, "--gpu", "h200", f"{stage}engine.tp=1", f"{stage}engine.pp=1",
+                  f"{stage}actor.offload_during_generation=false")
+    assert "engine_copy" not in p["per_gpu_bytes"]["update"]
+    assert q["per_gpu_bytes"]["update"]["engine_copy"] == gen["engine_copy"]
