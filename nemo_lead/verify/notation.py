@@ -80,11 +80,11 @@ def has_digit_gap(s: str) -> bool:
 
 
 def read_constants(s: str) -> str:
-    """`\\mathrm{e}` -> ` e `, `\\mathrm{i}` -> ` i `, `\\mathrm{\\pi}` -> ` \\pi ` (and the other spellings of
+    """`\\mathrm{e}` -> `{e}`, `\\mathrm{i}` -> `{i}`, `\\mathrm{\\pi}` -> `{\\pi}` (and the other spellings of
     the module docstring), so that a parser reads the constant and no unit rule strips it."""
     def _one(m: re.Match) -> str:
         name = next(g for g in m.groups() if g)
-        return " \\pi " if name in ("\\pi", "π") else f" {name} "
+        return "{\\pi}" if name in ("\\pi", "π") else "{" + name + "}"
     return _CONSTANT.sub(_one, s)
 
 
