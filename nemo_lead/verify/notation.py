@@ -130,8 +130,8 @@ def split_top_level(s: str) -> list[str]:
 
 def answer_parts(s: str) -> int:
     """How many answers `s` lists: its top-level comma-separated parts (of a set's elements, for
-    `\\{1,2,3\\}` or `{1,2,3}`), once thousands separators are read (`1,000` is one)."""
-    t = join_digit_groups(spaces_as_blanks(s).strip().strip("$").strip())
+    `\\{1,2,3\\}` or `{1,2,3}`), once units and thousands separators are read (`\\$1,000` is one)."""
+    t = join_digit_groups(strip_units(spaces_as_blanks(s).strip().strip("$").strip()))
     if t.startswith("\\{") and t.endswith("\\}"):
         t = t[2:-2]
     elif t.startswith("{") and braced_whole(t):
