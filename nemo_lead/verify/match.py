@@ -36,8 +36,15 @@ from functools import lru_cache
 
 from .canonical import canonical_answer, latex_from_unicode
 from .extract import split_choice_label
-from .notation import (has_digit_gap, is_plain_number, join_digit_groups, mixed_number, read_constants,
-                       spaces_as_blanks, strip_units)
+from .notation import (
+    has_digit_gap,
+    is_plain_number,
+    join_digit_groups,
+    mixed_number,
+    read_constants,
+    spaces_as_blanks,
+    strip_units,
+)
 from .repetition import find_repetition
 
 MAX_PARSE_CHARS = 1000

@@ -14,10 +14,9 @@ import logging
 import random
 
 import pytest
+from math_verify_cases import CASES
 
 from nemo_lead.verify import MathVerifier
-
-from math_verify_cases import CASES
 
 # source file:line -> why nemo-lead's verdict differs from the suite's expected one
 DISAGREEMENTS = {

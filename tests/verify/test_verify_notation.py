@@ -10,8 +10,15 @@ import pytest
 from nemo_lead.verify import canonical_answer
 from nemo_lead.verify.extract import final_answer
 from nemo_lead.verify.match import answers_match, for_parse, time_limit, warm_up
-from nemo_lead.verify.notation import (answer_parts, has_digit_gap, join_digit_groups, mixed_number,
-                                       read_constants, spaces_as_blanks, strip_units)
+from nemo_lead.verify.notation import (
+    answer_parts,
+    has_digit_gap,
+    join_digit_groups,
+    mixed_number,
+    read_constants,
+    spaces_as_blanks,
+    strip_units,
+)
 
 
 @pytest.fixture(scope="module", autouse=True)
