@@ -12,6 +12,7 @@ found by running it on all cases; the test re-checks them and a sample of its ag
 
 import logging
 import random
+from importlib.metadata import version
 
 import pytest
 from math_verify_cases import CASES
@@ -64,6 +65,7 @@ def _math_verify(gold: str, response: str) -> bool:
     return bool(verify(parse("\\boxed{" + gold + "}"), parse(response)))
 
 
+@pytest.mark.skipif(version("math-verify") != "0.9.0", reason="MATH_VERIFY_MISSES were recorded with math-verify 0.9.0")
 def test_math_verify_misses_are_its_own():
     agreeing = [c for c in CASES if c[0] not in MATH_VERIFY_MISSES]
     sample = random.Random(0).sample(agreeing, 30)
