@@ -33,7 +33,7 @@ def test_every_gold_is_its_own_answer(golds):
 def test_golds_that_list_answers_accept_one_box_each(golds):
     """The multi-box rule on real golds: `1, -2` answered as `\\boxed{1} and \\boxed{-2}` is right."""
     listed = [g for answers in golds.values() for g in answers if answer_parts(g) > 1]
-    assert len(listed) >= 15
+    assert len(listed) == 19
     for gold in listed:
         inner = gold[2:-2] if gold.startswith("\\{") else gold
         response = " and ".join(f"\\boxed{{{p.strip()}}}" for p in split_top_level(inner))
