@@ -9,7 +9,7 @@ Presets (`LeadConfig.from_preset(name)`, `name` as in `PRESETS`):
 
 | preset | what it is |
 | --- | --- |
-| `paper` = `lead` | the paper: length reward, -1 for wrong or no answer, logistic difficulty reweighting |
+| `paper` = `lead` | the paper: length reward, -1 for wrong or no answer, logistic difficulty reweighting; nemo-lead's reading of the answer: the last `\\boxed{}` after `</think>`, or the last k boxes joined when the gold lists k answers (`nemo_lead.verify.extract`, docs/verification.md) |
 | `grpo` | plain GRPO baseline of Table 1: reward 1 / 0, no length term, no reweighting |
 | `grpo_length` | + length-dependent accuracy reward |
 | `grpo_length_reweight` | + difficulty-aware advantage reweighting (wrong answers still 0) |
