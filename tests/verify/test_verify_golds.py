@@ -19,7 +19,7 @@ def golds():
 
 def _correct(response: str, gold: str) -> bool:
     answer = final_answer(response, gold)
-    with time_limit(5.0):
+    with time_limit(30.0):  # a guard against a hang, not a speed check (CI machines may be loaded)
         return answer is not None and answers_match(answer, gold)
 
 
