@@ -15,8 +15,10 @@ if os.environ.get("NEMO_LEAD_GPU_TESTS") != "1":
 # per xdist worker (`--dist loadfile`, scripts/test), the long files start at once and the short ones fill
 # the gaps, instead of one long file starting last and running alone. Order only: every test still runs.
 SLOW_FILES_FIRST = (
+    "training/test_rl_loop.py",
     "training/test_loops.py",
     "training/test_lag.py",
+    "training/test_rl_tp2.py",
     "launch/test_slurm_jobs.py",
     "pipeline/test_micro.py",
     "pipeline/test_demo_smoke.py",
