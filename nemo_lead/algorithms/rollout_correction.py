@@ -44,7 +44,7 @@ and seq-mask-tis; slime's `--use-tis`.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -58,8 +58,8 @@ METRIC_KEYS = ("rollout_correction/token_frac", "rollout_correction/seq_frac", "
 class RolloutCorrectionConfig:
     """`lead.rollout_correction`: see the module docstring."""
 
-    mode: str = "none"  # none | tis | seq_tis | mis
-    level: str = "token"  # mis only: mask tokens or whole sequences whose ratio leaves [1/C, C]
+    mode: str = field(default="none", metadata={"choices": MODES})  # none | tis | seq_tis | mis
+    level: str = field(default="token", metadata={"choices": LEVELS})  # mis only: mask tokens or whole sequences whose ratio leaves [1/C, C]
     threshold: float = 2.0  # C (verl's default rollout_is_threshold); > 1
 
     def __post_init__(self) -> None:

@@ -15,7 +15,7 @@ from nemo_lead.config import setting
 from nemo_lead.data import PromptConfig
 from nemo_lead.generation import EngineConfig, SamplingParams
 from nemo_lead.models.source import PRECISION_CHOICES
-from nemo_lead.progress import check_progress_mode
+from nemo_lead.progress import PROGRESS_MODES, check_progress_mode
 from nemo_lead.verify import VerifyConfig
 
 ANSWER_REGION = "after_think"  # the paper's protocol: R1-style models think first, then answer
@@ -49,7 +49,7 @@ class EvalConfig:
     report_budgets: list[int] = setting(default_factory=lambda: list(PAPER_BUDGETS), results=False)  # table columns
     plot: bool = setting(True, results=False)  # write accuracy_vs_budget.png
     # auto (a bar on a terminal, log lines otherwise) | bar | lines | none (nemo_lead.progress)
-    progress: str = setting("auto", results=False)
+    progress: str = setting("auto", results=False, choices=PROGRESS_MODES)
 
     def __post_init__(self) -> None:
         if not self.model and not self.compare:

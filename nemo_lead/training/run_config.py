@@ -9,7 +9,7 @@ from typing import Optional
 
 from nemo_lead.config import setting
 from nemo_lead.plan.settings import PlanSettings
-from nemo_lead.progress import check_progress_mode
+from nemo_lead.progress import PROGRESS_MODES, check_progress_mode
 
 
 @dataclass
@@ -28,10 +28,10 @@ class RunSettings:
     keep_last: int = setting(2, resume="flag", results=False)  # complete checkpoints kept (the newest); 0 keeps all
     # the final checkpoint: full (model, optimizer, RNG: resumable, ~3x the fp32 weights) | weights (model and
     # tokenizer only: what eval / convert / a next stage read; a finished run cannot be extended from it alone)
-    final_checkpoint: str = setting("full", resume="free", results=False)
+    final_checkpoint: str = setting("full", resume="free", results=False, choices=("full", "weights"))
     seed: int = 1234  # data order, sampling seeds, dropout
     # auto (a bar on a terminal, log lines otherwise) | bar | lines | none
-    progress: str = setting("auto", resume="free", results=False)
+    progress: str = setting("auto", resume="free", results=False, choices=PROGRESS_MODES)
     tensorboard: bool = setting(True, resume="free", results=False)  # also write TensorBoard event files to RUN/tb/
     # keys a continued run may change (--allow-change KEY,...): only keys marked so (learning rate, clipping,
     # checkpoint / validation cadence); each change is recorded in RUN/changes.jsonl
