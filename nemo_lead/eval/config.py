@@ -16,6 +16,7 @@ from nemo_lead.data import PromptConfig
 from nemo_lead.generation import EngineConfig, SamplingParams
 from nemo_lead.models.source import PRECISION_CHOICES
 from nemo_lead.progress import PROGRESS_MODES, check_progress_mode
+from nemo_lead.tracking import WandbSettings
 from nemo_lead.verify import VerifyConfig
 
 ANSWER_REGION = "after_think"  # the paper's protocol: R1-style models think first, then answer
@@ -50,6 +51,8 @@ class EvalConfig:
     plot: bool = setting(True, results=False)  # write accuracy_vs_budget.png
     # auto (a bar on a terminal, log lines otherwise) | bar | lines | none (nemo_lead.progress)
     progress: str = setting("auto", results=False, choices=PROGRESS_MODES)
+    # Weights & Biases: the config and the summary table (nemo_lead.tracking); its id in OUT/wandb.json
+    wandb: WandbSettings = setting(default_factory=WandbSettings, results=False)
 
     def __post_init__(self) -> None:
         if not self.model and not self.compare:
@@ -68,6 +71,7 @@ class EvalConfig:
             raise ValueError("sampling.seed must be an integer: each group of problems gets a seed derived from it, "
                              "which is what makes a resumed run equal an uninterrupted one")
         check_progress_mode(self.progress)
+        self.wandb.check()
         bad = [b for b in [*self.budgets, *self.report_budgets] if b < 1]
         if bad:
             raise ValueError(f"budgets and report_budgets must be token counts >= 1, got {bad}")
