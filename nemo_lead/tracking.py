@@ -2,8 +2,8 @@
 
 What goes to W&B, from global rank 0 only: the resolved config of the command (`wandb.config`), every scalar
 of metrics.jsonl under the name TensorBoard gives it (x axis: the key `step`), the validation rows of an RL
-run as a table (`validation`, with the scalars as `val/<name>`), and an evaluation's summary as a table
-(`eval/summary`, with `<dataset>/<metric>` scalars). The W&B run's id is kept in the run folder
+run as a table (`validation`), and an evaluation's summary as a table (`eval/summary`, with
+`<dataset>/<metric>` scalars). The W&B run's id is kept in the run folder
 (`RUN/wandb.json`), so rerunning the same command into the same folder (resume) continues the same W&B
 run. `wandb.dir` defaults to `RUN/wandb/`, where `mode=offline` leaves the run for `wandb sync`.
 
@@ -110,20 +110,19 @@ class Tracker:
         self.table(name, [{"row": k, **v} for k, v in rows.items()], step)
         self.run.log({**{f"{k}/{m}": v for k, r in rows.items() for m, v in _scalars(r).items()}, "step": step})
 
-    def table(self, name: str, rows: list[dict[str, Any]], step: int, scalars_prefix: str | None = None) -> None:
-        """`rows` (dicts with the same keys) as the W&B table `name`; with `scalars_prefix`, the last row's
-        numbers also as `<prefix>/<key>` scalars."""
+    def table(self, name: str, rows: list[dict[str, Any]], step: int) -> None:
+        """`rows` (dicts, columns in the order their keys first appear) as the W&B table `name`."""
         if not rows:
             return
         columns = list(dict.fromkeys(k for r in rows for k in r))
         data = [[_cell(r.get(c)) for c in columns] for r in rows]
-        out: dict[str, Any] = {name: self._wandb.Table(columns=columns, data=data), "step": step}
-        if scalars_prefix:
-            out.update({f"{scalars_prefix}/{k}": v for k, v in _scalars(rows[-1]).items() if k != "step"})
-        self.run.log(out)
+        self.run.log({name: self._wandb.Table(columns=columns, data=data), "step": step})
 
     def finish(self) -> None:
+        """End the W&B run; its service writes asynchronously, and stopping it is what waits until the run's
+        files are complete (before the process exits, or the next stage reads them)."""
         self.run.finish()
+        self._wandb.teardown()
 
 
 def _cell(value: Any) -> Any:

@@ -325,7 +325,7 @@ def validate(s: RLState, step: int) -> dict[str, float]:
         "n": v.n, "problems": len(groups), "seconds": time.monotonic() - t0,
     }
     s.run.folder.append(VALIDATION_FILE, [out])
-    s.run.folder.log_table("validation", read_validation(s.run.cfg.out), step, scalars_prefix="val")
+    s.run.folder.log_table("validation", read_validation(s.run.cfg.out), step)
     s.run.say(f"validation at step {step}: Pass@1 {out[PASS_AT_1]:.3f}, Cons@{v.n} {out[CONS_AT_K]:.3f}, "
               f"mean length {out[MEAN_LENGTH]:.0f}")
     return out

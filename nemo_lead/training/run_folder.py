@@ -206,10 +206,10 @@ class RunFolder:
         if self.tracker is not None:
             self.tracker.log(row)
 
-    def log_table(self, name: str, rows: list[dict[str, Any]], step: int, scalars_prefix: str | None = None) -> None:
+    def log_table(self, name: str, rows: list[dict[str, Any]], step: int) -> None:
         """Rows (validation lines) as a W&B table, when the run logs to W&B."""
         if self.writer and self.tracker is not None:
-            self.tracker.table(name, rows, step, scalars_prefix)
+            self.tracker.table(name, rows, step)
 
     def append(self, name: str, rows: list[dict[str, Any]]) -> None:
         """Append JSON lines to RUN/name (flushed: a killed process leaves at most a torn last line)."""
