@@ -2,7 +2,7 @@
 
 CPU (default): the same tiny-to-small Qwen2 weights (4 layers, hidden 256, 4 heads / 2 KV heads, ffn 1024, the
 ~100-token character vocabulary) written by `nemo_lead.models.write_tiny_model`; 32 prompts of 8-40 tokens
-x 8 samples, 256 new tokens, temperature 1, one thread on both sides in the same run (DESIGN.md: threads).
+x 8 samples, 256 new tokens, temperature 1, one thread on both sides in the same run (docs/design.md: threads).
 Two workloads: "eos" (sequences may stop on the end token; the random weights emit it about 1% of the time,
 so lengths spread out as in RL) and "full" (no stop token: every sequence runs 256 tokens, pure decode).
 Tokens/s counts generated tokens (stop token included) of both engines. Goal: >= 1.5x transformers.

@@ -1,7 +1,7 @@
 """nemo_lead: GRPO-LEAD on megatron-core (SFT, two RL stages, AIME evaluation).
 
 Importing the package is cheap: Megatron, transformers and math-verify load only in the modules that use
-them. See DESIGN.md's layer table for what each subpackage may import.
+them. See docs/design.md, Layers, for what each subpackage may import.
 """
 
 __version__ = "0.1.0"

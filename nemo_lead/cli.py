@@ -25,7 +25,7 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from .config import ConfigError, load_config, to_yaml
-from .config_reference import explain
+from .config_reference import ReferenceConfig, explain, write_reference
 from .procs import forked_children_die_with_us
 from .quiet import hide_import_noise
 
@@ -174,7 +174,7 @@ COMMANDS: dict[str, Command] = {
         help="The config reference: every key of a command (or of all) with its default, allowed values and "
         "description; --markdown writes docs/config.md's tables.",
         schema="nemo_lead.config_reference:ReferenceConfig",
-        runner="nemo_lead.config_reference:run_reference",
+        runner="nemo_lead.cli:run_config_reference",
         flags={"--out": "out"},
         switches={"--markdown": "markdown"},
         positional="command",
@@ -250,6 +250,26 @@ def resolve_config(name: str, files: list[str], overrides: list[str], *, validat
     (`validate=False`: the merged settings without the checks of required keys, see `load_config`)."""
     schema = _load_attr(COMMANDS[name].schema)
     return load_config(schema, [Path(f) for f in files], overrides, validate=validate)
+
+
+def command_schemas(command: str | None = None) -> dict[str, type]:
+    """{command: its config dataclass} for every command with one (or just `command`), in `COMMANDS` order."""
+    names = [n for n, c in COMMANDS.items() if c.schema and n != "config"]
+    if command is not None:
+        if command not in names:
+            raise ValueError(f"command must be one of {', '.join(names)}, got {command!r}")
+        names = [command]
+    return {n: _load_attr(COMMANDS[n].schema) for n in names}
+
+
+def run_config_reference(cfg: ReferenceConfig) -> int:
+    """`nemo-lead config [COMMAND] [--markdown] [--out FILE]` (the command table lives here)."""
+    try:
+        schemas = command_schemas(cfg.command)
+    except ValueError as e:
+        print(f"nemo-lead config: {e}", file=sys.stderr)
+        return 2
+    return write_reference(cfg, schemas)
 
 
 def _print_config(name: str, cfg, with_reference: bool) -> None:

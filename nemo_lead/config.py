@@ -1,6 +1,6 @@
 """Configuration: OmegaConf structured configs (dataclasses) + YAML files + `key=value` overrides.
 
-Why our own small loader rather than Hydra: hydra-core 1.3.8 conflicts with omegaconf 2.4 (DESIGN.md
+Why our own small loader rather than Hydra: hydra-core 1.3.8 conflicts with omegaconf 2.4 (docs/design.md
 decision 2). What it adds over plain `OmegaConf.merge`:
 
 - errors that name the file, the line and the dotted key, and suggest the nearest valid key
@@ -33,6 +33,8 @@ from typing import Any, TypeVar
 import yaml
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
+
+from nemo_lead.dotted import lookup
 
 from .files import write_atomic
 
@@ -74,7 +76,10 @@ COMMON_KEYS = {
     "tensor_parallel_size": ("actor.tp", "tp"), "pipeline_parallel_size": ("actor.pp", "pp"),
     "precision": ("actor.precision",), "dtype": ("actor.precision", "precision"), "data": ("data.path",),
     "kl_coef": ("lead.kl_coeff",), "kl_coeff": ("lead.kl_coeff",), "beta": ("lead.kl_coeff",),
-    "epsilon": ("lead.clip_eps",), "clip_range": ("lead.clip_eps",), "preset": ("lead.preset",),
+    # the policy ratio's clip (TRL's epsilon / epsilon_high, verl's clip_ratio_low / high), not gradient clipping
+    "epsilon": ("lead.clip_eps_low",), "clip_range": ("lead.clip_eps_low",), "clip_ratio": ("lead.clip_eps_low",),
+    "clip_ratio_low": ("lead.clip_eps_low",), "epsilon_high": ("lead.clip_eps_high",),
+    "clip_ratio_high": ("lead.clip_eps_high",), "preset": ("lead.preset",),
     "output_dir": ("out",), "save_steps": ("save_every",), "max_steps": ("steps",), "total_steps": ("steps",),
 }
 
@@ -301,15 +306,6 @@ def _preset_fields(cls: type, prefix: str = "") -> dict[str, type]:
     return out
 
 
-def _lookup(data: dict, dotted: str) -> Any:
-    node: Any = data
-    for p in dotted.split("."):
-        if not isinstance(node, dict) or p not in node:
-            return None
-        node = node[p]
-    return node
-
-
 # ----------------------------------------------------------------------------- entry point
 def load_config(
     schema: type[T],
@@ -337,13 +333,13 @@ def load_config(
     for path, cls in _preset_fields(schema).items():
         name = None
         for layer in layers:
-            value = _lookup(layer.data, path + ".preset")
+            value = lookup(layer.data, path + ".preset", None)
             name = value if value is not None else name
         if name is not None:
             try:
                 preset_obj = cls.from_preset(name)
             except ValueError as e:
-                src = next(la for la in reversed(layers) if _lookup(la.data, path + ".preset") is not None)
+                src = next(la for la in reversed(layers) if lookup(la.data, path + ".preset", None) is not None)
                 where, reason = src.where(path + ".preset"), f"{path}.preset: {e}"
                 raise ConfigError(f"{where}: {reason}", where=where, key=f"{path}.preset", reason=reason) from None
             OmegaConf.update(base, path, OmegaConf.structured(preset_obj), merge=False)

@@ -235,20 +235,8 @@ class ReferenceConfig:
     out: Optional[str] = None  # write to this file instead of stdout
 
 
-def command_schemas(command: Optional[str] = None) -> dict[str, type]:
-    """{command: its config dataclass} for every command with one (or just `command`)."""
-    from .cli import COMMANDS, _load_attr  # the command table sits above this module: a cycle otherwise
-
-    names = [n for n, c in COMMANDS.items() if c.schema and n != "config"]
-    if command is not None:
-        if command not in names:
-            raise ValueError(f"command must be one of {', '.join(names)}, got {command!r}")
-        names = [command]
-    return {n: _load_attr(COMMANDS[n].schema) for n in names}
-
-
-def run_reference(cfg: ReferenceConfig) -> int:
-    schemas = command_schemas(cfg.command)
+def write_reference(cfg: ReferenceConfig, schemas: dict[str, type]) -> int:
+    """`nemo-lead config`: the reference of `schemas` ({command: config dataclass}) as text or Markdown."""
     if cfg.markdown:
         text = markdown(schemas)
     else:

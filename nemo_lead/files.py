@@ -3,6 +3,9 @@
 - `write_atomic(path, text)`: the text goes to a temporary file next to `path`, then replaces it in one
   rename, so a reader (or a run resumed after `kill -9`) sees the old file or the new one, never a mix.
   `fsync=True` also flushes it to the disk first (evaluation samples: expensive to regenerate).
+- `iter_jsonl(path)`: the records of a JSON-lines file with their line numbers; every reader of JSON lines
+  (data files, prompt files, logs) goes through it, so a bad line is reported the same way everywhere:
+  file, line, what is wrong. `torn_last_line=True` (logs) skips a torn last line.
 - `read_jsonl(path)`: the complete lines of a JSON-lines log. A write cut short by a crash can leave a torn
   last line; it is skipped (the writer appends whole lines, so only the last can be torn). A malformed line
   anywhere else is an error naming the file and line: the file was changed by something else.
@@ -16,7 +19,7 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -58,25 +61,37 @@ def jsonl_text(rows: Iterable[dict[str, Any]]) -> str:
     return "".join(json.dumps(json_safe(r), ensure_ascii=False) + "\n" for r in rows)
 
 
-def read_jsonl(path: str | os.PathLike, *, what: str = "a JSON line") -> list[Any]:
-    """The complete lines of a JSON-lines file ([] when it does not exist); see the module docstring.
-    `what`: how the error names an expected line."""
+def iter_jsonl(path: str | os.PathLike, *, torn_last_line: bool = False, objects: bool = False,
+               what: str = "", error: type[Exception] = ValueError) -> Iterator[tuple[int, Any]]:
+    """(line number, record) of each non-blank line of a JSON-lines file.
+
+    A line that is not JSON raises `error` naming the file, the line and the column ("invalid JSON ..."),
+    unless `torn_last_line` and it is the last line with no newline after it (a write cut by a crash): then
+    it is skipped. `objects`: every record must be a JSON object. `what`: the expected line, for the error."""
     path = Path(path)
-    if not path.is_file():
-        return []
-    lines = path.read_text(encoding="utf-8", errors="replace").split("\n")
-    rows = []
+    lines = path.read_text(encoding="utf-8", errors="replace" if torn_last_line else "strict").split("\n")
     for i, line in enumerate(lines):
         if not line.strip():
             continue
         try:
-            rows.append(json.loads(line))
+            record = json.loads(line)
         except json.JSONDecodeError as e:
-            if i == len(lines) - 1:  # no newline after it: a torn last line
-                break
-            raise TornFileError(f"{path}:{i + 1}: not {what} ({e.msg} at column {e.colno}); only a torn last "
-                                "line is tolerated (was the file edited by hand?)") from None
-    return rows
+            if torn_last_line and i == len(lines) - 1:  # no newline after it: a torn last line
+                return
+            expected = f" (expected {what})" if what else ""
+            hint = "; only a torn last line is tolerated (was the file edited by hand?)" if torn_last_line else ""
+            raise error(f"{path}:{i + 1}: invalid JSON{expected} ({e.msg} at column {e.colno}){hint}") from None
+        if objects and not isinstance(record, dict):
+            raise error(f"{path}:{i + 1}: expected a JSON object, got {type(record).__name__}")
+        yield i + 1, record
+
+
+def read_jsonl(path: str | os.PathLike, *, what: str = "a JSON line") -> list[Any]:
+    """The complete lines of a JSON-lines log ([] when it does not exist); see the module docstring.
+    `what`: how the error names an expected line."""
+    if not Path(path).is_file():
+        return []
+    return [record for _, record in iter_jsonl(path, torn_last_line=True, what=what, error=TornFileError)]
 
 
 def append_jsonl(path: str | os.PathLike, rows: list[dict[str, Any]], *, fsync: bool = False) -> None:

@@ -11,12 +11,11 @@ from omegaconf import MISSING
 
 from nemo_lead.algorithms import LeadConfig
 from nemo_lead.algorithms.config import ADVANTAGE_ESTIMATORS
-from nemo_lead.cli import main
+from nemo_lead.cli import command_schemas, main
 from nemo_lead.config import setting
 from nemo_lead.config_reference import (
     REGENERATE,
     class_field_help,
-    command_schemas,
     explain,
     markdown,
     reference,
@@ -105,6 +104,8 @@ def test_config_command_prints_one_command_or_fails_naming_the_choices(capsys, t
     assert "# nemo-lead rl" not in out
     with pytest.raises(ValueError, match="command must be one of demo, sft, rl"):
         command_schemas("nope")
+    assert main(["config", "nope"]) == 2
+    assert "nemo-lead config: command must be one of demo, sft, rl" in capsys.readouterr().err
 
 
 def test_docs_config_md_is_current():

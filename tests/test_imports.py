@@ -263,3 +263,130 @@ def test_a_name_read_from_the_importing_package_itself_stays_in_the_function(tmp
         },
     )
     assert len(problems) == 1 and "a.py:3" in problems[0], problems  # the submodule import may move up
+
+
+# ----------------------------------------------------------------------------- cycles and layers
+DESIGN_DOC = PACKAGE_ROOT.parent / "docs" / "design.md"
+
+
+def _module_edges(graph: _Graph) -> dict[str, set[str]]:
+    """module -> the package modules it imports, function-level imports included. `from pkg import sub`
+    points at the submodule; a name read from a package points at its `__init__`."""
+    edges = {}
+    for module, (top, inner) in graph.split.items():
+        out = set()
+        for node in top + inner:
+            if isinstance(node, ast.Import):
+                out |= {a.name for a in node.names if a.name in graph.files}
+                continue
+            source = graph._source(module, node)
+            subs = {f"{source}.{a.name}" for a in node.names if f"{source}.{a.name}" in graph.files}
+            out |= subs
+            if source in graph.files and (len(subs) < len(node.names) or graph.files[source].name != "__init__.py"):
+                out.add(source)
+        edges[module] = out - {module}
+    return edges
+
+
+def _cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components with more than one module (Tarjan), each sorted."""
+    index, low, stack, on_stack, found = {}, {}, [], set(), []
+
+    def visit(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in edges.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(edges):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_no_import_cycle_between_the_package_modules():
+    cycles = _cycles(_module_edges(_Graph(PACKAGE_ROOT)))
+    assert not cycles, "import cycles (function-level imports included):\n" + "\n".join(" <-> ".join(c) for c in cycles)
+
+
+def _layers(doc: Path = DESIGN_DOC) -> dict[str, int]:
+    """docs/design.md's layer table: `nemo_lead/<package>/` or `nemo_lead/<module>.py` -> its level (the
+    table's `level` column; lower levels are imported by higher ones, never the reverse)."""
+    levels, header = {}, None
+    for line in doc.read_text().splitlines():
+        if not line.startswith("|"):
+            header = None  # a table ends at its first line that is not a row
+            continue
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if header is None:
+            header = [c.lower() for c in cells]
+        elif {"level", "modules"} <= set(header) and not set(line) <= set("|-: "):
+            for name in cells[header.index("modules")].split(","):
+                name = name.strip().strip("`").removeprefix("nemo_lead/").removesuffix("/").removesuffix(".py")
+                levels[name] = int(cells[header.index("level")])
+    return levels
+
+
+def _level_of(module: str, levels: dict[str, int]) -> tuple[str, int]:
+    parts = module.split(".")[1:] or ["__init__"]
+    for key in (".".join(parts[:2]).replace(".", "/"), parts[0]):
+        if key in levels:
+            return key, levels[key]
+    raise AssertionError(f"{module}: not in docs/design.md's layer table (add its package or module there)")
+
+
+def test_the_layer_table_names_every_module_once():
+    levels = _layers()
+    assert len(levels) >= 10, levels
+    for module in _Graph(PACKAGE_ROOT).files:
+        _level_of(module, levels)
+
+
+def test_no_module_imports_a_higher_layer():
+    levels = _layers()
+    graph = _Graph(PACKAGE_ROOT)
+    upward = []
+    for module, targets in _module_edges(graph).items():
+        name, level = _level_of(module, levels)
+        for target in sorted(targets):
+            target_name, target_level = _level_of(target, levels)
+            if target_level > level:
+                upward.append(f"{module} (level {level}, {name}) imports {target} (level {target_level}, {target_name})")
+    assert not upward, "imports from a lower layer to a higher one (docs/design.md, Layers):\n" + "\n".join(upward)
+
+
+def test_the_cycle_and_layer_checks_find_what_they_should(tmp_path):
+    root = tmp_path / "pkg"
+    files = {"__init__.py": "", "low.py": "def f():\n    from pkg import high\n", "high.py": "from pkg import low\n",
+             "other.py": "import json\n"}
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+    graph = _Graph(root)
+    edges = _module_edges(graph)
+    assert edges["pkg.low"] == {"pkg.high"} and edges["pkg.high"] == {"pkg.low"} and edges["pkg.other"] == set()
+    assert _cycles(edges) == [["pkg.high", "pkg.low"]]
+    doc = tmp_path / "design.md"
+    doc.write_text("## Layers\n\n| level | modules | holds |\n| --- | --- | --- |\n| 0 | `nemo_lead/files.py`, `nemo_lead/procs.py` | x |\n"
+                   "| 1 | `nemo_lead/algorithms/` | y |\n\ntext\n\n| other | table |\n| --- | --- |\n| 5 | z |\n")
+    levels = _layers(doc)
+    assert levels == {"files": 0, "procs": 0, "algorithms": 1}
+    assert _level_of("nemo_lead.algorithms.loss", levels) == ("algorithms", 1)
+    assert _level_of("nemo_lead.files", levels) == ("files", 0)
+    with pytest.raises(AssertionError, match="not in docs/design.md"):
+        _level_of("nemo_lead.nowhere", levels)

@@ -24,12 +24,16 @@ NaN/inf rewards raise ValueError.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 
 from .checks import check_batch
-from .config import LeadConfig
 from .groups import Groups
 from .outcome import Outcome
+
+if TYPE_CHECKING:  # the config derives its accepted names from the registries below
+    from .config import LeadConfig
 
 
 def difficulty_weight(rho: torch.Tensor, cfg: LeadConfig) -> torch.Tensor:
@@ -74,6 +78,7 @@ def rloo_advantage(R: torch.Tensor, groups: Groups, cfg: LeadConfig) -> torch.Te
     return factor * (R - groups.broadcast(groups.mean(R)))
 
 
+# `lead.advantage_estimator`: the one list of estimators (LeadConfig accepts exactly these names)
 ESTIMATORS = {
     "grpo": grpo_advantage,
     "dr_grpo": dr_grpo_advantage,
@@ -96,6 +101,29 @@ def dgpo_question_weights(R: torch.Tensor, rho_q: torch.Tensor, groups: Groups, 
     return lam
 
 
+def no_reweighting(adv: torch.Tensor, R: torch.Tensor, outcome: torch.Tensor, groups: Groups, cfg: LeadConfig) -> torch.Tensor:  # noqa: ARG001
+    """Plain group-normalised advantages."""
+    return adv
+
+
+def lead_reweighting(adv: torch.Tensor, R: torch.Tensor, outcome: torch.Tensor, groups: Groups, cfg: LeadConfig) -> torch.Tensor:
+    """Sec. 3.3: the logistic difficulty weight w(rho) of each response's group."""
+    return lead_reweight(adv, groups.broadcast(success_rate(R, outcome, groups, cfg)), cfg)
+
+
+def dgpo_reweighting(adv: torch.Tensor, R: torch.Tensor, outcome: torch.Tensor, groups: Groups, cfg: LeadConfig) -> torch.Tensor:
+    """DGPO: each group's advantages times its question weight lambda_q."""
+    return adv * groups.broadcast(dgpo_question_weights(R, success_rate(R, outcome, groups, cfg), groups, cfg))
+
+
+# `lead.reweighting`: the one list of difficulty reweightings (LeadConfig accepts exactly these names)
+REWEIGHTINGS = {
+    "none": no_reweighting,
+    "lead": lead_reweighting,
+    "dgpo_softmax": dgpo_reweighting,
+}
+
+
 def compute_advantages(
     rewards: torch.Tensor, outcome: torch.Tensor, group: torch.Tensor, cfg: LeadConfig
 ) -> torch.Tensor:
@@ -106,10 +134,5 @@ def compute_advantages(
     groups = Groups.of(group)
     R = rewards.to(torch.float64)
     adv = ESTIMATORS[cfg.advantage_estimator](R, groups, cfg)
-    if cfg.reweighting == "lead":
-        rho = groups.broadcast(success_rate(R, outcome, groups, cfg))
-        adv = lead_reweight(adv, rho, cfg)
-    elif cfg.reweighting == "dgpo_softmax":
-        lam = dgpo_question_weights(R, success_rate(R, outcome, groups, cfg), groups, cfg)
-        adv = adv * groups.broadcast(lam)
+    adv = REWEIGHTINGS[cfg.reweighting](adv, R, outcome, groups, cfg)
     return adv.to(torch.float32)

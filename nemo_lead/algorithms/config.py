@@ -3,7 +3,7 @@
 One dataclass so that an ablation is one config line (`lead.preset=grpo_length` or `lead.alpha=0.1`).
 Defaults are the paper's values (arXiv 2504.09696); `LeadConfig.reference_code()` reproduces what the
 authors' verl fork (aeroplanepaper/GRPO-LEAD at commit 9344bef) observably does, which differs in the
-places listed in DESIGN.md ("paper vs the authors' code") and in `reference_code`'s docstring.
+places listed in docs/design.md ("Paper vs the authors' code") and in `reference_code`'s docstring.
 
 Presets (`LeadConfig.from_preset(name)`, `name` as in `PRESETS`):
 
@@ -30,15 +30,18 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Optional
 
+from . import advantages, filters, loss
 from .rollout_correction import RolloutCorrectionConfig
 
-ADVANTAGE_ESTIMATORS = ("grpo", "dr_grpo", "dgpo", "rloo")
-REWEIGHTINGS = ("none", "lead", "dgpo_softmax")
+# names accepted for the settings with a registry of implementations: derived from it, never written twice
+ADVANTAGE_ESTIMATORS = tuple(advantages.ESTIMATORS)
+REWEIGHTINGS = tuple(advantages.REWEIGHTINGS)
+GROUP_FILTERS = tuple(filters.GROUP_FILTERS)
+LOSS_AGGREGATIONS = tuple(loss.LOSS_AGGREGATIONS)
+KL_ESTIMATORS = tuple(loss.KL_ESTIMATORS)
+# two-way switches read where they act (advantages.success_rate, rewards / advantages' std, the verifier)
 RHO_SOURCES = ("correct", "positive_reward")
-GROUP_FILTERS = ("none", "reference_code", "dynamic_sampling")
-LOSS_AGGREGATIONS = ("token_mean", "seq_mean_token_mean", "seq_mean_token_sum", "constant_norm")
 STD_ESTIMATORS = ("population", "sample")
-KL_ESTIMATORS = ("k1", "k3")
 OUTCOME_RULES = ("paper", "reference_code")  # nemo_lead.verify.verifier.RULES
 
 
@@ -71,10 +74,10 @@ class LeadConfig:
     overlong_filter: bool = False  # DAPO overlong filtering: truncated responses take no part in the loss
 
     # --- advantages (advantages.py) ---
-    advantage_estimator: str = field(default="grpo", metadata={"choices": ADVANTAGE_ESTIMATORS})  # grpo | dr_grpo | dgpo | rloo
+    advantage_estimator: str = field(default="grpo", metadata={"choices": ADVANTAGE_ESTIMATORS})  # one of advantages.ESTIMATORS
     advantage_std: str = field(default="sample", metadata={"choices": STD_ESTIMATORS})  # std used by `grpo`: sample (n-1, verl/torch default) or population
     advantage_eps: float = 1e-6
-    reweighting: str = field(default="lead", metadata={"choices": REWEIGHTINGS})  # none | lead (logistic w(rho)) | dgpo_softmax (question weights)
+    reweighting: str = field(default="lead", metadata={"choices": REWEIGHTINGS})  # one of advantages.REWEIGHTINGS: lead is the logistic w(rho)
     rho_source: str = field(default="correct", metadata={"choices": RHO_SOURCES})  # rho = share of CORRECT outcomes (paper) or of rewards > 0 (code)
     A: float = 0.4  # lower asymptote of w
     B: float = 1.5  # upper asymptote of w
@@ -83,10 +86,10 @@ class LeadConfig:
     dgpo_temperature: float = 2.0  # T of DGPO's softmax over -accuracy
 
     # --- group filter (filters.py) ---
-    group_filter: str = field(default="none", metadata={"choices": GROUP_FILTERS})  # none | reference_code | dynamic_sampling
+    group_filter: str = field(default="none", metadata={"choices": GROUP_FILTERS})  # one of filters.GROUP_FILTERS (see filters.py)
 
     # --- policy loss (loss.py) ---
-    loss_agg: str = field(default="seq_mean_token_mean", metadata={"choices": LOSS_AGGREGATIONS})  # paper: 1/G sum_i 1/|o_i| sum_t
+    loss_agg: str = field(default="seq_mean_token_mean", metadata={"choices": LOSS_AGGREGATIONS})  # one of loss.LOSS_AGGREGATIONS; paper: 1/G sum_i 1/|o_i| sum_t
     clip_eps_low: float = 0.2
     clip_eps_high: float = 0.2
     dual_clip_c: Optional[float] = None  # dual-clip lower bound for A < 0 (e.g. 3.0); None = off

@@ -14,12 +14,43 @@ that a cut-off chain of thought is not punished for being cut (`overlong_filter=
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 
 from .checks import check_batch
-from .config import LeadConfig
 from .groups import Groups
 from .outcome import Outcome, check_outcomes
+
+if TYPE_CHECKING:  # the config derives its accepted names from GROUP_FILTERS
+    from .config import LeadConfig
+
+
+def keep_every_group(R: torch.Tensor, outcome: torch.Tensor, groups: Groups) -> torch.Tensor:  # noqa: ARG001
+    """`none`: BoolTensor[Q] of True."""
+    return torch.ones(groups.num, dtype=torch.bool, device=R.device)
+
+
+def reference_code_filter(R: torch.Tensor, outcome: torch.Tensor, groups: Groups) -> torch.Tensor:  # noqa: ARG001
+    """`reference_code`: drop a group whose rewards are all <= 0, or all exactly 1."""
+    all_nonpositive = groups.max(R) <= 0
+    all_one = groups.count(R == 1.0) == groups.size
+    return ~(all_nonpositive | all_one)
+
+
+def dynamic_sampling_filter(R: torch.Tensor, outcome: torch.Tensor, groups: Groups) -> torch.Tensor:  # noqa: ARG001
+    """`dynamic_sampling`: keep groups with 0 < #correct < G, decided on raw outcomes, never on rewards."""
+    n_correct = groups.count(outcome == Outcome.CORRECT)
+    return (n_correct > 0) & (n_correct < groups.size)
+
+
+# `lead.group_filter`: the one list of group filters (LeadConfig accepts exactly these names); each maps
+# (rewards float64[N], outcomes[N], groups) to the groups kept, BoolTensor[Q]
+GROUP_FILTERS = {
+    "none": keep_every_group,
+    "reference_code": reference_code_filter,
+    "dynamic_sampling": dynamic_sampling_filter,
+}
 
 
 def group_keep_mask(
@@ -30,15 +61,7 @@ def group_keep_mask(
     if cfg.group_filter == "none" or rewards.numel() == 0:
         return torch.ones(rewards.shape, dtype=torch.bool, device=rewards.device)
     groups = Groups.of(group)
-    if cfg.group_filter == "reference_code":
-        R = rewards.to(torch.float64)
-        all_nonpositive = groups.max(R) <= 0
-        all_one = (groups.count(R == 1.0) == groups.size)
-        keep_q = ~(all_nonpositive | all_one)
-    else:  # dynamic_sampling
-        n_correct = groups.count(outcome == Outcome.CORRECT)
-        keep_q = (n_correct > 0) & (n_correct < groups.size)
-    return groups.broadcast(keep_q)
+    return groups.broadcast(GROUP_FILTERS[cfg.group_filter](rewards.to(torch.float64), outcome, groups))
 
 
 def overlong_keep_mask(outcome: torch.Tensor, cfg: LeadConfig) -> torch.Tensor:

@@ -28,12 +28,16 @@ of the loss over the whole batch whatever the split. Left as None, the batch pas
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 
-from .config import LeadConfig
 from .mismatch import logprob_mismatch
 from .rollout_correction import METRIC_KEYS as CORRECTION_KEYS
 from .rollout_correction import correction_metrics, correction_weights
+
+if TYPE_CHECKING:  # the config derives its accepted names from LOSS_AGGREGATIONS
+    from .config import LeadConfig
 
 TOKEN_MEAN, SEQUENCE_MEAN, MAX = "token_mean", "sequence_mean", "max"
 METRIC_REDUCTIONS = {
@@ -79,35 +83,67 @@ def clipped_surrogate(ratio: torch.Tensor, adv: torch.Tensor, cfg: LeadConfig) -
     return loss, active
 
 
-def kl_penalty(logp: torch.Tensor, ref_logp: torch.Tensor, estimator: str) -> torch.Tensor:
-    """Per-token KL(pi_theta || pi_ref) estimate from samples of pi_theta: k1 = log r, k3 = r' - log r' - 1."""
-    log_ratio = logp - ref_logp
-    if estimator == "k1":
-        return log_ratio
+def kl_k1(log_ratio: torch.Tensor) -> torch.Tensor:
+    """k1 = log r (unbiased, high variance)."""
+    return log_ratio
+
+
+def kl_k3(log_ratio: torch.Tensor) -> torch.Tensor:
+    """k3 = r' - log r' - 1 with r' = pi_ref / pi_theta (unbiased, non-negative, low variance)."""
     neg = (-log_ratio).clamp(-20.0, 20.0)
     return torch.exp(neg) - neg - 1.0
 
 
+# `lead.kl_estimator`: the one list of KL estimators (LeadConfig accepts exactly these names)
+KL_ESTIMATORS = {"k1": kl_k1, "k3": kl_k3}
+
+
+def kl_penalty(logp: torch.Tensor, ref_logp: torch.Tensor, estimator: str) -> torch.Tensor:
+    """Per-token KL(pi_theta || pi_ref) estimate from samples of pi_theta (`KL_ESTIMATORS`)."""
+    return KL_ESTIMATORS[estimator](logp - ref_logp)
+
+
+# ----------------------------------------------------------------------------- aggregations (`loss_agg`)
+def _each_token(m: torch.Tensor) -> torch.Tensor:
+    return m
+
+
+def _each_response_mean(m: torch.Tensor) -> torch.Tensor:
+    return m / m.sum(dim=1, keepdim=True).clamp_min(1.0)
+
+
+def _tokens(m: torch.Tensor, cfg: LeadConfig) -> torch.Tensor:  # noqa: ARG001
+    return m.sum()
+
+
+def _responses(m: torch.Tensor, cfg: LeadConfig) -> torch.Tensor:  # noqa: ARG001
+    return (m.sum(dim=1) > 0).to(torch.float64).sum()
+
+
+def _responses_times_max_len(m: torch.Tensor, cfg: LeadConfig) -> torch.Tensor:
+    return _responses(m, cfg) * (cfg.max_response_len or m.shape[-1])
+
+
+# `lead.loss_agg`: the one list of aggregations (LeadConfig accepts exactly these names), each
+# (per-token weight of a [B, T] mask, this batch's share of the global denominator), as in the module docstring
+LOSS_AGGREGATIONS = {
+    "token_mean": (_each_token, _tokens),
+    "seq_mean_token_mean": (_each_response_mean, _responses),
+    "seq_mean_token_sum": (_each_token, _responses),
+    "constant_norm": (_each_token, _responses_times_max_len),
+}
+
+
 def token_weights(mask: torch.Tensor, cfg: LeadConfig, dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """Per-token weight before the global denominator: 1/|o_i| for seq_mean_token_mean, else 1."""
-    m = mask.to(dtype)
-    if cfg.loss_agg == "seq_mean_token_mean":
-        return m / m.sum(dim=1, keepdim=True).clamp_min(1.0)
-    return m
+    return LOSS_AGGREGATIONS[cfg.loss_agg][0](mask.to(dtype))
 
 
 def loss_denominator(mask: torch.Tensor, cfg: LeadConfig) -> torch.Tensor:
     """This batch's share of the global denominator (sum it over micro-batches and DP ranks).
 
     float64, so that token counts of large global batches (> 2**24 tokens) stay exact."""
-    m = mask.to(torch.float64)
-    if cfg.loss_agg == "token_mean":
-        return m.sum()
-    nonempty = (m.sum(dim=1) > 0).to(torch.float64).sum()
-    if cfg.loss_agg == "constant_norm":
-        max_len = cfg.max_response_len or mask.shape[-1]
-        return nonempty * max_len
-    return nonempty
+    return LOSS_AGGREGATIONS[cfg.loss_agg][1](mask.to(torch.float64), cfg)
 
 
 def policy_loss(

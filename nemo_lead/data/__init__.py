@@ -1,4 +1,4 @@
-"""data layer (see DESIGN.md): problem sets (shipped and user files), curriculum filters, prompts."""
+"""data layer (docs/design.md): problem sets (shipped and user files), curriculum filters, prompts."""
 
 from .demo_task import (
     DEMO_EXTRA_TOKENS,

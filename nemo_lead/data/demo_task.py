@@ -28,7 +28,7 @@ replaced by their result, down to the answer; then the think block closes and th
 Every state is computed from the state just above it, so no value is carried across other text but the
 filler. The filler is a constant line (`DEMO_FILLER`, one token) that carries no value: it cannot be
 copied wrong, and skipping it costs the next line two tokens of distance. That keeps verbosity harmless to
-accuracy (DESIGN.md, "a trap for the ablation"; restating the state instead was not harmless: each
+accuracy (docs/design.md, "a trap for the ablation"; restating the state instead was not harmless: each
 restatement is one more copy that can go wrong and the error propagates). Each trace draws a verbosity
 level and each state gets 0-`MAX_FILLERS` filler lines at that level, independently of correctness, so
 only a length-aware reward has a reason to shorten traces.
@@ -81,7 +81,7 @@ HELDOUT_PER_DIFFICULTY = 32
 # The recommended model: HF config overrides of conf/model/tiny-qwen2.yaml for write_tiny_model
 # (`extra_tokens=DEMO_EXTRA_TOKENS`). A plain-PyTorch prototype of a 0.82M-parameter GPT (d 128, 4 layers,
 # 4 heads, 4x GELU MLP) learned chains of one-digit operands in minutes of SFT on one CPU thread
-# (DESIGN.md, "Facts measured"); a SwiGLU MLP of 352 has about the same parameter count (0.83M with the ~104-token vocabulary). Prompt plus the longest gold trace stay under
+# (docs/design.md, "Facts measured on the CPU machines"); a SwiGLU MLP of 352 has about the same parameter count (0.83M with the ~104-token vocabulary). Prompt plus the longest gold trace stay under
 # 110 tokens.
 DEMO_MODEL: dict[str, Any] = {
     "hidden_size": 128,

@@ -26,6 +26,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from nemo_lead.dotted import MISSING, lookup
 from nemo_lead.verify import extract_answer
 
 from .readers import DataError, read_records
@@ -46,7 +47,7 @@ DEFAULT_FIELDS: dict[str, tuple[str, ...]] = {
     "id": ("id", "unique_id"),
 }
 
-_MISSING = object()
+
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,7 +72,7 @@ def load_problems(
     limit: int | None = None,
 ) -> list[Problem]:
     """Problems of `spec` in file order; `limit` keeps the first N (after checking every row)."""
-    roles = _field_roles(fields)
+    roles = field_roles(fields)
     path = resolve_data_path(spec)
     if name is None:
         name = str(spec) if str(spec) in BUILTIN_DATASETS else path.stem if path.is_file() else path.name
@@ -108,11 +109,14 @@ def resolve_data_path(spec: str | os.PathLike) -> Path:
     )
 
 
-def _field_roles(fields: Mapping[str, str] | None) -> dict[str, tuple[str, ...]]:
-    roles = dict(DEFAULT_FIELDS)
+def field_roles(fields: Mapping[str, str] | None, defaults: Mapping[str, tuple[str, ...]] = DEFAULT_FIELDS
+                ) -> dict[str, tuple[str, ...]]:
+    """Role -> the columns tried for it, in order: `defaults` with each role `fields` names set to its one
+    column (`data.fields`: {role: column}); an unknown role or an empty column is a ValueError naming it."""
+    roles = dict(defaults)
     for role, key in (fields or {}).items():
-        if role not in DEFAULT_FIELDS:
-            raise ValueError(f"unknown field role {role!r} in fields= (roles: {', '.join(DEFAULT_FIELDS)})")
+        if role not in defaults:
+            raise ValueError(f"unknown field role {role!r} in fields= (roles: {', '.join(defaults)})")
         if not isinstance(key, str) or not key:
             raise ValueError(f"fields[{role!r}] must be a column name, got {key!r}")
         roles[role] = (key,)
@@ -120,24 +124,12 @@ def _field_roles(fields: Mapping[str, str] | None) -> dict[str, tuple[str, ...]]
 
 
 # ----------------------------------------------------------------------------- one record
-def _lookup(record: dict, key: str) -> Any:
-    """record[key], following dots into nested dicts when the dotted name is not a column itself."""
-    if key in record:
-        return record[key]
-    node: Any = record
-    for part in key.split("."):
-        if not isinstance(node, dict) or part not in node:
-            return _MISSING
-        node = node[part]
-    return node
-
-
 def first_field(record: dict, keys: tuple[str, ...]) -> tuple[str | None, Any]:
     for key in keys:
-        value = _lookup(record, key)
-        if value is not _MISSING and value is not None and value != "":
+        value = lookup(record, key)
+        if value is not MISSING and value is not None and value != "":
             return key, value
-    return None, _MISSING
+    return None, MISSING
 
 
 def tried_names(keys: tuple[str, ...]) -> str:

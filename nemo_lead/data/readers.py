@@ -22,6 +22,8 @@ import re
 from collections.abc import Iterator
 from pathlib import Path
 
+from nemo_lead.files import iter_jsonl
+
 Located = tuple[str, dict]  # (where, record)
 
 
@@ -49,18 +51,8 @@ def read_records(path: Path, split: str | None = None) -> list[Located]:
 
 # ----------------------------------------------------------------------------- text formats
 def _iter_jsonl(path: Path) -> Iterator[Located]:
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            where = f"{path}:{lineno}"
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise DataError(f"{where}: invalid JSON ({e.msg} at column {e.colno})") from None
-            if not isinstance(record, dict):
-                raise DataError(f"{where}: expected a JSON object, got {type(record).__name__}")
-            yield where, record
+    for lineno, record in iter_jsonl(path, objects=True, error=DataError):
+        yield f"{path}:{lineno}", record
 
 
 def _read_json_list(path: Path) -> list[Located]:

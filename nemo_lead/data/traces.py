@@ -46,7 +46,7 @@ from typing import Any
 
 from nemo_lead.verify.extract import THINK_OPEN, ends_inside_think
 
-from .problems import BUILTIN_DATASETS, first_field, resolve_data_path, tried_names
+from .problems import BUILTIN_DATASETS, field_roles, first_field, resolve_data_path, tried_names
 from .prompts import PromptConfig, check_system_turn, format_prompt, system_text, uses_chat_template
 from .readers import DataError, read_records
 
@@ -84,7 +84,7 @@ def load_traces(
     """Traces of `spec` in file order, rendered for `tokenizer` (see the module docstring); `limit` keeps
     the first N rows (after checking every row)."""
     cfg = prompt_cfg or PromptConfig()
-    roles = _roles(fields)
+    roles = field_roles(fields, TRACE_FIELDS)
     path = resolve_data_path(spec)
     name = str(spec) if str(spec) in BUILTIN_DATASETS else path.stem if path.is_file() else path.name
     eos = getattr(tokenizer, "eos_token_id", None)
@@ -110,17 +110,6 @@ def load_traces(
             raise DataError(f"{where}: the prompt renders to no tokens")
         traces.append(Trace(id=tid, prompt_ids=list(p), response_ids=r))
     return traces
-
-
-def _roles(fields: Mapping[str, str] | None) -> dict[str, tuple[str, ...]]:
-    roles = dict(TRACE_FIELDS)
-    for role, key in (fields or {}).items():
-        if role not in TRACE_FIELDS:
-            raise ValueError(f"unknown field role {role!r} in fields= (roles: {', '.join(TRACE_FIELDS)})")
-        if not isinstance(key, str) or not key:
-            raise ValueError(f"fields[{role!r}] must be a column name, got {key!r}")
-        roles[role] = (key,)
-    return roles
 
 
 def _render(record: dict, where: str, default_id: str, roles: dict, tokenizer: Any,

@@ -1,4 +1,4 @@
-"""eval layer (see DESIGN.md): the paper's metrics (Pass@k, Cons@k, mean length, accuracy vs budget) and
+"""eval layer (docs/design.md): the paper's metrics (Pass@k, Cons@k, mean length, accuracy vs budget) and
 `nemo-lead eval`.
 
 Modules: `metrics` (the metrics, exported here), `config` (EvalConfig), `policy` (the evaluated model: HF

@@ -32,6 +32,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from nemo_lead.dotted import flatten
 from nemo_lead.files import append_jsonl, jsonl_text, write_atomic
 
 SAMPLES_FILE = "samples.jsonl"
@@ -49,19 +50,10 @@ def settings_tag(settings: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:12]
 
 
-def _flatten(d: Any, prefix: str = "") -> dict[str, Any]:
-    if not isinstance(d, dict):
-        return {prefix.rstrip("."): d}
-    out: dict[str, Any] = {}
-    for k, v in d.items():
-        out.update(_flatten(v, f"{prefix}{k}."))
-    return out
-
-
 def describe_differences(old: dict[str, Any], new: dict[str, Any], limit: int = 6) -> str:
     """What differs between two settings, in words: the model's files by name (changed / only there / only
     now), every other key with both values."""
-    a, b = _flatten(old), _flatten(new)
+    a, b = flatten(old), flatten(new)
     files = "model.files."
     diffs = []
     changed = sorted(k[len(files):] for k in set(a) & set(b) if k.startswith(files) and a[k] != b[k])

@@ -1,4 +1,4 @@
-"""generation layer (see DESIGN.md): rollout engines behind one interface.
+"""generation layer (docs/design.md): rollout engines behind one interface.
 
     from nemo_lead.generation import SamplingParams, Rollout, build_engine
     engine = build_engine(EngineConfig(kind="megatron"), actor)          # or kind="trtllm"
@@ -8,7 +8,7 @@
 
 Engines: `MegatronEngine` (KV-cache sampler on the live actor modules; CPU and GPU, TP and PP) and
 `TrtllmEngine` (TensorRT-LLM, refit in memory; GPU container only, imported lazily). `sample_tokens` is the
-one sampling function, shared with evaluation. Imports models and parallel only (DESIGN.md layers).
+one sampling function, shared with evaluation. Imports models and parallel only (docs/design.md, Layers).
 """
 
 from nemo_lead.algorithms.mismatch import logprob_mismatch  # the engine-side name of the same function

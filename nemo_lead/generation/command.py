@@ -22,6 +22,7 @@ from typing import Optional
 
 import torch.distributed as dist
 
+from nemo_lead.files import iter_jsonl
 from nemo_lead.models import load_tokenizer
 from nemo_lead.models.policy import load_policy, with_end_tokens
 from nemo_lead.models.source import PRECISION_CHOICES, model_source, resolve_precision
@@ -66,13 +67,7 @@ def read_prompts(cfg: GenerateConfig) -> list[str]:
     texts = list(cfg.prompts)
     if cfg.prompts_file:
         path = Path(cfg.prompts_file)
-        for n, line in enumerate(path.read_text().splitlines(), 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise ValueError(f"{path}:{n}: invalid JSON ({e.msg} at column {e.colno})") from None
+        for n, row in iter_jsonl(path):
             text = row.get("prompt", row.get("problem")) if isinstance(row, dict) else None
             if not isinstance(text, str):
                 raise ValueError(f"{path}:{n}: needs a string field 'prompt' or 'problem'")

@@ -2,7 +2,7 @@
 
 The choice (walk the model's submodules, do attention ourselves): megatron-core's inference contexts
 changed shape across 0.16-0.19 (static vs dynamic engines, flash-attn requirements for dynamic batching,
-more CUDA assumptions on CPU; DESIGN.md "Facts measured"), while the submodules a decoder layer is made of
+more CUDA assumptions on CPU; docs/design.md, "Facts measured on the CPU machines"), while the submodules a decoder layer is made of
 have kept their call signatures. So this module calls, per layer:
 
     input_layernorm -> self_attention.get_query_key_value_tensors -> [RoPE, KV cache, attention: ours]

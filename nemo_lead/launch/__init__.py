@@ -1,1 +1,1 @@
-"""launch layer (see DESIGN.md)."""
+"""launch layer (docs/design.md)."""

@@ -4,7 +4,7 @@ One task per GPU. Each task runs the job's command through a small wrapper that 
 variables into the torchrun-style ones every entry point reads (RANK <- SLURM_PROCID, LOCAL_RANK <-
 SLURM_LOCALID, WORLD_SIZE <- SLURM_NTASKS; MASTER_ADDR is the allocation's first node and MASTER_PORT a
 port derived from the job id, exported by the batch script) and starts it with SIGUSR1 ignored until the
-training loop installs its handlers (`nemo_lead.launch.signals`). With a container image, srun gets
+training loop installs its handlers (`nemo_lead.runtime.signals`). With a container image, srun gets
 pyxis's flags; without one the same script runs on a bare cluster in the submitting environment.
 
 Preemption and time limits: `--signal=USR1@S` (no `B:`) makes SLURM signal the step's tasks S seconds

@@ -1,4 +1,4 @@
-"""models layer (see DESIGN.md): Megatron GPT builders from a HF config (Qwen2 / Llama families), the HF <->
+"""models layer (docs/design.md): Megatron GPT builders from a HF config (Qwen2 / Llama families), the HF <->
 Megatron weight mapping (TP- and PP-aware), tokenizer loading and the tiny-model fixture.
 
     model = build_gpt(hf_config_or_folder_or_preset, parallel_info, "fp32")

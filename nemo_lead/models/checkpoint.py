@@ -51,7 +51,6 @@ refuses another TP x PP with a clear error.
 from __future__ import annotations
 
 import json
-import re
 import shutil
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -59,50 +58,13 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import torch.distributed as dist
 
+from nemo_lead.checkpoint_meta import FORMAT_VERSION, read_checkpoint_meta
 from nemo_lead.megatron_compat import checkpoint_results_queue_dies_with_us
+from nemo_lead.parallel.ranks import dist_barrier, dist_rank
 
 from .gpt import build_gpt, model_info, te_available, unwrap_model
 from .tokenizer import tokenizer_files
-
-FORMAT_VERSION = 1
-_STEP_RE = re.compile(r"^step_(\d+)$")
-
-
-def checkpoint_dir(run_dir: str | Path, step: int) -> Path:
-    """run_dir/checkpoints/step_{step:06d}"""
-    return Path(run_dir) / "checkpoints" / f"step_{step:06d}"
-
-
-def list_checkpoints(run_dir: str | Path) -> list[tuple[int, Path]]:
-    """Complete checkpoints of a run, oldest first, as (step, folder)."""
-    root = Path(run_dir) / "checkpoints"
-    found = []
-    for p in root.glob("step_*") if root.is_dir() else []:
-        m = _STEP_RE.match(p.name)
-        if m and (p / "meta.json").is_file():
-            found.append((int(m.group(1)), p))
-    return sorted(found)
-
-
-def latest_checkpoint(run_dir: str | Path) -> Path | None:
-    found = list_checkpoints(run_dir)
-    return found[-1][1] if found else None
-
-
-# ----------------------------------------------------------------------------- collective helpers
-def dist_rank() -> int:
-    return dist.get_rank() if dist.is_initialized() else 0
-
-
-def dist_world_size() -> int:
-    return dist.get_world_size() if dist.is_initialized() else 1
-
-
-def dist_barrier() -> None:
-    if dist.is_initialized():
-        dist.barrier()
 
 
 @contextmanager
@@ -231,17 +193,6 @@ def save_checkpoint(
                     shutil.copy2(f, tmp / "tokenizer" / f.name)
             (tmp / "meta.json").write_text(json.dumps(meta, indent=2, sort_keys=True))
     return path
-
-
-def read_checkpoint_meta(path: str | Path) -> dict[str, Any]:
-    """meta.json of a checkpoint folder (raises FileNotFoundError naming the folder if incomplete)."""
-    meta_file = Path(path) / "meta.json"
-    if not meta_file.is_file():
-        raise FileNotFoundError(f"{path}: not a complete checkpoint (no meta.json)")
-    meta = json.loads(meta_file.read_text())
-    if meta.get("format") != FORMAT_VERSION:
-        raise ValueError(f"{meta_file}: checkpoint format {meta.get('format')} is not {FORMAT_VERSION}")
-    return meta
 
 
 def load_checkpoint(path: str | Path, model) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""HF <-> Megatron weights for the Qwen2 / Llama families, TP- and PP-aware (DESIGN.md decision 6).
+"""HF <-> Megatron weights for the Qwen2 / Llama families, TP- and PP-aware (docs/design.md, decision 4).
 
 Load: `load_hf_weights(model, hf_dir)` - every rank reads only the slices its parameters hold, straight
 from the safetensors files (single file or `model.safetensors.index.json` shards), so peak memory is one

@@ -30,6 +30,7 @@ from typing import Any
 
 import torch
 
+from nemo_lead.checkpoint_meta import read_checkpoint_meta
 from nemo_lead.files import write_atomic
 
 from .hf_config import preset_names, read_hf_config
@@ -86,8 +87,6 @@ def model_source(model: str, tokenizer: str | None = None, *, key: str = "--mode
     if tok is not None and not tok.is_dir():
         raise ModelSourceError(f"tokenizer={tokenizer}: no such folder")
     if (path / "meta.json").is_file():
-        from .checkpoint import read_checkpoint_meta
-
         path = path.resolve()
         meta = read_checkpoint_meta(path)
         saved = meta.get("precision", "fp32")

@@ -4,7 +4,7 @@
                                                                        # tokenizer files, generation_config
     tok = load_tokenizer(folder)                                       # nemo_lead.models.tokenizer
 
-The tokenizer has ~100 tokens (DESIGN.md: tiny models need a tiny vocabulary): the special tokens
+The tokenizer has ~100 tokens (docs/design.md: tiny models need a tiny vocabulary): the special tokens
 `<|endoftext|>` (eos and pad), `<|unk|>`, `<|user|>`, `<|assistant|>`, `<think>`, `</think>`, the newline,
 the 95 printable ASCII characters, then any `extra_tokens` (e.g. "\\boxed{" as one token). Its chat
 template is one user turn -> `<|user|>{content}<|assistant|>`; with `add_generation_prompt` it also opens

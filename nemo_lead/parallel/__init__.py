@@ -1,4 +1,4 @@
-"""parallel layer (see DESIGN.md): process groups (nccl on GPU, gloo on CPU), megatron-core's parallel
+"""parallel layer (docs/design.md): process groups (nccl on GPU, gloo on CPU), megatron-core's parallel
 state, the CPU compatibility layer, and a local multi-rank launcher.
 
     info = init_parallel(tp=2, pp=1, seed=1234, model_config=hf_config)   # checks the layout first

@@ -2,7 +2,7 @@
 
 megatron-core assumes CUDA in a handful of places that are not about computing on a GPU at all (where a
 scratch buffer is allocated, which RNG dropout forks, a `synchronize()` between p2p calls). This module
-covers exactly those, measured on megatron-core 0.16.1 / torch 2.13 CPU (DESIGN.md "Facts measured"):
+covers exactly those, measured on megatron-core 0.16.1 / torch 2.13 CPU (docs/design.md, "Facts measured on the CPU machines"):
 
 1. `torch.cuda.current_device()` -> 0, `synchronize()` / `empty_cache()` -> no-ops, and
    `current_stream()` -> a stand-in stream whose waits do nothing. Megatron calls them to pick a device

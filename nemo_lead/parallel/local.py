@@ -132,7 +132,7 @@ def run_local(
 def _forward_stop_signals(procs: Sequence[mp.process.BaseProcess]) -> dict:
     """SIGTERM / SIGUSR1 / SIGINT sent to the launcher go on to every rank (each runs in its own process
     group, so a terminal's Ctrl-C or a scheduler's signal would otherwise reach the launcher alone): the ranks'
-    loops then finish their step and checkpoint (`nemo_lead.launch.signals`). Returns the previous handlers."""
+    loops then finish their step and checkpoint (`nemo_lead.runtime.signals`). Returns the previous handlers."""
     if threading.current_thread() is not threading.main_thread():
         return {}
 

@@ -1,4 +1,4 @@
-"""pipeline layer (see DESIGN.md): multi-stage recipes (recipes/*.yaml) run in order in one run folder.
+"""pipeline layer (docs/design.md): multi-stage recipes (recipes/*.yaml) run in order in one run folder.
 
     nemo-lead run recipes/lead-14b.yaml --out runs/lead-14b paths.base_model=/models/R1-14B
     nemo-lead demo                                  # = nemo-lead run recipes/demo.yaml --out runs/demo

@@ -24,10 +24,11 @@ import yaml
 
 from nemo_lead.config import ConfigError, load_config, to_yaml
 from nemo_lead.data.filters import parse_bound
+from nemo_lead.dotted import flatten
 from nemo_lead.plan.settings import PlanSettings
 from nemo_lead.tracking import WandbSettings
 
-from .kinds import KINDS, schema
+from .kinds import KINDS, schema, settings_hook
 from .recipe import Recipe, Ref, StageSpec, find_recipe, read_recipe, substitute
 
 KEEP_RULES = ("first", "shortest")
@@ -119,8 +120,17 @@ class Stage:
     spec: StageSpec
     folder: Path
     config: Any  # PrepareConfig | SelectConfig | EvalConfig (distill, eval) | SFTConfig | RLConfig
-    keep: str = "first"  # distill: which correct response per problem becomes its trace
-    models: dict[str, str] = field(default_factory=dict)  # eval: row name -> model
+    extras: dict[str, Any] = field(default_factory=dict)  # the kind's own keys (its settings hook): keep, models
+
+    @property
+    def keep(self) -> str:
+        """distill: which correct response per problem becomes its trace."""
+        return self.extras.get("keep", "first")
+
+    @property
+    def models(self) -> dict[str, str]:
+        """eval: row name -> model."""
+        return self.extras.get("models", {})
 
     @property
     def name(self) -> str:
@@ -133,11 +143,9 @@ class Stage:
     def as_dict(self) -> dict[str, Any]:
         """The settings as plain data (what --print-config shows and the state file fingerprints)."""
         data = yaml.safe_load(to_yaml(self.config))
-        if self.kind == "distill":
-            data["keep"] = self.keep
-        if self.kind == "eval":
-            data.pop("model", None)
-            data["models"] = dict(self.models)
+        for key in KINDS[self.kind].hidden_keys:
+            data.pop(key, None)
+        data.update({k: dict(v) if isinstance(v, dict) else v for k, v in self.extras.items()})
         return data
 
 
@@ -168,16 +176,6 @@ def load_recipe(run: RunConfig) -> Recipe:
 
 
 # ----------------------------------------------------------------------------- resolving one stage
-def _flatten(d: dict[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
-    items = []
-    for k, v in d.items():
-        if isinstance(v, dict) and v:
-            items += _flatten(v, f"{prefix}{k}.")
-        else:
-            items.append((f"{prefix}{k}", v))
-    return items
-
-
 def _override(key: str, value: Any) -> str:
     """`key=value` that the config loader reads back as exactly `value` (YAML flow style, one line)."""
     text = yaml.safe_dump(value, default_flow_style=True, width=1 << 30, allow_unicode=True).strip()
@@ -238,57 +236,65 @@ def resolve_stage(spec: StageSpec, recipe: Recipe, run: RunConfig, outputs: Opti
     settings loaded through the kind's schema; errors name the recipe line or the command line."""
     folder = Path(run.out or "runs/_") / "stages" / spec.name
     cli = run.stages.get(spec.name, {}) or {}
-    cli_keys = {k for k, _ in _flatten(cli)}
+    cli_keys = set(flatten(cli, keep_empty=True))
     settings = dict(spec.settings)
     lookup = _stage_lookup(spec, recipe, run, outputs)
     items = []
-    for key, value in _flatten(settings) + _flatten(cli):
+    for key, value in [*flatten(settings, keep_empty=True).items(), *flatten(cli, keep_empty=True).items()]:
         try:
             items.append((key, substitute(value, lookup)))
         except ConfigError as e:
             where = "command line" if key in cli_keys else spec.location(key)
             raise ConfigError(f"{where}: stage {spec.name!r}, key {key!r}: {e}") from None
+    kind = KINDS[spec.kind]
+    for key, _ in items:
+        if key in kind.pipeline_keys:
+            where = "command line" if key in cli_keys else spec.location(key)
+            raise ConfigError(f"{where}: stage {spec.name!r}: {key!r} is set by the pipeline "
+                              f"({'list the models under `models`' if key == 'model' else 'OUT/stages/NAME'})")
     extras: dict[str, Any] = {}
-    if spec.kind in ("sft", "rl", "distill", "eval"):
-        for key, _ in items:
-            if key == "out" or (spec.kind == "eval" and key == "model"):
-                where = "command line" if key in cli_keys else spec.location(key)
-                raise ConfigError(f"{where}: stage {spec.name!r}: {key!r} is set by the pipeline "
-                                  f"({'list the models under `models`' if key == 'model' else 'OUT/stages/NAME'})")
-    if spec.kind == "distill":
-        extras["keep"] = next((v for k, v in items if k == "keep"), "first")
-        if extras["keep"] not in KEEP_RULES:
-            raise ConfigError(f"{spec.location('keep')}: stage {spec.name!r}: keep must be one of "
-                              f"{', '.join(KEEP_RULES)}, got {extras['keep']!r}")
-        items = [(k, v) for k, v in items if k != "keep"] + [("out", str(folder / "samples")), ("plot", False)]
-    if spec.kind == "eval":
-        models: dict[str, str] = {}
-        for k, v in items:
-            if k.startswith("models."):
-                models[k[7:]] = v
-            elif k == "models" and v not in ({}, None):
-                raise ConfigError(f"{spec.location(k)}: stage {spec.name!r}: models is a mapping of row names to models")
-        if not models:
-            raise ConfigError(f"{spec.location('models')}: stage {spec.name!r}: an eval stage needs `models`: "
-                              "{row name: model folder or ${stage:NAME.checkpoint}}")
-        extras["models"] = models
-        items = [(k, v) for k, v in items if k != "models" and not k.startswith("models.")]
-        items.append(("model", next(iter(models.values()))))
-    if spec.kind in ("sft", "rl"):
-        items.append(("out", str(folder)))
+    hook = settings_hook(spec.kind)
+    if hook is not None:
+        items, extras = hook(spec, items)
+    if kind.out is not None:
+        items.append(("out", str(folder / kind.out) if kind.out else str(folder)))
     # the defaults of the matching command (`nemo-lead sft | rl | eval`: their dataclasses); distill samples
     # as eval does
     try:
         config = load_config(schema(spec.kind), [], [_override(k, v) for k, v in items])
     except ConfigError as e:
         raise ConfigError(_relocate(e, spec, cli_keys)) from None
-    if spec.kind in ("sft", "rl"):  # `nemo-lead run ... plan.check=warn` applies to every stage's start-up check
+    if kind.planned:  # `nemo-lead run ... plan.check=warn` applies to every stage's start-up check
         config.plan = config.plan.merged(run.plan)
     if spec.kind in ("sft", "rl", "eval"):  # `nemo-lead run ... wandb.enabled=true`: every stage logs to W&B
         config.wandb = config.wandb.merged(run.wandb)
         if config.wandb.enabled and config.wandb.group is None:
             config.wandb = dataclasses.replace(config.wandb, group=Path(run.out or "runs/_").name)
-    return Stage(spec=spec, folder=folder, config=config, **extras)
+    return Stage(spec=spec, folder=folder, config=config, extras=extras)
+
+
+def distill_settings(spec: StageSpec, items: list[tuple[str, Any]]) -> tuple[list[tuple[str, Any]], dict[str, Any]]:
+    """A distill stage's `keep` (which correct response becomes the trace); it samples as eval, without plots."""
+    keep = next((v for k, v in items if k == "keep"), "first")
+    if keep not in KEEP_RULES:
+        raise ConfigError(f"{spec.location('keep')}: stage {spec.name!r}: keep must be one of "
+                          f"{', '.join(KEEP_RULES)}, got {keep!r}")
+    return [(k, v) for k, v in items if k != "keep"] + [("plot", False)], {"keep": keep}
+
+
+def eval_settings(spec: StageSpec, items: list[tuple[str, Any]]) -> tuple[list[tuple[str, Any]], dict[str, Any]]:
+    """An eval stage's `models` (row name -> model); the first row's model stands in for `model`."""
+    models: dict[str, str] = {}
+    for k, v in items:
+        if k.startswith("models."):
+            models[k[7:]] = v
+        elif k == "models" and v not in ({}, None):
+            raise ConfigError(f"{spec.location(k)}: stage {spec.name!r}: models is a mapping of row names to models")
+    if not models:
+        raise ConfigError(f"{spec.location('models')}: stage {spec.name!r}: an eval stage needs `models`: "
+                          "{row name: model folder or ${stage:NAME.checkpoint}}")
+    items = [(k, v) for k, v in items if k != "models" and not k.startswith("models.")]
+    return items + [("model", next(iter(models.values())))], {"models": models}
 
 
 def eval_row_config(stage: Stage, row: str):

@@ -1,17 +1,13 @@
-"""The stage kinds of a recipe, one registry entry each: what a stage of that kind reads, writes and runs.
+"""The stage kinds of a recipe, one registry entry each: what a stage of that kind reads, writes and runs
+(the table in docs/recipes.md is `kinds_table()` of this registry).
 
-    kind     schema (its keys)                            outputs (`${stage:NAME.OUTPUT}`)     GPU  runs
-    prepare  PrepareConfig: the demo task's files, model  model, sft_traces, rl_stage1, ...      no   stages.run_prepare
-    select   SelectConfig: problems filtered / combined   data                                   no   stages.run_select
-    distill  EvalConfig (+ keep): a teacher's traces      traces, samples                        yes  stages.run_distill
-    sft      SFTConfig (`nemo-lead sft`)                  run, checkpoint                        yes  stages.run_sft_stage
-    rl       RLConfig (`nemo-lead rl`)                    run, checkpoint                        yes  stages.run_rl_stage
-    eval     EvalConfig (+ models): `nemo-lead eval`      folder                                 yes  stages.run_eval_stage
-
-A new kind is one entry here and its run function in `stages.py`; the recipe checks (`config.py`), the
-runner, `nemo-lead submit`'s sizing (kinds that need no GPU run as one task without GPUs) and the docs'
-table read this registry. Schemas and run functions are "module:attribute" strings, imported when used,
-so reading a recipe imports no training code; a run function may also be given as a callable (tests).
+A new kind is one entry here, its run function in `stages.py` and its schema; the recipe checks
+(`config.py`: the keys the pipeline sets, where `out` points, the kind's own keys), the runner (what the
+summary takes from it), `nemo-lead plan` (which kinds it sizes), `nemo-lead submit`'s sizing (kinds that
+need no GPU run as one task without GPUs) and the docs' table (`kinds_table`, in docs/recipes.md) read this
+registry; no code outside it branches on a kind's name. Schemas, run functions and settings hooks are
+"module:attribute" strings, imported when used, so reading a recipe imports no training code; a run
+function may also be given as a callable (tests).
 """
 
 from __future__ import annotations
@@ -21,6 +17,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+SUMMARY_PARTS = ("", "curve", "rows")  # what a stage gives the run's summary: nothing, a validation curve, table rows
+
 
 @dataclass(frozen=True)
 class StageKind:
@@ -29,7 +27,17 @@ class StageKind:
     outputs: tuple[str, ...]  # what later stages may refer to
     needs_gpu: bool  # False: `nemo-lead submit` runs it as one task without GPUs
     run: str | Callable[[Any], dict[str, str]]  # "module:function" (or the function): Stage -> its outputs
-    about: str = ""
+    about: str = ""  # one line for the docs' table
+    pipeline_keys: tuple[str, ...] = ()  # keys the pipeline sets: a recipe that sets one is told so
+    out: str | None = None  # `out` of the stage's command: this sub-folder of OUT/stages/NAME ("" = itself)
+    settings_hook: str | None = None  # "module:function" (spec, items) -> (items, extras) for the kind's own keys
+    hidden_keys: tuple[str, ...] = ()  # settings the pipeline fills in, left out of what is shown and fingerprinted
+    planned: bool = False  # `nemo-lead plan` sizes it, and its `plan` section takes `nemo-lead run`'s
+    summary: str = ""  # one of SUMMARY_PARTS
+
+    def __post_init__(self) -> None:
+        if self.summary not in SUMMARY_PARTS:
+            raise ValueError(f"stage kind {self.name}: summary must be one of {SUMMARY_PARTS}, got {self.summary!r}")
 
 
 def _attr(ref: str) -> Any:
@@ -44,19 +52,40 @@ KINDS: dict[str, StageKind] = {k.name: k for k in (
     StageKind("select", "nemo_lead.pipeline.config:SelectConfig", ("data",), False,
               "nemo_lead.pipeline.stages:run_select", "a problem set filtered by difficulty or rollout accuracy"),
     StageKind("distill", "nemo_lead.eval.config:EvalConfig", ("traces", "samples"), True,
-              "nemo_lead.pipeline.stages:run_distill", "a teacher's verified traces (nemo-lead eval's keys + keep)"),
+              "nemo_lead.pipeline.stages:run_distill", "a teacher's verified traces (nemo-lead eval's keys + keep)",
+              pipeline_keys=("out",), out="samples", settings_hook="nemo_lead.pipeline.config:distill_settings"),
     StageKind("sft", "nemo_lead.training.sft_config:SFTConfig", ("run", "checkpoint"), True,
-              "nemo_lead.pipeline.stages:run_sft_stage", "nemo-lead sft"),
+              "nemo_lead.pipeline.stages:run_sft_stage", "nemo-lead sft", pipeline_keys=("out",), out="",
+              planned=True),
     StageKind("rl", "nemo_lead.training.rl_config:RLConfig", ("run", "checkpoint"), True,
-              "nemo_lead.pipeline.stages:run_rl_stage", "nemo-lead rl"),
+              "nemo_lead.pipeline.stages:run_rl_stage", "nemo-lead rl", pipeline_keys=("out",), out="",
+              planned=True, summary="curve"),
     StageKind("eval", "nemo_lead.eval.config:EvalConfig", ("folder",), True,
-              "nemo_lead.pipeline.stages:run_eval_stage", "nemo-lead eval of every row's model (+ models)"),
+              "nemo_lead.pipeline.stages:run_eval_stage", "nemo-lead eval of every row's model (+ models)",
+              pipeline_keys=("out", "model"), settings_hook="nemo_lead.pipeline.config:eval_settings",
+              hidden_keys=("model",), summary="rows"),
 )}
+PLANNED_KINDS = tuple(name for name, kind in KINDS.items() if kind.planned)  # what `nemo-lead plan` sizes
 
 
 def schema(kind: str) -> type:
     """The settings class of stages of `kind`."""
     return _attr(KINDS[kind].schema)
+
+
+def settings_hook(kind: str) -> Callable | None:
+    """The kind's handler of its own keys (distill's `keep`, eval's `models`), or None."""
+    hook = KINDS[kind].settings_hook
+    return _attr(hook) if hook else None
+
+
+def kinds_table() -> str:
+    """The Markdown table of stage kinds in docs/recipes.md (a test keeps that file in step with KINDS)."""
+    lines = ["| kind | what it does | settings | outputs (`${stage:NAME.OUTPUT}`) | GPUs |", "| --- | --- | --- | --- | --- |"]
+    for k in KINDS.values():
+        lines.append(f"| `{k.name}` | {k.about} | `{k.schema.split(':')[1]}` | "
+                     f"{', '.join(f'`{o}`' for o in k.outputs)} | {'yes' if k.needs_gpu else 'no'} |")
+    return "\n".join(lines) + "\n"
 
 
 def run_function(kind: str) -> Callable[[Any], dict[str, str]]:

@@ -29,10 +29,9 @@ from nemo_lead.config import ConfigError, load_config
 from nemo_lead.plan.settings import PlanSettings
 
 from .config import RunConfig, load_recipe, resolve_stage
-from .kinds import KINDS, schema
+from .kinds import KINDS, PLANNED_KINDS, schema
 from .recipe import find_recipe
 
-PLANNED_KINDS = ("sft", "rl")
 RL_ONLY_KEYS = {"rollout", "engine", "lead", "prompts_per_step", "validation", "max_rounds", "ppo_epochs",
                 "minibatches", "old_logprobs", "answer_region", "verify_workers", "verify_timeout_s", "log_rollouts"}
 SFT_ONLY_KEYS = {"global_batch", "epochs", "val_every"}

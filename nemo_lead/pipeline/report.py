@@ -19,6 +19,7 @@ from typing import Any
 import yaml
 
 from nemo_lead.config import keys_where, load_config, to_yaml
+from nemo_lead.dotted import flatten
 from nemo_lead.eval.metrics import CONS_AT_K, MEAN_LENGTH, PASS_AT_1
 from nemo_lead.eval.plan import dataset_name
 from nemo_lead.eval.report import markdown_table, read_summary
@@ -34,22 +35,13 @@ EVAL_FLAGS = (("model", "--model"), ("data", "--data"), ("sampling.n", "--n"), (
               ("sampling.top_p", "--top-p"), ("sampling.max_tokens", "--max-tokens"), ("sampling.seed", "--seed"))
 
 
-def _flat(d: Any, prefix: str = "") -> dict[str, Any]:
-    if not isinstance(d, dict) or not d:
-        return {prefix.rstrip("."): d}
-    out: dict[str, Any] = {}
-    for k, v in d.items():
-        out.update(_flat(v, f"{prefix}{k}."))
-    return out
-
-
 def eval_command(cfg, data: str) -> str:
     """`nemo-lead eval ...` reproducing `cfg` on `data`: the usual flags, then each other key that differs
     from the command's defaults (prompt, engine, ...)."""
     from nemo_lead.eval.config import EvalConfig
 
-    mine = _flat(yaml.safe_load(to_yaml(cfg)))
-    base = _flat(yaml.safe_load(to_yaml(load_config(EvalConfig, [], [f"model={cfg.model}"]))))
+    mine = flatten(yaml.safe_load(to_yaml(cfg)), keep_empty=True)
+    base = flatten(yaml.safe_load(to_yaml(load_config(EvalConfig, [], [f"model={cfg.model}"]))), keep_empty=True)
     parts = ["nemo-lead", "eval"]
     values = {**mine, "data": data}
     for key, flag in EVAL_FLAGS:

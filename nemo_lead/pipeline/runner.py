@@ -34,7 +34,7 @@ from nemo_lead.config import ConfigError, drop_keys, keys_where, save_config
 from nemo_lead.files import write_json
 
 from .config import RunConfig, Stage, eval_row_config, load_recipe, resolve_stage
-from .kinds import run_function
+from .kinds import KINDS, run_function
 from .plan import check_recipe
 from .recipe import Recipe
 from .stages import StageStopped, say
@@ -126,9 +126,10 @@ def summarise(recipe: Recipe, cfg: RunConfig, state: dict[str, Any], out: Path) 
     rows: list[dict[str, Any]] = []
     rl_runs: list[tuple[str, str]] = []
     for spec in recipe.stages:
-        if spec.kind == "rl" and spec.name in outputs:
+        part = KINDS[spec.kind].summary
+        if part == "curve" and spec.name in outputs:
             rl_runs.append((spec.name, outputs[spec.name]["run"]))
-        if spec.kind != "eval":
+        if part != "rows":
             continue
         try:
             stage = resolve_stage(spec, recipe, cfg, outputs)

@@ -1,1 +1,1 @@
-"""training layer (see DESIGN.md)."""
+"""training layer (docs/design.md)."""

@@ -56,9 +56,10 @@ import torch.distributed as dist
 
 from nemo_lead.algorithms import LeadConfig, loss_denominator, policy_loss
 from nemo_lead.algorithms.loss import METRIC_REDUCTIONS, WEIGHTS, metric_keys
+from nemo_lead.checkpoint_meta import read_checkpoint_meta
 from nemo_lead.megatron_compat import forward_final_hidden
 from nemo_lead.models import build_gpt, eval_mode, load_hf_weights, model_info
-from nemo_lead.models.checkpoint import load_checkpoint, read_checkpoint_meta
+from nemo_lead.models.checkpoint import load_checkpoint
 from nemo_lead.models.source import model_source, resolve_precision
 from nemo_lead.parallel import seed_model_parallel_rng
 

@@ -12,19 +12,11 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from nemo_lead.checkpoint_meta import list_checkpoints, read_checkpoint_meta
 from nemo_lead.megatron_compat import saved_param_groups_take_current_lrs
 from nemo_lead.models import unwrap_model
-from nemo_lead.models.checkpoint import (
-    dist_barrier,
-    dist_rank,
-    dist_world_size,
-    list_checkpoints,
-    load_checkpoint,
-    parallel_layout,
-    read_checkpoint_meta,
-    save_checkpoint,
-    save_strategy,
-)
+from nemo_lead.models.checkpoint import load_checkpoint, parallel_layout, save_checkpoint, save_strategy
+from nemo_lead.parallel.ranks import dist_barrier, dist_rank, dist_world_size
 
 if TYPE_CHECKING:
     from .actor import Actor

@@ -21,6 +21,8 @@ import os
 from dataclasses import dataclass
 from typing import Optional
 
+from nemo_lead.checkpoint_meta import read_checkpoint_meta
+
 DTYPE_CHOICES = ("auto", "fp32", "bf16", "fp16")
 
 
@@ -77,7 +79,7 @@ def _say(msg: str) -> None:
 def convert_rank(cfg: ConvertConfig) -> None:
     """The conversion on one rank of an SPMD job (every rank calls it)."""
     from nemo_lead.models import build_gpt, export_hf_weights, load_hf_weights, read_hf_config, save_hf_folder
-    from nemo_lead.models.checkpoint import build_from_checkpoint, read_checkpoint_meta, save_checkpoint
+    from nemo_lead.models.checkpoint import build_from_checkpoint, save_checkpoint
     from nemo_lead.parallel import destroy_parallel, init_parallel
 
     if cfg.from_hf is not None:
@@ -113,7 +115,6 @@ def convert_rank(cfg: ConvertConfig) -> None:
 def run_convert(cfg: ConvertConfig) -> int:
     """CLI runner: convert here, or on tp x pp local ranks when started as a single plain process."""
     from nemo_lead.models import read_hf_config
-    from nemo_lead.models.checkpoint import read_checkpoint_meta
     from nemo_lead.parallel import check_layout, detect_launch, model_shape
     from nemo_lead.parallel.local import run_command
 

@@ -45,8 +45,12 @@ from typing import Any
 
 import torch
 
+from nemo_lead.data import Problem
 from nemo_lead.generation import Rollout
-from nemo_lead.models.checkpoint import dist_rank
+from nemo_lead.parallel.ranks import dist_rank
+
+from .rollouts import Group
+from .sampling import select_groups
 
 PART = "lag"  # the checkpoint part (folder) holding the queued batches
 BATCHES_FILE = "batches.pt"
@@ -68,7 +72,6 @@ class Batch:
 
 def sample_batch(s: Any, step: int, version: int) -> Batch:
     """Phases 1-5 for `step` with the engine's current weights (which are W_version). Collective."""
-    from .rl import select_groups
 
     times = dict.fromkeys(SAMPLE_TIMES, 0.0)
     seen, selected, rounds = select_groups(s, step, times)
@@ -102,10 +105,6 @@ def batch_to_data(b: Batch) -> dict[str, Any]:
 
 
 def batch_from_data(d: dict[str, Any]) -> Batch:
-    from nemo_lead.data import Problem
-
-    from .rollouts import Group
-
     seen = [Group(problem=Problem(**g["problem"]), prompt_ids=g["prompt_ids"],
                   rollouts=[Rollout(**r) for r in g["rollouts"]], texts=g["texts"], outcomes=g["outcomes"],
                   extracted=g["extracted"], rewards=g["rewards"], keep=g["keep"]) for g in d["groups"]]

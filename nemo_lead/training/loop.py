@@ -28,16 +28,17 @@ from typing import Any, Union
 
 import torch.distributed as dist
 
+from nemo_lead.checkpoint_meta import checkpoint_dir
 from nemo_lead.data import prompt_settings, resolve_prompt
 from nemo_lead.data.traces import check_vocab_covers
-from nemo_lead.launch.signals import StopRequest, install_stop_handlers
 from nemo_lead.models import load_tokenizer
-from nemo_lead.models.checkpoint import checkpoint_dir, load_checkpoint
+from nemo_lead.models.checkpoint import load_checkpoint
 from nemo_lead.models.source import model_source
 from nemo_lead.parallel import destroy_parallel, detect_launch, init_parallel
 from nemo_lead.parallel.local import JobError
 from nemo_lead.progress import LoopProgress
 from nemo_lead.quiet import backend_note, hide_import_noise
+from nemo_lead.runtime.signals import StopRequest, install_stop_handlers
 from nemo_lead.tracking import open_tracker
 
 from .actor import build_actor

@@ -26,6 +26,8 @@ from typing import Any
 
 import torch
 
+from .rollouts import answer_extracted_frac
+
 WARN_EVERY = 10  # after the first warning, one more every this many steps while steps stay without signal
 
 
@@ -37,12 +39,11 @@ def has_signal(rewards: torch.Tensor) -> bool:
 def signal_metrics(seen: Sequence[Any], selected: Sequence[Any]) -> dict[str, Any]:
     """The metrics of the module docstring, from the step's groups (`rollouts.Group`, rewards assigned):
     `seen` every group sampled, `selected` those the update trains on."""
-    flat = [a for g in seen for a in g.extracted]
     no_signal = sum(not has_signal(g.rewards) for g in seen)
     return {
         "groups/no_signal": no_signal,
         "groups/no_signal_frac": no_signal / len(seen) if seen else 0.0,
-        "answer_extracted_frac": sum(a is not None for a in flat) / len(flat) if flat else 0.0,
+        "answer_extracted_frac": answer_extracted_frac(seen),
         "no_signal": int(not any(has_signal(g.rewards) for g in selected)),
     }
 

@@ -1,8 +1,9 @@
-"""`nemo-lead rl`: GRPO-LEAD on the Megatron actor, one step at a time, in the order of DESIGN.md's list.
+"""`nemo-lead rl`: GRPO-LEAD on the Megatron actor, one step at a time, in the order of the paper's step list
+(docs/design.md, "How a step flows").
 
     nemo-lead rl --model HF_DIR|CKPT --data PROBLEMS --out RUN [--steps N] [--preset NAME] [--val-data FILE] ...
 
-One step (`rl_step`), each phase a function of its own:
+One step (`rl_step`), each phase a function of its own (1-5 in `sampling.py`, 6-11 here):
 
     1. prompts          the next `prompts_per_step` problems of a seeded per-epoch shuffle (resumable); with
                         `rollout.lag=k` steps 1-5 ran k steps earlier, with older weights (`lag.py`), or
@@ -40,7 +41,6 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
-from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -48,15 +48,11 @@ import torch
 from nemo_lead.algorithms import (
     Outcome,
     compute_advantages,
-    group_keep_mask,
-    overlong_keep_mask,
-    shape_rewards,
 )
 from nemo_lead.algorithms.loss import MAX, METRIC_REDUCTIONS, metric_keys
-from nemo_lead.data import load_problems, open_think
+from nemo_lead.data import load_problems
 from nemo_lead.eval.metrics import CONS_AT_K, MEAN_LENGTH, PASS_AT_1, cons_at_k, mean_length, pass_at_k
-from nemo_lead.generation import SamplingParams, build_engine, engine_config_for
-from nemo_lead.models import end_token_ids, generation_config_dir
+from nemo_lead.generation import SamplingParams
 from nemo_lead.parallel.local import run_command
 from nemo_lead.plan.check import check_before_start
 
@@ -73,21 +69,21 @@ from .loop import (
     resolve_model,
     start_run,
 )
-from .no_signal import NoSignalWarnings, signal_metrics
+from .no_signal import signal_metrics
 from .offload import offloaded
 from .rl_config import RLConfig
 from .rollouts import (
     Group,
-    RolloutContext,
+    answer_extracted_frac,
     flat_tensors,
-    generate_groups,
-    grade_groups,
     problem_stats,
     rollout_records,
     sample_groups,
     training_batch,
+    truncated_frac,
 )
 from .run_folder import PROBLEM_STATS_FILE, VALIDATION_FILE, read_validation
+from .sampling import RLState, rollout_context, rollout_params, step_seed
 from .split import generator_job, join_split
 
 LOGS = (PROBLEM_STATS_FILE, VALIDATION_FILE)  # per-step logs cut back on resume
@@ -100,88 +96,7 @@ def update_keys(cfg: RLConfig) -> tuple[str, ...]:
     return ("loss", "grad_norm", *metric_keys(cfg.lead, entropy=True, ref=cfg.lead.kl_coeff > 0, rollout=True))
 
 
-@dataclass
-class RLState:
-    """Everything the loop carries from step to step (besides the actor)."""
-
-    run: Any  # nemo_lead.training.loop.Run
-    ctx: Any  # RolloutContext
-    problems: list
-    order: Any  # DataOrder
-    val_problems: list
-    end_tokens: list[int] = field(default_factory=list)  # stop tokens: nemo_lead.models.end_token_ids
-    no_signal: NoSignalWarnings = field(default_factory=NoSignalWarnings)  # warns when steps cannot learn
-    batches: Any = None  # where each step's rollouts come from: lag.BatchQueue (or split.py's)
-
-    @property
-    def cfg(self) -> RLConfig:
-        return self.run.cfg
-
-    def loop_state(self) -> dict[str, Any]:
-        lag = self.batches.loop_state(self)  # first: the checkpoint's batches may still be due (lag.py)
-        return {"data": self.order.state_dict(), **lag}
-
-
-def _seed(*parts: int) -> int:
-    value = 0
-    for p in parts:
-        value = (value * 1_000_003 + int(p)) % (2**63)
-    return value
-
-
-# ----------------------------------------------------------------------------- the phases
-def next_prompts(s: RLState) -> list:
-    """1. prompts."""
-    return [s.problems[i] for i in s.order.take(s.cfg.prompts_per_step)]
-
-
-def rollout_params(s: RLState, step: int, round_: int) -> SamplingParams:
-    r = s.cfg.rollout
-    return SamplingParams(n=r.n, temperature=r.temperature, top_p=r.top_p, max_tokens=r.max_tokens,
-                          stop_token_ids=list(s.end_tokens) if r.stop_at_eos else [], seed=_seed(s.cfg.seed, step, round_))
-
-
-def generate_and_verify(s: RLState, problems: list, params: SamplingParams, times: dict[str, float]) -> list[Group]:
-    """2. generate and 3. verify (one round of prompts); their seconds are added to `times`."""
-    t0 = time.monotonic()
-    with offloaded(s.run.actor, s.cfg.actor.offload_during_generation):  # optimizer state on the host meanwhile
-        s.ctx.engine.wake()
-        groups = generate_groups(s.ctx, problems, params)
-        s.ctx.engine.sleep()
-    t1 = time.monotonic()
-    grade_groups(s.ctx, groups, params)
-    times["time/generate"] += t1 - t0
-    times["time/verify"] += time.monotonic() - t1
-    return groups
-
-
-def score_and_filter(s: RLState, groups: list[Group]) -> None:
-    """4. rewards and 5. filter: per-sample rewards and the keep mask (by group, on raw outcomes)."""
-    outcome, lengths, index = flat_tensors(groups)
-    rewards = shape_rewards(outcome, lengths, index, s.cfg.lead)
-    keep = group_keep_mask(rewards, outcome, index, s.cfg.lead) & overlong_keep_mask(outcome, s.cfg.lead)
-    for i, g in enumerate(groups):
-        g.rewards, g.keep = rewards[index == i], keep[index == i]
-
-
-def select_groups(s: RLState, step: int, times: dict[str, float]) -> tuple[list[Group], list[Group], int]:
-    """1-5 with dynamic sampling: (every group sampled this step, the selected ones, rounds used)."""
-    seen, selected = [], []
-    dynamic = s.cfg.lead.group_filter == "dynamic_sampling"
-    rounds = 0
-    while rounds < (s.cfg.max_rounds if dynamic else 1):
-        groups = generate_and_verify(s, next_prompts(s), rollout_params(s, step, rounds), times)
-        score_and_filter(s, groups)
-        rounds += 1
-        seen += groups
-        selected += [g for g in groups if bool(g.keep.any())]
-        if len(selected) >= s.cfg.prompts_per_step:
-            break
-    for g in selected[s.cfg.prompts_per_step:]:  # passed the filter, but the batch is full: not trained
-        g.keep = torch.zeros_like(g.keep)
-    return seen, selected[: s.cfg.prompts_per_step], rounds
-
-
+# ----------------------------------------------------------------------------- phases 6-10 (1-5: sampling.py)
 def assign_advantages(s: RLState, selected: list[Group], seen: list[Group]) -> None:
     """6. advantages over the selected groups together (DGPO's question weights are batch-relative)."""
     for g in seen:
@@ -255,7 +170,7 @@ def step_metrics(step: int, seen: list[Group], selected: list[Group], rounds: in
         "step": step, "reward/mean": float(rewards.mean()), "reward/std": float(rewards.std()) if len(rewards) > 1 else 0.0,
         "accuracy": float((outcome == Outcome.CORRECT).float().mean()),
         "response_length/mean": float(lengths.float().mean()), "response_length/max": int(lengths.max()),
-        "truncated_frac": float(sum(r.finish_reason == "length" for g in seen for r in g.rollouts) / len(outcome)),
+        "truncated_frac": truncated_frac(seen),
         "repetition_frac": float((outcome == Outcome.REPETITION).float().mean()),
         "groups/kept_frac": len(selected) / len(seen), "groups/kept": len(selected), "rounds": rounds,
         "samples": len(outcome), "advantage/abs_mean": float(adv.abs().mean()) if adv.numel() else 0.0,
@@ -309,7 +224,7 @@ def validate(s: RLState, step: int) -> dict[str, float]:
 
     v = s.cfg.validation
     stops = rollout_params(s, step, 0).stop_token_ids
-    params = SamplingParams(n=v.n, temperature=v.temperature, top_p=v.top_p, seed=_seed(s.cfg.seed, 999_983),
+    params = SamplingParams(n=v.n, temperature=v.temperature, top_p=v.top_p, seed=step_seed(s.cfg.seed, 999_983),
                             max_tokens=v.max_tokens or s.cfg.rollout.max_tokens, stop_token_ids=stops)
     t0 = time.monotonic()
     with offloaded(s.run.actor, s.cfg.actor.offload_during_generation):
@@ -320,8 +235,7 @@ def validate(s: RLState, step: int) -> dict[str, float]:
         "step": step, PASS_AT_1: pass_at_k([[o == Outcome.CORRECT for o in g.outcomes] for g in groups]),
         CONS_AT_K: cons_at_k([g.extracted for g in groups], [g.problem.answer for g in groups]),
         MEAN_LENGTH: mean_length([g.lengths for g in groups]),
-        "answer_extracted_frac": sum(a is not None for g in groups for a in g.extracted) / (len(groups) * v.n),
-        "truncated_frac": sum(r.finish_reason == "length" for g in groups for r in g.rollouts) / (len(groups) * v.n),
+        "answer_extracted_frac": answer_extracted_frac(groups), "truncated_frac": truncated_frac(groups),
         "n": v.n, "problems": len(groups), "seconds": time.monotonic() - t0,
     }
     s.run.folder.append(VALIDATION_FILE, [out])
@@ -336,22 +250,6 @@ def _validation_due(s: RLState, step: int, steps: int) -> bool:
 
 
 # ----------------------------------------------------------------------------- the job
-def rollout_context(cfg: RLConfig, source, info, model, tokenizer, tokenizer_dir: str):
-    """(the job's RolloutContext: the engine on `model`, the verifier's worker pool on global rank 0 (the
-    caller closes it), the end tokens): rl_job's, and the split layout's generators'."""
-    verifier = cfg.verify.verifier(cfg.lead.default_answer_region, rule=cfg.lead.outcome_rule) if info.rank == 0 else None
-    try:
-        engine_cfg = engine_config_for(cfg.engine, source)  # trtllm: a HF folder to build from; weights by refit
-        ctx = RolloutContext(info=info, engine=build_engine(engine_cfg, model), tokenizer=tokenizer, prompt_cfg=cfg.prompt,
-                             verifier=verifier, check_repetition=cfg.lead.check_repetition,
-                             think_open=bool(open_think(tokenizer, cfg.prompt)))
-    except BaseException:
-        if verifier is not None:
-            verifier.close()
-        raise
-    return ctx, end_token_ids(tokenizer, [generation_config_dir(source.path), tokenizer_dir])
-
-
 def rl_job(cfg: RLConfig) -> None:
     """The RL loop on one rank (every rank of the job calls it)."""
     link = None

@@ -149,6 +149,18 @@ def flat_tensors(groups: list[Group]) -> tuple[torch.Tensor, torch.Tensor, torch
     return outcome, lengths, index
 
 
+def answer_extracted_frac(groups: list[Group]) -> float:
+    """Share of responses with an extracted answer (training steps and validation alike)."""
+    flat = [a for g in groups for a in g.extracted]
+    return sum(a is not None for a in flat) / len(flat) if flat else 0.0
+
+
+def truncated_frac(groups: list[Group]) -> float:
+    """Share of responses cut at the token limit (finish reason "length")."""
+    flat = [r.finish_reason for g in groups for r in g.rollouts]
+    return sum(f == "length" for f in flat) / len(flat) if flat else 0.0
+
+
 def training_batch(groups: list[Group]):
     """The kept responses of `groups` as the actor's SequenceBatch (advantages set), plus the engine's
     policy log-probs of the same responses (for the mismatch metric)."""

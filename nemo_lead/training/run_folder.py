@@ -44,7 +44,9 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
+from nemo_lead.checkpoint_meta import list_checkpoints
 from nemo_lead.config import key_rules, save_config
+from nemo_lead.dotted import flatten
 from nemo_lead.files import append_jsonl, json_safe, jsonl_text, read_jsonl, write_atomic, write_json
 
 CONFIG_FILE = "config.yaml"
@@ -62,15 +64,6 @@ class RunFolderError(ValueError):
     """A run folder that cannot be continued with this configuration (the message says why and what to do)."""
 
 
-def _flat(obj: Any, prefix: str = "") -> dict[str, Any]:
-    if isinstance(obj, dict):
-        out: dict[str, Any] = {}
-        for k, v in obj.items():
-            out.update(_flat(v, f"{prefix}{k}."))
-        return out
-    return {prefix[:-1]: obj}
-
-
 def config_differences(saved: dict, current: dict, defaults: dict | None = None) -> list[tuple[str, Any, Any]]:
     """(dotted key, saved value, current value) for every key whose value differs between two resolved
     configurations.
@@ -78,7 +71,7 @@ def config_differences(saved: dict, current: dict, defaults: dict | None = None)
     `defaults`: the configuration class's defaults. A key the saved configuration lacks (a setting added
     to nemo-lead after the run started) is then no difference while the current value is its default, so
     a newer nemo-lead continues an older run; set to anything else, it is one."""
-    a, b, d = _flat(saved), _flat(current), _flat(defaults or {})
+    a, b, d = flatten(saved), flatten(current), flatten(defaults or {})
     keys = sorted(set(a) | set(b))
     return [(k, a.get(k), b.get(k)) for k in keys
             if a.get(k) != b.get(k) and not (k not in a and k in d and b.get(k) == d[k])]
@@ -119,8 +112,6 @@ class RunFolder:
     # ------------------------------------------------------------------ opening
     def holds_steps(self) -> bool:
         """A checkpoint or a metrics line exists: the run has done a step, and its settings bind."""
-        from nemo_lead.models.checkpoint import list_checkpoints
-
         metrics = self.path / METRICS_FILE
         return bool(list_checkpoints(self.path)) or (metrics.is_file() and metrics.stat().st_size > 0)
 
@@ -230,8 +221,6 @@ class RunFolder:
         """Rank 0: delete all but the newest `keep_last` complete checkpoints (0 keeps all)."""
         if not self.writer or keep_last <= 0:
             return
-        from nemo_lead.models.checkpoint import list_checkpoints
-
         for _, folder in list_checkpoints(self.path)[:-keep_last]:
             shutil.rmtree(folder, ignore_errors=True)
 

@@ -42,9 +42,9 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
-from nemo_lead.launch.signals import install_stop_handlers
+from nemo_lead.checkpoint_meta import read_checkpoint_meta
+from nemo_lead.data import load_problems
 from nemo_lead.models import build_gpt, load_tokenizer, unwrap_model
-from nemo_lead.models.checkpoint import read_checkpoint_meta
 from nemo_lead.models.source import resolve_precision
 from nemo_lead.parallel import destroy_parallel, init_parallel
 from nemo_lead.parallel.bridge import (
@@ -58,9 +58,12 @@ from nemo_lead.parallel.bridge import (
     send_object,
     send_tensors,
 )
+from nemo_lead.runtime.signals import install_stop_handlers
 
 from .data_order import DataOrder
 from .lag import Batch, BatchQueue, batch_from_data, batch_to_data, sample_batch
+from .loop import resolve_model
+from .sampling import RLState, rollout_context
 
 TAG_START, TAG_BATCH, TAG_WEIGHTS = 1, 2, 3
 WEIGHTS, STOP = 1, 0  # header kinds
@@ -210,11 +213,6 @@ def _receive_weights(link: Link, params: list, plan: list, peer: int) -> int | N
 
 def generator_job(cfg: Any, link: Link) -> None:
     """A generator rank's whole job: sample B_j with the weights the trainers send, send it (module doc)."""
-    from nemo_lead.data import load_problems
-
-    from .loop import resolve_model
-    from .rl import RLState, rollout_context
-
     cfg, source = resolve_model(cfg)
     cfg = dataclasses.replace(cfg, actor=dataclasses.replace(cfg.actor, offload_during_generation=False))
     stop = install_stop_handlers()  # the trainers stop the run; a signal must not kill this rank meanwhile

@@ -10,7 +10,7 @@ What counts as *the* answer:
 Where to look (`region`):
 - "after_think": after the last `</think>`. A response with `<think>` but no `</think>` never finished
   thinking and has no answer; one with no think tags at all (a non-reasoning model) is read whole.
-- "before_think": before the first `</think>` -- where the GRPO-LEAD authors' code reads (DESIGN.md's table:
+- "before_think": before the first `</think>` -- where the GRPO-LEAD authors' code reads (docs/design.md, "Paper vs the authors' code":
   likely a slip, kept in the `reference_code` presets). Without `</think>` there is no answer. How their code
   reads the box itself differs again: `nemo_lead.verify.reference_code`.
 - "all": the whole text.

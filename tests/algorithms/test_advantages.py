@@ -1,4 +1,4 @@
-"""Advantages and difficulty reweighting against hand computation (paper Sec. 3.3, DESIGN.md)."""
+"""Advantages and difficulty reweighting against hand computation (paper Sec. 3.3, docs/design.md)."""
 
 import math
 import statistics

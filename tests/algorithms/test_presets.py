@@ -1,4 +1,4 @@
-"""Presets: the ablation ladder of Table 1 and the authors' code, field by field (DESIGN.md table)."""
+"""Presets: the ablation ladder of Table 1 and the authors' code, field by field (docs/design.md, "Paper vs the authors' code")."""
 
 import pytest
 

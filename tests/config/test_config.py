@@ -90,3 +90,14 @@ def test_save_round_trip(tmp_path):
     cfg = load_config(Job, [], ["lead.preset=dapo", "rollout.n=3"])
     save_config(cfg, tmp_path / "config.yaml")
     assert load_config(Job, [tmp_path / "config.yaml"]) == cfg
+
+
+def test_every_common_key_points_at_a_key_some_command_has():
+    """The aliases users type from other frameworks (`lr`, `epsilon`, ...) each name keys that exist."""
+    from nemo_lead.cli import COMMANDS, _load_attr
+    from nemo_lead.config import COMMON_KEYS, key_rules
+
+    keys = set().union(*(key_rules(_load_attr(cmd.schema)) for cmd in COMMANDS.values()))
+    missing = {alias: target for alias, targets in COMMON_KEYS.items() for target in targets if target not in keys}
+    assert not missing, f"COMMON_KEYS targets that no command's config has: {missing}"
+    assert COMMON_KEYS["epsilon"] == ("lead.clip_eps_low",) and "lead.clip_eps_low" in keys

@@ -7,14 +7,14 @@ import pytest
 import torch
 from distributed import run_distributed
 
-from nemo_lead.models import write_tiny_model
-from nemo_lead.models.checkpoint import (
-    atomic_dir,
+from nemo_lead.checkpoint_meta import (
     checkpoint_dir,
     latest_checkpoint,
     list_checkpoints,
     read_checkpoint_meta,
 )
+from nemo_lead.models import write_tiny_model
+from nemo_lead.models.checkpoint import atomic_dir
 
 
 def test_checkpoint_folders_are_atomic_and_listed(tmp_path):

@@ -7,9 +7,9 @@ import sys
 
 import torch
 
+from nemo_lead.checkpoint_meta import read_checkpoint_meta
 from nemo_lead.cli import main
 from nemo_lead.models import HFReader, load_tokenizer, write_tiny_model
-from nemo_lead.models.checkpoint import read_checkpoint_meta
 
 
 def _convert(*args: str, timeout: float = 240) -> subprocess.CompletedProcess:

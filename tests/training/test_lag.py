@@ -75,7 +75,7 @@ class _OnPolicy:
 
     def take(self, s, step):
         from nemo_lead.training.lag import Batch
-        from nemo_lead.training.rl import select_groups
+        from nemo_lead.training.sampling import select_groups
 
         times = {"time/generate": 0.0, "time/verify": 0.0}
         seen, selected, rounds = select_groups(s, step, times)

@@ -170,8 +170,8 @@ def test_sft_final_checkpoint_weights_only(data, tmp_path, capsys):
     it continues from the last full checkpoint, and without one says why it cannot."""
     import shutil
 
+    from nemo_lead.checkpoint_meta import read_checkpoint_meta
     from nemo_lead.cli import main
-    from nemo_lead.models.checkpoint import read_checkpoint_meta
 
     root, model = data
     out = tmp_path / "weights"

@@ -17,8 +17,8 @@ import pytest
 import torch
 from distributed import run_distributed
 
+from nemo_lead.checkpoint_meta import latest_checkpoint, read_checkpoint_meta
 from nemo_lead.models import write_tiny_model
-from nemo_lead.models.checkpoint import latest_checkpoint, read_checkpoint_meta
 
 STEPS, SAVE_AT = 3, 1
 OPTIM = {"lr": 1e-3, "lr_warmup_steps": 2, "lr_decay_style": "cosine", "lr_decay_steps": 5, "min_lr": 1e-4}
@@ -69,7 +69,7 @@ def _weights(actor):
 
 
 def _straight_job(hf_dropout, hf_plain, run_dir):
-    from nemo_lead.models.checkpoint import checkpoint_dir
+    from nemo_lead.checkpoint_meta import checkpoint_dir
     from nemo_lead.parallel import destroy_parallel
     from nemo_lead.training.checkpoint import save_actor_state
 
@@ -94,7 +94,6 @@ def _straight_job(hf_dropout, hf_plain, run_dir):
 
 
 def _resumed_job(run_dir):
-    from nemo_lead.models.checkpoint import latest_checkpoint
     from nemo_lead.parallel import destroy_parallel
     from nemo_lead.training.checkpoint import load_actor_state
 

@@ -12,7 +12,7 @@ A handler only records the signal: the step in flight finishes (or, for a second
 exits at once), the loop writes a checkpoint and leaves with status 0. Every rank must stop after the same
 step, but SLURM may signal the ranks a moment apart, so `agreed()` takes the maximum of the flags over all
 ranks (one tiny all-reduce per step). After the checkpoint, `after_checkpoint()` asks SLURM to requeue the
-job when the signal was SIGUSR1 and the job runs under SLURM (`nemo_lead.launch.requeue`); the requeued
+job when the signal was SIGUSR1 and the job runs under SLURM (`nemo_lead.runtime.requeue`); the requeued
 job starts the same command, which resumes from the run folder.
 
 Helper processes. SLURM delivers a step's signals to every process of the step, not only to the ranks

@@ -9,11 +9,11 @@ import time
 
 import pytest
 
-from nemo_lead.launch.signals import StopRequest, install_stop_handlers
+from nemo_lead.runtime.signals import StopRequest, install_stop_handlers
 
 RANK = textwrap.dedent("""\
     import multiprocessing as mp, os, signal, subprocess, sys, time
-    from nemo_lead.launch.signals import install_stop_handlers
+    from nemo_lead.runtime.signals import install_stop_handlers
 
     if __name__ == "__main__":
         if sys.argv[1] == "handlers":
