@@ -302,7 +302,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 2
     if cmd.schema is None or cmd.runner is None:
-        print(f"nemo-lead {args.command}: not built yet in this version (see the README support matrix)",
+        print(f"nemo-lead {args.command}: not built yet in this version (see docs/support.md)",
               file=sys.stderr)
         return 3
     flag_overrides = [f"{k[5:]}={json.dumps(v) if isinstance(v, list) else v}"

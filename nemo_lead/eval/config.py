@@ -1,6 +1,6 @@
 """`EvalConfig`: what `nemo-lead eval` reads (its defaults are the paper's protocol).
 
-The paper's protocol (PAPER.md, "Evaluation"): AIME24 and AIME25, temperature 0.6, top-p 0.95, 32 samples
+The paper's protocol (arXiv 2504.09696, "Evaluation"): AIME24 and AIME25, temperature 0.6, top-p 0.95, 32 samples
 per problem, Cons@32 / Pass@1 / Len_avg, at a response budget of 14,336 tokens for the 14B models (the
 defaults here) or 8,192 for the 7B ablations (`--max-tokens 8192`).
 """
