@@ -31,6 +31,7 @@ from typing import Any, Optional
 from omegaconf import OmegaConf
 
 from .config import field_type, key_rules
+from .dotted import lookup
 
 REGENERATE = "nemo-lead config --markdown --out docs/config.md"
 
@@ -168,7 +169,7 @@ def explain(schema: type, values: Optional[dict] = None) -> str:
             continue
         head = f"{e.key} = {_value(e.default)}  [{e.type}]"
         if values is not None:
-            current = _lookup(values, e.key)
+            current = lookup(values, e.key, _ABSENT)
             if current is not _ABSENT and current != e.default:
                 head += f"  (set: {_value(current)})"
         lines.append(head)
@@ -182,15 +183,6 @@ def explain(schema: type, values: Optional[dict] = None) -> str:
 
 
 _ABSENT = object()
-
-
-def _lookup(data: dict, dotted: str) -> Any:
-    node: Any = data
-    for p in dotted.split("."):
-        if not isinstance(node, dict) or p not in node:
-            return _ABSENT
-        node = node[p]
-    return node
 
 
 def _cell(text: str) -> str:

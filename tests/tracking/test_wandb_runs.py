@@ -23,13 +23,12 @@ def files(tmp_path_factory):
     pytest.importorskip("wandb", reason="the optional extra nemo-lead[wandb] is not installed")
     root = tmp_path_factory.mktemp("wandb_runs")
     model = write_tiny_model(root / "model", family="qwen2", seed=0)
-    rng = random.Random(0)
-    problems = []
-    for i in range(24):
-        a, b = rng.randint(0, 9), rng.randint(0, 9)
-        problems.append({"id": f"p{i}", "problem": f"{a}+{b}", "answer": str(a + b)})
-    traces = [{**p, "response": f"{p['problem']}={p['answer']}\n</think>\n\n\\boxed{{{p['answer']}}}"} for p in problems]
-    for name, rows in (("traces.jsonl", traces), ("problems.jsonl", problems[:16]), ("val.jsonl", problems[16:])):
+    pairs = [random.Random(i).choices(range(10), k=2) for i in range(24)]
+    problems = [{"id": f"p{i}", "problem": f"{a}+{b}", "answer": str(a + b)} for i, (a, b) in enumerate(pairs)]
+    answer = "{problem}={answer}\n</think>\n\n\\boxed{{{answer}}}"
+    files = {"traces.jsonl": [{**p, "response": answer.format(**p)} for p in problems],
+             "problems.jsonl": problems[:16], "val.jsonl": problems[16:]}
+    for name, rows in files.items():
         (root / name).write_text("".join(json.dumps(r) + "\n" for r in rows))
     return root, model
 
