@@ -230,7 +230,7 @@ def _build_parser() -> argparse.ArgumentParser:
                        help="YAML file(s) applied on top of the defaults, in order")
         p.add_argument("--print-config", action="store_true", help="print the resolved configuration and exit")
         p.add_argument("--explain", action="store_true",
-                       help="with --print-config: every key's default, allowed values and description")
+                       help="print every key's default, allowed values, description and value in use, and exit")
         for flag, key in cmd.flags.items():
             if flag in cmd.list_flags:
                 p.add_argument(flag, dest="flag:" + key, metavar="VALUE", nargs="+", help=f"same as {key}=[VALUE,...]")
@@ -301,6 +301,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 2
+    args.print_config = args.print_config or args.explain  # --explain alone means --print-config --explain
     if cmd.schema is None or cmd.runner is None:
         print(f"nemo-lead {args.command}: not built yet in this version (see docs/support.md)",
               file=sys.stderr)

@@ -92,6 +92,9 @@ def test_explain_marks_the_values_in_use(capsys):
     assert "lead.alpha = 0.05  [float]  (set: 0.1)" in out
     assert "lead.advantage_estimator = grpo  [str]\n    one of: grpo | dr_grpo | dgpo | rloo" in out
     assert "actor.optim.lr = 1e-06  [float]" in out and "(may change on resume with --allow-change)" in out
+    assert main(["sft", "--explain"]) == 0  # required keys missing: the reference anyway, and what is missing
+    captured = capsys.readouterr()
+    assert "actor.model = null  [str or null]" in captured.out and "not runnable as given" in captured.err
     text = explain(Sample, {"plain": 1, "mode": "b"})
     assert "mode = a  [str]  (set: b)\n    one of: a | b\n    what mode\n    (may change on resume)" in text
     assert "plain = 1  [int]\n    after the field\n" in text
