@@ -186,7 +186,8 @@ _ABSENT = object()
 
 
 def _cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
+    """Text for a Markdown table cell: pipes escaped, and `<` so that `</think>` is not read as HTML."""
+    return text.replace("|", "\\|").replace("<", "&lt;").replace("\n", " ")
 
 
 def markdown(schemas: dict[str, type]) -> str:
