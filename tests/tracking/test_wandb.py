@@ -89,3 +89,15 @@ def test_settings_checks_and_the_recipe_overlay():
     merged = stage.merged(over)
     assert (merged.enabled, merged.mode, merged.project, merged.tags) == (True, "offline", "mine", ["a"])
     assert stage.merged(None) is stage
+
+
+def test_a_recipe_run_reaches_every_training_and_eval_stage():
+    from nemo_lead.config import load_config
+    from nemo_lead.pipeline.config import RunConfig
+
+    cfg = load_config(RunConfig, [], ["recipe=demo", "out=runs/demo-wb", "wandb.enabled=true", "wandb.mode=offline",
+                                      "stages.rl1.wandb.project=mine"])
+    logged = {name: s["settings"]["wandb"] for name, s in cfg.resolved.items() if "wandb" in s["settings"]}
+    assert sorted(logged) == ["eval", "rl1", "rl2", "sft"]  # prepare and select stages run no model
+    assert all(w["enabled"] and w["mode"] == "offline" and w["group"] == "demo-wb" for w in logged.values())
+    assert logged["rl1"]["project"] == "mine" and logged["rl2"]["project"] == "nemo-lead"
