@@ -96,17 +96,19 @@ COMMANDS: dict[str, Command] = {
     ),
     "plan": Command(
         help="Memory and time plan of a recipe's SFT / RL stages or a command's config on N GPUs, per GPU and "
-        "phase, with the smallest changes that make it fit (no GPU or weights needed).",
+        "phase, with the smallest changes that make it fit and the layouts that fit ranked by step time (no GPU "
+        "or weights needed).",
         schema="nemo_lead.pipeline.plan:PlanConfig",
         runner="nemo_lead.pipeline.plan:run_plan",
         flags={"--gpus": "gpus", "--gpu": "plan.gpu", "--gpu-memory-gb": "plan.gpu_memory_gb", "--stage": "stage",
-               "--json": "json", "--command": "command"},
+               "--json": "json", "--command": "command", "--fastest": "fastest"},
         positional="target",
         epilog="TARGET: a recipe (file or name in recipes/; paths.KEY=VALUE, stages.NAME.KEY=VALUE), or the config\n"
         "file of --command sft|rl (job.KEY=VALUE overrides its keys). The model may be a HF folder (its config.json),\n"
         "a checkpoint or a conf/model preset: nemo-lead plan lead-14b --stage stage1 --gpus 8 --gpu h100\n"
         "paths.base_model=r1-distill-qwen-14b. --gpu: h100 | h200 | a100 | a100-40 | b200 (memory, FLOP/s and\n"
-        "bandwidth; --gpu-memory-gb overrides the memory). Exit 0 when everything fits, 1 when not.",
+        "bandwidth; --gpu-memory-gb overrides the memory). --fastest N: the fastest N layouts that fit (5).\n"
+        "Exit 0 when everything fits, 1 when not.",
     ),
     "plot": Command(
         help="Validation Pass@1 and response length over RL steps for one or more run folders (a PNG).",

@@ -13,7 +13,7 @@ from typing import Optional
 
 from nemo_lead.config import setting
 from nemo_lead.data import PromptConfig
-from nemo_lead.generation import EngineConfig, SamplingParams
+from nemo_lead.generation import EngineConfig, SamplingParams, check_engine_layout
 from nemo_lead.models.source import PRECISION_CHOICES
 from nemo_lead.progress import PROGRESS_MODES, check_progress_mode
 from nemo_lead.tracking import WandbSettings
@@ -63,6 +63,7 @@ class EvalConfig:
         for key in ("tp", "pp", "problems_per_call"):
             if getattr(self, key) < 1:
                 raise ValueError(f"{key} must be >= 1, got {getattr(self, key)}")
+        check_engine_layout(self.engine, tp=self.tp, pp=self.pp, prefix="")
         if self.limit is not None and self.limit < 1:
             raise ValueError(f"limit must be >= 1, got {self.limit}")
         if self.precision not in PRECISION_CHOICES:

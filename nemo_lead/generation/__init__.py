@@ -14,13 +14,13 @@ one sampling function, shared with evaluation. Imports models and parallel only 
 from nemo_lead.algorithms.mismatch import logprob_mismatch  # the engine-side name of the same function
 from nemo_lead.models import eval_mode
 
-from .engine import ENGINE_KINDS, EngineConfig, build_engine, engine_config_for
+from .engine import ENGINE_KINDS, EngineConfig, build_engine, check_engine_layout, engine_config_for
 from .megatron_engine import MegatronEngine, resolve_model
 from .params import FINISH_REASONS, Rollout, RolloutEngine, SamplingParams, check_prompts
 from .sampling import Draw, make_generator, sample_tokens, truncated_logits
 
 __all__ = [
     "ENGINE_KINDS", "FINISH_REASONS", "Draw", "EngineConfig", "MegatronEngine", "Rollout", "RolloutEngine",
-    "SamplingParams", "build_engine", "check_prompts", "engine_config_for", "eval_mode", "logprob_mismatch", "make_generator", "resolve_model",
+    "SamplingParams", "build_engine", "check_engine_layout", "check_prompts", "engine_config_for", "eval_mode", "logprob_mismatch", "make_generator", "resolve_model",
     "sample_tokens", "truncated_logits",
 ]

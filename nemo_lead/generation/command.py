@@ -30,7 +30,7 @@ from nemo_lead.parallel import destroy_parallel, init_parallel
 from nemo_lead.parallel.local import run_command
 from nemo_lead.progress import PROGRESS_MODES, LoopProgress, check_progress_mode
 
-from .engine import EngineConfig, build_engine
+from .engine import EngineConfig, build_engine, check_engine_layout
 from .params import SamplingParams
 
 
@@ -58,6 +58,7 @@ class GenerateConfig:
             raise ValueError("give prompts (prompts='[\"text\", ...]') or prompts_file (--prompts-file F)")
         if self.tp < 1 or self.pp < 1:
             raise ValueError("tp and pp must be >= 1")
+        check_engine_layout(self.engine, tp=self.tp, pp=self.pp, prefix="")
         if self.precision not in PRECISION_CHOICES:
             raise ValueError(f"precision must be one of {', '.join(PRECISION_CHOICES)}, got {self.precision!r}")
 

@@ -23,6 +23,7 @@ from .params import RolloutEngine
 from .trtllm_engine import TrtllmEngine
 
 ENGINE_KINDS = ("megatron", "trtllm")
+AT_THE_MODELS_LAYOUT = "actor"  # engine.tp / engine.pp: the engine decodes on the model's own modules
 
 
 @dataclass
@@ -58,6 +59,11 @@ class EngineConfig:
     # on demand up to max_batch_size rows). Sequences reserve longest prompt + max_tokens slots at admission
     # and wait for rows when the budget is full (nemo_lead.generation.kv_budget); results do not change
     kv_cache_gb: Optional[float] = None
+    # megatron: the engine's model-parallel layout. actor (the default): the engine decodes on the model's own
+    # modules, so at its TP / PP (actor.tp / actor.pp; eval and generate: tp / pp); a number must equal that
+    # layout. An engine layout of its own (a copy of the weights resharded each step) is not implemented yet
+    tp: str = AT_THE_MODELS_LAYOUT
+    pp: str = AT_THE_MODELS_LAYOUT
     trtllm: TrtllmConfig = field(default_factory=TrtllmConfig)
 
     def __post_init__(self) -> None:
@@ -69,6 +75,30 @@ class EngineConfig:
             raise ValueError(f"sync_every must be >= 1, got {self.sync_every}")
         if self.kv_cache_gb is not None and not self.kv_cache_gb > 0:
             raise ValueError(f"engine.kv_cache_gb must be > 0 (or None for no budget), got {self.kv_cache_gb!r}")
+        for key in ("tp", "pp"):
+            value = str(getattr(self, key))
+            if value != AT_THE_MODELS_LAYOUT and not (value.isdigit() and int(value) >= 1):
+                raise ValueError(f"engine.{key} must be {AT_THE_MODELS_LAYOUT} or the model's {key.upper()} (a "
+                                 f"number >= 1), got {value!r}: an engine layout of its own (what the plan finds "
+                                 "fastest) is not implemented yet")
+
+
+def check_engine_layout(cfg: EngineConfig, *, tp: int, pp: int, prefix: str = "actor.") -> None:
+    """`cfg.tp` / `cfg.pp` against the layout of the model the engine decodes on (`prefix`tp / `prefix`pp):
+    `actor` or the same numbers, else a ValueError naming both values. TensorRT-LLM runs its own layout
+    (one TP1 copy per GPU), so with engine.kind=trtllm they must stay at `actor`."""
+    for key, own in (("tp", tp), ("pp", pp)):
+        value = str(getattr(cfg, key))
+        if value == AT_THE_MODELS_LAYOUT:
+            continue
+        if cfg.kind != "megatron":
+            raise ValueError(f"engine.{key}={value} sets the megatron engine's layout; engine.kind={cfg.kind} runs "
+                             f"one TP1 copy of the model per GPU: leave engine.{key}={AT_THE_MODELS_LAYOUT}")
+        if int(value) != own:
+            raise ValueError(f"engine.{key}={value} differs from {prefix}{key}={own}: the engine decodes on the "
+                             f"model's own modules at {prefix}{key}; an engine layout of its own (its copy of the "
+                             f"weights resharded every step) is not implemented yet: set engine.{key}="
+                             f"{AT_THE_MODELS_LAYOUT} or engine.{key}={own}")
 
 
 def engine_config_for(cfg: EngineConfig, source: Any) -> EngineConfig:

@@ -9,9 +9,10 @@ A recipe is read the way `nemo-lead run` reads it (`RunConfig`, `resolve_stage`:
 overrides, the kinds' defaults), so its stages are planned with exactly their settings. A stage whose model
 is an earlier stage's checkpoint gets that stage's model (the shape does not change in training); the model
 itself may be a HF folder (only its config.json is read), a checkpoint or a conf/model preset. The numbers:
-`nemo_lead.plan` (per GPU and phase, what is left, the ranked fixes, the step time). `--json FILE` writes
-them: one job's plan as an object with `layout`, `fits`, `gpu_memory_bytes`, `per_gpu_bytes` per phase, ...;
-several stages as {"stages": [...], "fits": all of them}.
+`nemo_lead.plan` (per GPU and phase, what is left, the ranked fixes, the step time, and the layouts that fit
+ranked by step time: `nemo_lead.plan.search`, `--fastest N` of them, 0 for none). `--json FILE` writes
+them: one job's plan as an object with `layout`, `fits`, `gpu_memory_bytes`, `per_gpu_bytes` per phase,
+`ranking`, ...; several stages as {"stages": [...], "fits": all of them}.
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ class PlanConfig:
     gpus: Optional[int] = None  # GPUs the job runs on (tp x pp x dp)
     json: Optional[str] = None  # also write the plan to this JSON file
     fixes: int = 5  # ranked changes listed when a job does not fit
+    fastest: int = 5  # the fastest layouts that fit, listed with their step times (nemo_lead.plan.search)
     plan: PlanSettings = field(default_factory=PlanSettings)  # gpu, gpu_memory_gb, reserve_gb, prompt_tokens, ...
     paths: dict[str, Any] = field(default_factory=dict)  # a recipe's paths (paths.base_model=DIR)
     stages: dict[str, Any] = field(default_factory=dict)  # a recipe's stage settings (stages.NAME.KEY=VALUE)
@@ -61,6 +63,8 @@ class PlanConfig:
             raise ValueError("give a recipe or a config file (TARGET), or --command sft|rl for the defaults")
         if self.fixes < 0:
             raise ValueError(f"fixes must be >= 0, got {self.fixes}")
+        if self.fastest < 0:
+            raise ValueError(f"fastest must be >= 0, got {self.fastest}")
 
 
 # ----------------------------------------------------------------------------- what to plan
@@ -165,6 +169,7 @@ def run_plan(cfg: PlanConfig) -> int:
     from nemo_lead.plan.fixes import find_fixes
     from nemo_lead.plan.job import job_shape, plan_job
     from nemo_lead.plan.report import as_json, describe
+    from nemo_lead.plan.search import rank_layouts
 
     try:
         jobs = jobs_of(cfg)
@@ -178,8 +183,10 @@ def run_plan(cfg: PlanConfig) -> int:
             memory, reserve = settings.gpu_memory_gb, settings.value("reserve_gb")
             plan = plan_job(shape, gpu, memory_gib=memory, reserve_gib=reserve)
             fixes = find_fixes(shape, gpu, memory_gib=memory, reserve_gib=reserve, limit=cfg.fixes)
-            texts.append(describe(job.name, plan, fixes, job.prefix))
-            results.append(as_json(job.name, plan, fixes))
+            ranking = (rank_layouts(shape, gpu, memory_gib=memory, reserve_gib=reserve, limit=cfg.fastest)
+                       if cfg.fastest else None)
+            texts.append(describe(job.name, plan, fixes, job.prefix, ranking))
+            results.append(as_json(job.name, plan, fixes, ranking))
     except (ConfigError, ValueError, OSError) as e:
         print(f"nemo-lead plan: {e}", file=sys.stderr)
         return 2

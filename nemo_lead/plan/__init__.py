@@ -8,6 +8,7 @@ starts on GPUs.
     job.py             one job: per GPU and phase, each component, what is left, the step time
     timing.py          the step time from FLOPs and bytes at efficiencies measured on an H200
     fixes.py           the smallest changes of the settings that make a job fit, ranked
+    search.py          the layouts that fit, ranked by their step time (the fastest, the configured one's rank)
     report.py          the plan as text and as JSON; check.py: the check before a job starts
     settings.py        `PlanSettings`, the `plan` section of the commands' configs
 

@@ -20,10 +20,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from .activations import Recompute
-from .job import KV_GB, JobPlan, JobShape, plan_job
+from .job import GPUS_PER_NODE, KV_GB, JobPlan, JobShape, plan_job
 from .timing import GPU
 
-GPUS_PER_NODE = 8
 FULL = Recompute("full", "uniform", 1)
 SELECTIVE = Recompute("selective")
 CHUNK_TOKENS = 2048  # actor.logprob_chunk_tokens' default
@@ -40,7 +39,8 @@ class Fix:
         return len(self.changes)
 
 
-def _layouts(s: JobShape) -> list[tuple[int, int]]:
+def layouts_of(s: JobShape) -> list[tuple[int, int]]:
+    """(tp, pp) of `s`'s GPUs: TP within a node dividing the heads, PP dividing the layers, the rest DP."""
     a = s.arch
     out = []
     for tp in (1, 2, 4, 8, 16):
@@ -52,7 +52,8 @@ def _layouts(s: JobShape) -> list[tuple[int, int]]:
     return out
 
 
-def _changes(base: JobShape, s: JobShape) -> dict[str, Any]:
+def changes_of(base: JobShape, s: JobShape) -> dict[str, Any]:
+    """The config keys (and values) where `s` differs from `base`."""
     out: dict[str, Any] = {}
     for field, key in (("tp", "actor.tp"), ("pp", "actor.pp"), ("sequence_parallel", "actor.sequence_parallel"),
                        ("distributed_optimizer", "actor.optim.use_distributed_optimizer"),
@@ -70,18 +71,20 @@ def _changes(base: JobShape, s: JobShape) -> dict[str, Any]:
     return out
 
 
-def _size(changes: dict[str, Any]) -> int:
+def change_count(changes: dict[str, Any]) -> int:
     """Settings changed, counting a recomputation setting once."""
     return len([k for k in changes if k not in ("actor.recompute_method", "actor.recompute_num_layers")])
 
 
-def _fit_generation(s: JobShape, plan: JobPlan, evaluate) -> JobPlan | None:
-    """`plan` with an engine KV budget (`engine.kv_cache_gb`, GB per rank) that fits what the generation
-    phase leaves (None when nothing fits, or the update does not)."""
+def fit_generation(s: JobShape, plan: JobPlan, evaluate, cap_gb: float | None = None) -> JobPlan | None:
+    """`plan` with the largest engine KV budget (`engine.kv_cache_gb`, GB per rank, at most `cap_gb`) that
+    fits what the generation phase leaves (None when nothing fits, or the update does not)."""
     if s.kind != "rl" or plan.left("update") < 0:
         return None
     g = plan.phases["generation"]
     budget = math.floor((plan.usable_bytes - (plan.total("generation") - g["kv_cache"])) / KV_GB * 10) / 10
+    if cap_gb is not None:
+        budget = min(budget, cap_gb)
     while budget > 0:
         fitted = evaluate(dataclasses.replace(s, kv_cache_gb=budget))
         if fitted.fits:
@@ -104,7 +107,7 @@ def find_fixes(base: JobShape, gpu: GPU, *, memory_gib: float | None, reserve_gi
     chunks = {base.logprob_chunk_tokens} | ({CHUNK_TOKENS} if not base.logprob_chunk_tokens else set())
     found: dict[tuple, Fix] = {}
     for (tp, pp), sp, recompute, distributed, offload, chunk, budget in itertools.product(
-            _layouts(base), {base.sequence_parallel, True}, recomputes, {base.distributed_optimizer, True},
+            layouts_of(base), {base.sequence_parallel, True}, recomputes, {base.distributed_optimizer, True},
             {base.offload, base.kind == "rl"}, sorted(chunks), budgets):
         if (sp and tp == 1) or (distributed and base.gpus // (tp * pp) == 1 and not base.distributed_optimizer):
             continue
@@ -113,13 +116,13 @@ def find_fixes(base: JobShape, gpu: GPU, *, memory_gib: float | None, reserve_gi
                                 micro_batch_tokens=budget)
         plan = evaluate(s)
         if not plan.fits:
-            plan = _fit_generation(s, plan, evaluate)
+            plan = fit_generation(s, plan, evaluate)
             if plan is None:
                 continue
-        changes = _changes(base, plan.shape)
+        changes = changes_of(base, plan.shape)
         key = tuple(sorted(changes.items()))
         found.setdefault(key, Fix(changes=changes, plan=plan))
-    ranked = sorted(found.values(), key=lambda f: (_size(f.changes), _seconds(f.plan)))
+    ranked = sorted(found.values(), key=lambda f: (change_count(f.changes), _seconds(f.plan)))
     kept: list[Fix] = []
     for f in ranked:  # a fix that adds changes to a kept one without a shorter step is left out
         if not any(k.changes.items() <= f.changes.items() and _seconds(k.plan) <= _seconds(f.plan) for k in kept):

@@ -41,6 +41,7 @@ KV_GB = 1e9  # engine.kv_cache_gb's unit (`nemo_lead.generation.kv_budget.GB`)
 # the actor's token budget per micro-batch on a GPU when actor.micro_batch_tokens is None
 # (`nemo_lead.training.actor_config.GPU_MICRO_BATCH_TOKENS`; the plans are for GPUs)
 GPU_MICRO_BATCH_TOKENS = 16384
+GPUS_PER_NODE = 8  # a node's GPUs: TP stays within one; the host memory of offload is counted per node
 
 
 @dataclass(frozen=True)
@@ -128,6 +129,10 @@ class JobPlan:
     microbatches: int  # per DP rank and optimizer step
     engine_rows: int  # RL: sequences the engine decodes at once
     time: Optional[StepTime]
+    # RL with actor.offload_during_generation: the pinned host copies of the optimizer state that one node's
+    # ranks hold while the engine generates (min(gpus, GPUS_PER_NODE) ranks, each counted as the stage and DP
+    # rank with the most optimizer bytes: an upper bound within the slices' padding); 0 without offload
+    host_bytes_per_node: int = 0
 
     def total(self, phase: str) -> int:
         return sum(self.phases[phase].values())
@@ -168,10 +173,12 @@ def plan_job(s: JobShape, gpu: GPU, *, memory_gib: float | None = None, reserve_
     phases: dict[str, dict[str, int]] = {}
     stages: dict[str, int] = {}
     rows = 0
+    optimizer = 0  # the most optimizer bytes of one rank over the stages
     for stage in range(s.pp):
         st, largest = _static(s.arch, s.tp, s.pp, s.dp, stage, s.precision, s.distributed_optimizer,
                               s.vocab_divisible_by)
         static = {"weights": st.weights, "grads": st.grads, "optimizer": st.optimizer}
+        optimizer = max(optimizer, st.optimizer)
         u = update_memory(s.arch, tp=s.tp, pp=s.pp, stage=stage, tokens=tokens, longest=s.longest, microbatches=mbs,
                           e=e, sequence_parallel=s.sequence_parallel, recompute=s.recompute, vocab_local=vocab_local,
                           padded=s.arch.vocab_size % (vocab_local * s.tp) != 0, temperature=s.temperature,
@@ -187,8 +194,10 @@ def plan_job(s: JobShape, gpu: GPU, *, memory_gib: float | None = None, reserve_
                 phases[phase], stages[phase] = parts, stage
     usable = memory - int(reserve_gib * GIB)
     time = _time(s, gpu, tokens, mbs, rows, phases) if s.engine == "megatron" or s.kind == "sft" else None
+    host = min(s.gpus, GPUS_PER_NODE) * optimizer if s.kind == "rl" and s.offload else 0
     return JobPlan(shape=s, gpu=gpu, memory_bytes=memory, usable_bytes=usable, phases=phases, stages=stages,
-                   tokens_per_microbatch=tokens, microbatches=mbs, engine_rows=rows, time=time)
+                   tokens_per_microbatch=tokens, microbatches=mbs, engine_rows=rows, time=time,
+                   host_bytes_per_node=host)
 
 
 def _generation(s: JobShape, stage: int, e: int):

@@ -5,8 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from .fixes import Fix
-from .job import GIB, JobPlan
+from .job import GIB, GPUS_PER_NODE, JobPlan
 from .parameters import parameter_count
+from .search import Ranking
 from .timing import DECODE_BANDWIDTH_FRACTION, EAGER_HOST_S_PER_LAYER, HOST_LINK_FRACTION, update_fraction
 
 COMPONENTS = ("weights", "grads", "optimizer", "activations", "logits", "kv_cache")
@@ -29,14 +30,55 @@ def over_budget(plan: JobPlan) -> list[str]:
 
 def overrides(changes: dict[str, Any], prefix: str = "") -> str:
     def value(v: Any) -> str:
-        return str(v).lower() if isinstance(v, bool) else str(v)
+        return "null" if v is None else str(v).lower() if isinstance(v, bool) else str(v)
 
     return " ".join(f"{prefix}{k}={value(v)}" for k, v in changes.items())
 
 
-def describe(name: str, plan: JobPlan, fixes: list[Fix], prefix: str = "") -> str:
-    """The plan's table, whether it fits, the step time and the ranked fixes (`prefix`: for override keys,
-    e.g. "stages.stage1.")."""
+def layout_name(plan: JobPlan) -> str:
+    s = plan.shape
+    return f"tp {s.tp} pp {s.pp} dp {s.dp}"
+
+
+def step_text(plan: JobPlan) -> str:
+    """"2,100 s (1,892 + 207 + 1)": the step, and for RL its generation, update and refit / offload."""
+    t = plan.time
+    if plan.shape.kind == "sft":
+        return f"{t.total:,.0f} s"
+    return f"{t.total:,.0f} s ({t.generation:,.0f} + {t.update:,.0f} + {t.refit:,.0f})"
+
+
+def verdict(ranking: Ranking) -> str:
+    """Where the configured settings stand: the fastest, "fits but N x slower than ...", or do not fit."""
+    if ranking.rank is None:
+        return "as configured it does not fit" + ("; the fastest that fits is #1" if ranking.fastest else "")
+    if ranking.rank == 1:
+        return f"as configured: the fastest of {ranking.fitting} that fit"
+    best = ranking.fastest[0]
+    slower = (f"{ranking.slower:.2f} x slower" if ranking.slower >= 1.01
+              else f"{100 * (ranking.slower - 1):.1f}% slower")  # "1.00 x slower" would say nothing
+    return (f"as configured: rank {ranking.rank} of {ranking.fitting}; fits but {slower} "
+            f"than {layout_name(best.plan)} ({ranking.configured.time.total:,.0f} s vs {best.seconds:,.0f} s)")
+
+
+def describe_ranking(ranking: Ranking, prefix: str = "") -> list[str]:
+    """The fastest layouts that fit, each with its step time, memory and changes; and the verdict."""
+    kind = ranking.configured.shape.kind
+    head = "step s" if kind == "sft" else "step s (generation + update + refit/offload)"
+    lines = [f"  fastest layouts that fit ({head}; GiB per GPU update / generation):"]
+    for i, c in enumerate(ranking.fastest, 1):
+        p = c.plan
+        memory = " / ".join(f"{p.total(ph) / GIB:.1f}" for ph in p.phases)
+        host = f", host {p.host_bytes_per_node / GIB:,.0f} GiB per node" if p.host_bytes_per_node else ""
+        lines.append(f"    {i}. {layout_name(p)}: {step_text(p)}; {memory} GiB{host}; "
+                     + (overrides(c.changes, prefix) or "as configured"))
+    lines.append(f"  {verdict(ranking)}")
+    return lines
+
+
+def describe(name: str, plan: JobPlan, fixes: list[Fix], prefix: str = "", ranking: Ranking | None = None) -> str:
+    """The plan's table, whether it fits, the step time, the ranked fixes and (`ranking`) the fastest layouts
+    that fit (`prefix`: for override keys, e.g. "stages.stage1.")."""
     s = plan.shape
     a = s.arch
     lines = [f"{name} ({s.kind}): {a.family} {a.num_layers} layers, hidden {a.hidden_size}, "
@@ -65,6 +107,9 @@ def describe(name: str, plan: JobPlan, fixes: list[Fix], prefix: str = "") -> st
         t = plan.time
         lines.append(f"  step (estimate): generation {t.generation:,.0f} s + update {t.update:,.0f} s + "
                      f"refit/offload {t.refit:,.0f} s = {t.total:,.0f} s")
+    if plan.host_bytes_per_node:
+        lines.append(f"  host memory per node while generating: {plan.host_bytes_per_node / GIB:,.1f} GiB "
+                     f"(pinned optimizer copies of {min(s.gpus, GPUS_PER_NODE)} ranks)")
     if not plan.fits:
         if not fixes:
             lines.append("  no change of the settings searched makes it fit: more GPUs, or GPUs with more memory")
@@ -75,6 +120,8 @@ def describe(name: str, plan: JobPlan, fixes: list[Fix], prefix: str = "") -> st
                 step = f", step {p.time.total:,.0f} s" if p.time is not None else ""
                 lines.append(f"    {i}. {overrides(f.changes, prefix)}  ->  "
                              + ", ".join(f"{ph} {p.total(ph) / GIB:.1f}" for ph in p.phases) + f" GiB{step}")
+    if ranking is not None:
+        lines += describe_ranking(ranking, prefix)
     return "\n".join(lines)
 
 
@@ -84,13 +131,22 @@ def _phases(plan: JobPlan) -> dict[str, Any]:
         "fits": plan.fits,
         "per_gpu_bytes": {p: {**parts, "total": plan.total(p)} for p, parts in plan.phases.items()},
         "left_bytes": {p: plan.left(p) for p in plan.phases},
+        "host_bytes_per_node": plan.host_bytes_per_node,
         "step_seconds": None if plan.time is None else {
             "generation": plan.time.generation, "update": plan.time.update, "refit": plan.time.refit,
             "total": plan.time.total},
     }
 
 
-def as_json(name: str, plan: JobPlan, fixes: list[Fix]) -> dict[str, Any]:
+def ranking_json(ranking: Ranking | None) -> dict[str, Any] | None:
+    if ranking is None:
+        return None
+    return {"configured_rank": ranking.rank, "fitting": ranking.fitting, "slower_than_fastest": ranking.slower,
+            "verdict": verdict(ranking),
+            "fastest": [{"changes": c.changes, **_phases(c.plan)} for c in ranking.fastest]}
+
+
+def as_json(name: str, plan: JobPlan, fixes: list[Fix], ranking: Ranking | None = None) -> dict[str, Any]:
     """The same numbers as `describe`, with the assumptions and efficiencies named."""
     s = plan.shape
     best = fixes[0] if fixes else None
@@ -108,6 +164,7 @@ def as_json(name: str, plan: JobPlan, fixes: list[Fix]) -> dict[str, Any]:
                          "eager_decode_host_seconds_per_layer": EAGER_HOST_S_PER_LAYER,
                          "host_link_fraction": HOST_LINK_FRACTION, "source": "bench/RESULTS.md, H200, 2026-11-30"},
         "fixes": [{"changes": f.changes, **_phases(f.plan)} for f in fixes],
+        "ranking": ranking_json(ranking),
         "recommended": {"changes": {}, **_phases(plan)} if plan.fits or best is None
         else {"changes": best.changes, **_phases(best.plan)},
     }

@@ -14,7 +14,7 @@ from typing import Optional
 from nemo_lead.algorithms import LeadConfig
 from nemo_lead.config import setting
 from nemo_lead.data import PromptConfig
-from nemo_lead.generation import EngineConfig
+from nemo_lead.generation import EngineConfig, check_engine_layout
 from nemo_lead.verify import VerifyConfig
 
 from .actor_config import ActorConfig
@@ -104,6 +104,7 @@ class RLConfig(RunSettings):
         if self.old_logprobs not in OLD_LOGPROBS:
             raise ValueError(f"old_logprobs must be one of {list(OLD_LOGPROBS)}, got {self.old_logprobs!r}")
         self._check_lag()
+        check_engine_layout(self.engine, tp=self.actor.tp, pp=self.actor.pp)
         if self.lead.rollout_correction.enabled and self.engine.kind == "trtllm" and self.rollout.top_p < 1:
             raise ValueError(f"lead.rollout_correction.mode={self.lead.rollout_correction.mode} needs the engine's "
                              "untruncated log-probs, which engine.kind=trtllm cannot report with rollout.top_p < 1: "
