@@ -1,7 +1,9 @@
 """The `nemo-lead` command.
 
 Every subcommand takes `--config FILE` (repeatable; later files win) and `key=value` overrides, on top
-of its defaults: the fields of its config dataclass (one place per default, with its comment). `--print-config` shows the resolved configuration and exits.
+of its defaults: the fields of its config dataclass (one place per default, with its comment). `--print-config` shows
+the resolved configuration and exits; with `--explain` every key's default, allowed values and description
+(`nemo_lead.config_reference`, also `nemo-lead config CMD`).
 A few frequent keys also have flags (`nemo-lead eval --n 32` is `n=32`); flags and overrides are the
 same thing, so each `--help` lists which key a flag sets.
 
@@ -20,7 +22,10 @@ from importlib.metadata import PackageNotFoundError
 from importlib.metadata import version as package_version
 from pathlib import Path
 
+from omegaconf import OmegaConf
+
 from .config import ConfigError, load_config, to_yaml
+from .config_reference import ReferenceConfig, explain, write_reference
 from .procs import forked_children_die_with_us
 from .quiet import hide_import_noise
 
@@ -167,6 +172,18 @@ COMMANDS: dict[str, Command] = {
         epilog="Started as one process with tp x pp > 1 it runs itself on tp x pp local ranks; under torchrun\n"
         "or srun it uses the ranks it is given. Checkpoints load at any TP/PP, whatever layout wrote them.",
     ),
+    "config": Command(
+        help="The config reference: every key of a command (or of all) with its default, allowed values and "
+        "description; --markdown writes docs/config.md's tables.",
+        schema="nemo_lead.config_reference:ReferenceConfig",
+        runner="nemo_lead.cli:run_config_reference",
+        flags={"--out": "out"},
+        switches={"--markdown": "markdown"},
+        positional="command",
+        epilog="COMMAND: sft, rl, eval, run, ... (none: every command). docs/config.md is regenerated with\n"
+        "`nemo-lead config --markdown --out docs/config.md`. The same list with the values in use:\n"
+        "`nemo-lead CMD --print-config --explain [key=value ...]`.",
+    ),
 }
 
 
@@ -214,6 +231,8 @@ def _build_parser() -> argparse.ArgumentParser:
         p.add_argument("--config", action="append", default=[], metavar="FILE",
                        help="YAML file(s) applied on top of the defaults, in order")
         p.add_argument("--print-config", action="store_true", help="print the resolved configuration and exit")
+        p.add_argument("--explain", action="store_true",
+                       help="print every key's default, allowed values, description and value in use, and exit")
         for flag, key in cmd.flags.items():
             if flag in cmd.list_flags:
                 p.add_argument(flag, dest="flag:" + key, metavar="VALUE", nargs="+", help=f"same as {key}=[VALUE,...]")
@@ -233,6 +252,35 @@ def resolve_config(name: str, files: list[str], overrides: list[str], *, validat
     (`validate=False`: the merged settings without the checks of required keys, see `load_config`)."""
     schema = _load_attr(COMMANDS[name].schema)
     return load_config(schema, [Path(f) for f in files], overrides, validate=validate)
+
+
+def command_schemas(command: str | None = None) -> dict[str, type]:
+    """{command: its config dataclass} for every command with one (or just `command`), in `COMMANDS` order."""
+    names = [n for n, c in COMMANDS.items() if c.schema and n != "config"]
+    if command is not None:
+        if command not in names:
+            raise ValueError(f"command must be one of {', '.join(names)}, got {command!r}")
+        names = [command]
+    return {n: _load_attr(COMMANDS[n].schema) for n in names}
+
+
+def run_config_reference(cfg: ReferenceConfig) -> int:
+    """`nemo-lead config [COMMAND] [--markdown] [--out FILE]` (the command table lives here)."""
+    try:
+        schemas = command_schemas(cfg.command)
+    except ValueError as e:
+        print(f"nemo-lead config: {e}", file=sys.stderr)
+        return 2
+    return write_reference(cfg, schemas)
+
+
+def _print_config(name: str, cfg, with_reference: bool) -> None:
+    """`--print-config`: the resolved settings as YAML, or (`--explain`) the command's reference with them."""
+    if not with_reference:
+        print(to_yaml(cfg), end="")
+        return
+    values = OmegaConf.to_container(cfg if OmegaConf.is_config(cfg) else OmegaConf.structured(cfg), resolve=False)
+    print(explain(_load_attr(COMMANDS[name].schema), values), end="")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -255,8 +303,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 2
+    args.print_config = args.print_config or args.explain  # --explain alone means --print-config --explain
     if cmd.schema is None or cmd.runner is None:
-        print(f"nemo-lead {args.command}: not built yet in this version (see the README support matrix)",
+        print(f"nemo-lead {args.command}: not built yet in this version (see docs/support.md)",
               file=sys.stderr)
         return 3
     flag_overrides = [f"{k[5:]}={json.dumps(v) if isinstance(v, list) else v}"
@@ -268,14 +317,14 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as e:
         if args.print_config and e.check:
             # show the settings anyway (e.g. `nemo-lead submit --print-config` before choosing a target)
-            print(to_yaml(resolve_config(args.command, args.config, flag_overrides + args.overrides, validate=False)),
-                  end="")
+            merged = resolve_config(args.command, args.config, flag_overrides + args.overrides, validate=False)
+            _print_config(args.command, merged, args.explain)
             print(f"nemo-lead {args.command}: not runnable as given: {e}", file=sys.stderr)
             return 0
         print(f"nemo-lead {args.command}: config error: {e}", file=sys.stderr)
         return 2
     if args.print_config:
-        print(to_yaml(cfg), end="")
+        _print_config(args.command, cfg, args.explain)
         return 0
     hide_import_noise()
     forked_children_die_with_us()

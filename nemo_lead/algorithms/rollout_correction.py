@@ -58,7 +58,7 @@ importance-sampling correction and seq-mask-tis; slime `--use-tis`.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -72,8 +72,8 @@ METRIC_KEYS = ("rollout_correction/token_frac", "rollout_correction/seq_frac", "
 class RolloutCorrectionConfig:
     """`lead.rollout_correction`: see the module docstring."""
 
-    mode: str = "none"  # none | tis | seq_tis | mis
-    level: str = "token"  # read by mis only: mask tokens or whole sequences whose ratio leaves [1/C, C]
+    mode: str = field(default="none", metadata={"choices": MODES})  # none | tis | seq_tis | mis
+    level: str = field(default="token", metadata={"choices": LEVELS})  # read by mis only: mask tokens or whole sequences whose ratio leaves [1/C, C]
     threshold: float = 2.0  # C (verl's default rollout_is_threshold); > 1
 
     def __post_init__(self) -> None:

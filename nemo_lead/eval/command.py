@@ -18,6 +18,7 @@ from pathlib import Path
 
 from nemo_lead.parallel import check_layout, detect_launch, model_shape
 from nemo_lead.parallel.local import run_command
+from nemo_lead.tracking import import_wandb
 
 from .config import EvalConfig
 from .report import compare_markdown
@@ -32,6 +33,8 @@ def _preflight(cfg: EvalConfig) -> None:
     check_prompt_lengths(cfg, prep)
     if launch.rank == 0:
         SampleStore.open(prep.out, prep.settings, write=False, problems=prep.datasets)
+        if cfg.wandb.enabled:
+            import_wandb()  # a missing client fails here, before the model loads
 
 
 def run_compare(runs: list[str], out: str | None) -> int:

@@ -39,6 +39,7 @@ from nemo_lead.parallel.local import JobError
 from nemo_lead.progress import LoopProgress
 from nemo_lead.quiet import backend_note, hide_import_noise
 from nemo_lead.runtime.signals import StopRequest, install_stop_handlers
+from nemo_lead.tracking import open_tracker
 
 from .actor import build_actor
 from .checkpoint import load_actor_state, resume_point, save_actor_state
@@ -142,6 +143,7 @@ def start_run(cfg: Any, name: str, total_steps: int, log_names: tuple[str, ...] 
         latest, weights_only = resume_point(cfg.out, total_steps)
         step = int(latest.name.split("_")[-1]) if latest is not None else 0
         folder.prepare(cfg, inputs, step=step)
+        folder.tracker = open_tracker(getattr(cfg, "wandb", None), cfg.out, cfg, job_type=name)
         return latest, weights_only
 
     latest, weights_only = _on_writer_then_share(info, open_folder)

@@ -107,6 +107,7 @@ class RunFolder:
         self.writer = writer
         self.use_tb = tensorboard
         self._tb = None
+        self.tracker = None  # a nemo_lead.tracking.Tracker when wandb.enabled (rank 0)
 
     # ------------------------------------------------------------------ opening
     def holds_steps(self) -> bool:
@@ -193,6 +194,13 @@ class RunFolder:
                 if k != "step" and isinstance(v, (int, float)) and not isinstance(v, bool):
                     tb.add_scalar(k, v, step)
             tb.flush()
+        if self.tracker is not None:
+            self.tracker.log(row)
+
+    def log_table(self, name: str, rows: list[dict[str, Any]], step: int) -> None:
+        """Rows (validation lines) as a W&B table, when the run logs to W&B."""
+        if self.writer and self.tracker is not None:
+            self.tracker.table(name, rows, step)
 
     def append(self, name: str, rows: list[dict[str, Any]]) -> None:
         """Append JSON lines to RUN/name (flushed: a killed process leaves at most a torn last line)."""
@@ -220,6 +228,9 @@ class RunFolder:
         if self._tb is not None:
             self._tb.close()
             self._tb = None
+        if self.tracker is not None:
+            self.tracker.finish()
+            self.tracker = None
 
 
 def read_done(run_dir: str | os.PathLike) -> dict[str, Any] | None:

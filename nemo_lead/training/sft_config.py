@@ -37,7 +37,7 @@ class SFTDataConfig:
     fields: dict[str, str] = field(default_factory=dict)  # column names: problem / response / messages / id
     max_seq_len: int = 4096  # tokens per packed row (and the longest trace kept)
     pack: bool = True  # several traces per row (attention and positions restart per trace)
-    overlong: str = "drop"  # traces longer than max_seq_len: drop | truncate (counted and reported)
+    overlong: str = setting("drop", choices=OVERLONG_CHOICES)  # traces longer than max_seq_len: drop | truncate (counted and reported)
     limit: Optional[int] = None  # first N traces (smoke runs)
 
 

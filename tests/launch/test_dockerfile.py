@@ -66,15 +66,15 @@ def test_every_build_arg_is_used_and_the_base_is_one():
 
 def test_readme_names_the_pinned_images():
     """The image tags the Dockerfile pins (the default base and the TensorRT-LLM one in its header) are the
-    ones README's "Running on a cluster" tells users to build on."""
+    ones docs/cluster.md ("1. The image") tells users to build on."""
     pinned = set(re.findall(r"nvcr\.io/nvidia/[\w./-]+:[\w.-]+", DOCKERFILE.read_text()))
     assert {"nvcr.io/nvidia/pytorch:25.09-py3", "nvcr.io/nvidia/tensorrt-llm/release:1.2.1"} <= pinned
-    readme = (ROOT / "README.md").read_text()
-    section = readme.split("## Running on a cluster", 1)
-    assert len(section) == 2, "README has no 'Running on a cluster' section"
-    cluster = section[1].split("\n## ", 1)[0]
+    page = (ROOT / "docs" / "cluster.md").read_text()
+    section = page.split("## 1. The image", 1)
+    assert len(section) == 2, "docs/cluster.md has no '1. The image' section"
+    image_section = section[1].split("\n## ", 1)[0]
     for image in pinned:
-        assert image in cluster, f"README 'Running on a cluster' does not name {image}"
+        assert image in image_section, f"docs/cluster.md '1. The image' does not name {image}"
 
 
 def _pins(path: Path) -> dict[str, str]:
