@@ -165,6 +165,16 @@ COMMANDS: dict[str, Command] = {
         epilog="Started as one process with tp x pp > 1 it runs itself on tp x pp local ranks; under torchrun\n"
         "or srun it uses the ranks it is given. Checkpoints load at any TP/PP, whatever layout wrote them.",
     ),
+    "check": Command(
+        help="Verify the checkpoints of a run folder (or one checkpoint, or a `nemo-lead run` folder's stages) "
+        "against their manifests: sizes and CRC-32 of every file.",
+        schema="nemo_lead.training.check_run:CheckConfig",
+        runner="nemo_lead.training.check_run:run_check",
+        positional="path",
+        switches={"--seal": "seal"},
+        epilog="Exit 0: all intact; 1: one is damaged (a resume sets it aside and continues from the newest intact\n"
+        "one); 2: no checkpoint there. --seal writes a manifest for checkpoints saved before manifests.",
+    ),
 }
 
 

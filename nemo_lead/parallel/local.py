@@ -129,10 +129,15 @@ def run_local(
     return [out[r] for r in range(world_size)]
 
 
+# the stop signals of `nemo_lead.runtime.signals`: SIGHUP is a closed terminal (ssh dropped, tmux killed)
+FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT, signal.SIGHUP)
+
+
 def _forward_stop_signals(procs: Sequence[mp.process.BaseProcess]) -> dict:
-    """SIGTERM / SIGUSR1 / SIGINT sent to the launcher go on to every rank (each runs in its own process
-    group, so a terminal's Ctrl-C or a scheduler's signal would otherwise reach the launcher alone): the ranks'
-    loops then finish their step and checkpoint (`nemo_lead.runtime.signals`). Returns the previous handlers."""
+    """SIGTERM / SIGUSR1 / SIGINT / SIGHUP sent to the launcher go on to every rank (each runs in its own process
+    group, so a terminal's Ctrl-C or hang-up or a scheduler's signal would otherwise reach the launcher alone):
+    the ranks' loops then finish their step and checkpoint (`nemo_lead.runtime.signals`). Returns the previous
+    handlers."""
     if threading.current_thread() is not threading.main_thread():
         return {}
 
@@ -144,7 +149,7 @@ def _forward_stop_signals(procs: Sequence[mp.process.BaseProcess]) -> dict:
                 except ProcessLookupError:
                     pass
 
-    return {sig: signal.signal(sig, forward) for sig in (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)}
+    return {sig: signal.signal(sig, forward) for sig in FORWARDED_SIGNALS}
 
 
 def run_command(

@@ -32,6 +32,7 @@ from typing import Any
 
 from nemo_lead.config import ConfigError, drop_keys, keys_where, save_config
 from nemo_lead.files import write_json
+from nemo_lead.training.run_lock import lock_folder
 
 from .config import RunConfig, Stage, eval_row_config, load_recipe, resolve_stage
 from .kinds import run_function
@@ -183,7 +184,7 @@ def run_recipe(cfg: RunConfig) -> int:
             print_plan(recipe, cfg, state)
             return 0
         if is_writer():
-            out.mkdir(parents=True, exist_ok=True)
+            lock_folder(out)  # one `nemo-lead run` per OUT (each SFT / RL stage locks its own folder too)
             save_config(cfg, out / "run.yaml")
         todo = [recipe.stage(cfg.only)] if cfg.only else recipe.stages
         if check_recipe(cfg, [s.name for s in todo], done_outputs(state)):  # on GPUs: every stage fits
