@@ -23,6 +23,7 @@ from pathlib import Path
 from .config import ConfigError, load_config, to_yaml
 from .procs import forked_children_die_with_us
 from .quiet import hide_import_noise
+from .runtime.signals import hold_stop_signals
 
 
 @dataclass(frozen=True)
@@ -285,6 +286,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.print_config:
         print(to_yaml(cfg), end="")
         return 0
+    if args.command in LONG_COMMANDS:
+        hold_stop_signals()  # a signal during the imports and the start stops the run after its first step
     hide_import_noise()
     forked_children_die_with_us()
     result = _load_attr(cmd.runner)(cfg)

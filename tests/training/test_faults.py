@@ -257,3 +257,26 @@ def test_the_local_launcher_forwards_hup_to_every_rank(tmp_path):
 
     threading.Thread(target=hang_up, daemon=True).start()
     assert run_distributed(_wait_for_stop, 2, str(tmp_path), timeout=120) == ["SIGHUP", "SIGHUP"]
+
+
+def test_a_signal_before_the_handlers_is_held_until_they_exist(capsys):
+    from nemo_lead.runtime import signals
+
+    before = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1)}
+    signal.signal(signal.SIGUSR1, signal.SIG_IGN)  # as the submit scripts start a rank: stays ignored
+    try:
+        signals.hold_stop_signals()
+        assert signal.getsignal(signal.SIGUSR1) is signal.SIG_IGN
+        os.kill(os.getpid(), signal.SIGINT)  # during the imports: held, no KeyboardInterrupt
+        os.kill(os.getpid(), signal.SIGTERM)  # a second, other signal changes nothing
+        assert signals.held_stop_signal() == "SIGINT" and "SIGINT received while starting" in capsys.readouterr().err
+        with pytest.raises(SystemExit) as stopped:  # a second Ctrl-C: the start ends now, status 130
+            os.kill(os.getpid(), signal.SIGINT)
+        assert stopped.value.code == 130
+        stop = signals.install_stop_handlers()
+        assert stop.signal_name == "SIGINT" and signals.held_stop_signal() is None  # the loop stops after a step
+        stop.uninstall()
+    finally:
+        signals._held.clear()
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
