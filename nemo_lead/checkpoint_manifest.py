@@ -32,6 +32,8 @@ from nemo_lead.files import write_atomic
 MANIFEST_FILE = "manifest.json"
 MANIFEST_FORMAT = 1
 DAMAGED_PREFIX = ".damaged-"
+NO_MANIFEST = (f"no {MANIFEST_FILE} (written by a nemo-lead from before manifests, or the file was deleted; "
+               "`nemo-lead check RUN --seal` writes one for the files as they are)")
 _CHUNK = 8 << 20
 _OWNED = (re.compile(r"^__(\d+)_\d+\.distcp$"), re.compile(r"^rank_(\d+)\.pt$"))
 
@@ -90,8 +92,7 @@ def read_manifest(folder: str | Path) -> dict[str, dict[str, Any]]:
         if data.get("format") != MANIFEST_FORMAT or not isinstance(files, dict):
             raise ValueError(f"format {data.get('format')}")
     except FileNotFoundError:
-        raise CheckpointDamaged(folder, [f"no {MANIFEST_FILE} (a save that did not finish, or a checkpoint "
-                                         "written before nemo-lead kept manifests)"]) from None
+        raise CheckpointDamaged(folder, [NO_MANIFEST]) from None
     except (OSError, ValueError, KeyError, TypeError, UnicodeDecodeError) as e:
         raise CheckpointDamaged(folder, [f"{MANIFEST_FILE} is unreadable ({e})"]) from None
     return files

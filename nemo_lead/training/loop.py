@@ -30,7 +30,7 @@ from typing import Any, Union
 import torch.distributed as dist
 from torch.distributed.checkpoint.api import CheckpointException
 
-from nemo_lead.checkpoint_manifest import damaged_checkpoints, set_aside
+from nemo_lead.checkpoint_manifest import NO_MANIFEST, damaged_checkpoints, set_aside
 from nemo_lead.checkpoint_meta import checkpoint_dir, latest_checkpoint
 from nemo_lead.data import prompt_settings, resolve_prompt
 from nemo_lead.data.traces import check_vocab_covers
@@ -211,6 +211,8 @@ def _intact_resume_point(info, run_dir: str, total_steps: int) -> tuple[Path | N
             if not bad:
                 break
             newest = latest
+        if bad == [NO_MANIFEST]:  # not damaged, unverifiable: not loaded, not moved either
+            raise ValueError(f"{newest}: {NO_MANIFEST}; it was not loaded")
         aside = _on_writer_then_share(info, lambda path=newest, problems=bad: set_aside(path, problems))
         damaged.append((newest, aside, bad))
     if latest is None:

@@ -96,7 +96,6 @@ DAMAGE = [  # (file of the newest checkpoint, how, what the check says)
     ("meta.json", _truncate, "bytes, the manifest"),
     ("tokenizer/tokenizer.json", Path.unlink, "is missing"),
     (MANIFEST_FILE, _truncate, "manifest.json is unreadable"),
-    (MANIFEST_FILE, Path.unlink, "no manifest.json"),
 ]
 
 
@@ -119,6 +118,16 @@ def test_each_damaged_part_is_found_and_the_resume_takes_the_newest_intact_check
         assert aside.name == ".damaged-step_000004" and aside.is_dir()
         assert any(said in p for p in problems) and any(rel in p for p in problems), problems
         assert said in (aside / "DAMAGED.txt").read_text()
+    # no manifest (a checkpoint from before manifests): not loaded, not moved; --seal makes it loadable
+    case = tmp_path / "unsealed"
+    shutil.copytree(run, case)
+    (case / "checkpoints" / "step_000004" / MANIFEST_FILE).unlink()
+    with pytest.raises(ValueError, match="step_000004: no manifest.json .* --seal"):
+        _intact_resume_point(ONE_PROCESS, str(case), 4)
+    assert main(["check", str(case)]) == 1 and "step_000004: DAMAGED: no manifest.json" in capsys.readouterr().out
+    assert main(["check", str(case), "--seal"]) == 0 and "step_000004: sealed" in capsys.readouterr().out
+    assert read_manifest(case / "checkpoints" / "step_000004") == manifest
+    assert _intact_resume_point(ONE_PROCESS, str(case), 4)[0] == case / "checkpoints" / "step_000004"
     # `nemo-lead check` reads the same: damaged before a resume, intact (and the one set aside) after
     case = tmp_path / "checked"
     shutil.copytree(run, case)
