@@ -289,3 +289,23 @@ def test_a_signal_before_the_handlers_is_held_until_they_exist(capsys):
         signals._held.clear()
         for sig, handler in before.items():
             signal.signal(sig, handler)
+
+
+def test_without_file_locks_a_lease_names_the_holder_and_a_stale_one_is_taken_over(tmp_path, monkeypatch):
+    from nemo_lead.training import run_lock
+
+    def no_locks(fd, op):
+        raise OSError(errno.ENOLCK, "No locks available")  # a Lustre mount without -o flock
+
+    monkeypatch.setattr(run_lock.fcntl, "lockf", no_locks)
+    held, stale = tmp_path / "held", tmp_path / "stale"
+    for folder in (held, stale):
+        folder.mkdir()
+        (folder / run_lock.LOCK_FILE).write_text(json.dumps({"host": "node7", "pid": 4242, "since": "then",
+                                                             "command": "nemo-lead rl"}))
+    with pytest.raises(run_lock.FolderInUse, match="in use by pid 4242 on node7 .*a lease"):
+        run_lock.lock_folder(held)
+    old = time.time() - run_lock.LEASE_S - 5
+    os.utime(stale / run_lock.LOCK_FILE, (old, old))  # its holder stopped renewing it: taken over
+    run_lock.lock_folder(stale)
+    assert json.loads((stale / run_lock.LOCK_FILE).read_text())["pid"] == os.getpid()
