@@ -23,7 +23,7 @@ from pathlib import Path
 from .config import ConfigError, load_config, to_yaml
 from .procs import forked_children_die_with_us
 from .quiet import hide_import_noise
-from .runtime.signals import hold_stop_signals
+from .runtime.signals import hold_stop_signals, release_stop_signals
 
 
 @dataclass(frozen=True)
@@ -286,11 +286,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.print_config:
         print(to_yaml(cfg), end="")
         return 0
-    if args.command in LONG_COMMANDS:
-        hold_stop_signals()  # a signal during the imports and the start stops the run after its first step
+    # a signal during the imports and the start stops the run after its first step
+    held = hold_stop_signals() if args.command in LONG_COMMANDS else {}
     hide_import_noise()
     forked_children_die_with_us()
-    result = _load_attr(cmd.runner)(cfg)
+    try:
+        result = _load_attr(cmd.runner)(cfg)
+    finally:
+        release_stop_signals(held)  # main() called from Python leaves the caller's handlers as they were
     return int(result or 0)
 
 

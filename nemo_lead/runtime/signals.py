@@ -139,17 +139,27 @@ def install_stop_handlers() -> StopRequest:
 _held: list[str] = []  # the stop signal received before the handlers existed (at most one)
 
 
-def hold_stop_signals() -> None:
+def hold_stop_signals() -> dict:
     """Main thread, first thing a command does: a stop signal that comes before `install_stop_handlers`
     (seconds of imports, loading a model) is held, and the loop stops after its first step as if the signal had
     come then; a second SIGINT ends the start at once, exit 130, without a traceback. Signals set to be ignored
-    (`nohup`, the submit scripts' `trap '' USR1`) stay ignored."""
+    (`nohup`, the submit scripts' `trap '' USR1`) stay ignored. Returns the handlers it replaced
+    (`release_stop_signals`)."""
     if threading.current_thread() is not threading.main_thread():
-        return
+        return {}
+    previous = {}
     for name in STOP_SIGNALS:
         sig = getattr(signal, name)
         if signal.getsignal(sig) is not signal.SIG_IGN:
-            signal.signal(sig, _hold)
+            previous[sig] = signal.signal(sig, _hold)
+    return previous
+
+
+def release_stop_signals(previous: dict) -> None:
+    """Back to the handlers `hold_stop_signals` replaced (its return value); a held signal is dropped."""
+    for sig, handler in previous.items():
+        signal.signal(sig, handler)
+    _held.clear()
 
 
 def held_stop_signal() -> str | None:

@@ -274,7 +274,8 @@ def test_a_signal_before_the_handlers_is_held_until_they_exist(capsys):
     before = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1)}
     signal.signal(signal.SIGUSR1, signal.SIG_IGN)  # as the submit scripts start a rank: stays ignored
     try:
-        signals.hold_stop_signals()
+        held = signals.hold_stop_signals()
+        assert signal.SIGUSR1 not in held and held[signal.SIGTERM] is before[signal.SIGTERM]
         assert signal.getsignal(signal.SIGUSR1) is signal.SIG_IGN
         os.kill(os.getpid(), signal.SIGINT)  # during the imports: held, no KeyboardInterrupt
         os.kill(os.getpid(), signal.SIGTERM)  # a second, other signal changes nothing
