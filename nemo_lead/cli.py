@@ -28,6 +28,7 @@ from .config import ConfigError, load_config, to_yaml
 from .config_reference import ReferenceConfig, explain, write_reference
 from .procs import forked_children_die_with_us
 from .quiet import hide_import_noise
+from .runtime.signals import hold_stop_signals, release_stop_signals
 
 
 @dataclass(frozen=True)
@@ -184,6 +185,16 @@ COMMANDS: dict[str, Command] = {
         "`nemo-lead config --markdown --out docs/config.md`. The same list with the values in use:\n"
         "`nemo-lead CMD --print-config --explain [key=value ...]`.",
     ),
+    "check": Command(
+        help="Verify the checkpoints of a run folder (or one checkpoint, or a `nemo-lead run` folder's stages) "
+        "against their manifests: sizes and CRC-32 of every file.",
+        schema="nemo_lead.training.check_run:CheckConfig",
+        runner="nemo_lead.training.check_run:run_check",
+        positional="path",
+        switches={"--seal": "seal"},
+        epilog="Exit 0: all intact; 1: one is damaged (a resume sets it aside and continues from the newest intact\n"
+        "one); 2: no checkpoint there. --seal writes a manifest for checkpoints saved before manifests.",
+    ),
 }
 
 
@@ -326,9 +337,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.print_config:
         _print_config(args.command, cfg, args.explain)
         return 0
+    # a signal during the imports and the start stops the run after its first step
+    held = hold_stop_signals() if args.command in LONG_COMMANDS else {}
     hide_import_noise()
     forked_children_die_with_us()
-    result = _load_attr(cmd.runner)(cfg)
+    try:
+        result = _load_attr(cmd.runner)(cfg)
+    finally:
+        release_stop_signals(held)  # main() called from Python leaves the caller's handlers as they were
     return int(result or 0)
 
 

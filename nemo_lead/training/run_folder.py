@@ -6,6 +6,8 @@
     RUN/metrics.jsonl          one JSON object per step, key "step" first
     RUN/tb/                    TensorBoard event files (the same scalars, under the same names)
     RUN/checkpoints/step_N/    training checkpoints (`nemo_lead.training.checkpoint`); the last K are kept
+    RUN/checkpoints/.damaged-step_N/  one that did not match its manifest, set aside by a resume
+    RUN/.lock                  held by the process that writes the folder (`nemo_lead.training.run_lock`)
     RUN/done.json              {"step", "checkpoint"}: written when the run has done all its steps
     RUN/data.json              sft: what the data loader kept (traces dropped / truncated, held out)
     RUN/problem_stats.jsonl    rl: per problem per visit: samples, correct, mean length (stage-2 selection)

@@ -270,3 +270,25 @@ def test_rollout_accuracy_sums_visits_and_names_bad_lines(tmp_path):
     path.write_text('{"id": "a"}\n' + json.dumps(rows[0]) + "\n")
     with pytest.raises(DataError, match=r"problem_stats.jsonl:1: expected"):
         rollout_accuracy(tmp_path)
+
+
+def test_a_finished_stage_whose_input_files_changed_runs_again(setup, capsys):
+    recipe, out, calls, _ = setup
+    assert run(recipe, out) == 0
+    capsys.readouterr()
+    calls.clear()
+    problems = recipe.parent / "problems.jsonl"
+    problems.write_text(problems.read_text().replace('"answer": "5"', '"answer": "five"'))  # same path, new content
+    assert run(recipe, out, "dry_run=true") == 0
+    plan = capsys.readouterr().out
+    assert "sft            sft      rerun (inputs)" in plan and "data1          select   rerun (inputs)" in plan
+    assert calls == []
+    assert run(recipe, out) == 0
+    err = capsys.readouterr().err
+    assert "stage sft (sft): its inputs changed since it finished (data.path); running it again" in err
+    assert "stage data1 (select): its inputs changed since it finished (problems[0])" in err
+    assert [name for name, _ in calls][:2] == ["sft", "rl1"]  # rl1 reads data1's output, which changed with it
+    calls.clear()
+    assert run(recipe, out) == 0 and calls == []  # recorded: done again for the new content
+    capsys.readouterr()
+    assert run(recipe, out, "dry_run=true") == 0 and set(_planned(capsys.readouterr().out).values()) == {"done"}

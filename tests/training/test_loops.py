@@ -87,8 +87,8 @@ def test_sft_final_checkpoint_weights_only(data, tmp_path, capsys):
     res = run_cli(args)
     assert res.returncode == 0, res.stderr
     full, final = out / "checkpoints" / "step_000004", out / "checkpoints" / "step_000008"
-    assert sorted(p.name for p in full.iterdir()) == ["meta.json", "model", "optim", "rng", "tokenizer"]
-    assert sorted(p.name for p in final.iterdir()) == ["meta.json", "model", "tokenizer"]
+    assert sorted(p.name for p in full.iterdir()) == ["manifest.json", "meta.json", "model", "optim", "rng", "tokenizer"]
+    assert sorted(p.name for p in final.iterdir()) == ["manifest.json", "meta.json", "model", "tokenizer"]
     assert read_checkpoint_meta(final)["parts"] == ["model"] and read_checkpoint_meta(final)["prompt"]["suffix"] == ""
     assert 2.5 * folder_size(final / "model") < folder_size(full) < 3.5 * folder_size(final / "model")  # Adam: two moments per weight
     assert json.loads((out / "done.json").read_text())["checkpoint"] == str(final)
