@@ -11,7 +11,6 @@ import pytest
 import yaml
 
 from nemo_lead.algorithms import Outcome
-from nemo_lead.pipeline.recipe import recipes_dir
 from nemo_lead.data import STAGE1_DIFFICULTY, filter_by_bound, format_prompt, load_problems
 from nemo_lead.data.demo_task import (
     DEMO_EXTRA_TOKENS,
@@ -34,6 +33,7 @@ from nemo_lead.data.demo_task import (
     write_demo_data,
 )
 from nemo_lead.models.tiny import char_tokenizer
+from nemo_lead.pipeline.recipe import recipes_dir
 from nemo_lead.verify import MathVerifier
 
 SMALL = {"sft_traces": 1500, "rl_stage1": 400, "rl_stage2_extra": 100}
