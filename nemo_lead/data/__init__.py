@@ -55,6 +55,7 @@ __all__ = [
     "filter_by_bound",
     "filter_evaluable_answers",
     "parse_bound",
+    "problem_key",
     "fit_traces",
     "format_prompt",
     "load_problems",
