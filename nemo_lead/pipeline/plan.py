@@ -30,6 +30,7 @@ from nemo_lead.plan.settings import PlanSettings
 
 from .config import RunConfig, load_recipe, resolve_stage
 from .kinds import KINDS, schema
+from .preflight import recipe_conflicts, report
 from .recipe import find_recipe
 
 PLANNED_KINDS = ("sft", "rl")
@@ -169,6 +170,13 @@ def run_plan(cfg: PlanConfig) -> int:
 
     try:
         jobs = jobs_of(cfg)
+        recipe = _recipe_file(cfg.target) if cfg.command is None else None
+        if recipe is not None:
+            run = RunConfig(recipe=str(recipe), paths=dict(cfg.paths), stages=dict(cfg.stages))
+            found = recipe_conflicts(run, world={j.name: cfg.gpus for j in jobs}, names=[cfg.stage] if cfg.stage else None,
+                                     missing_ok=True)
+            if report("plan", *found, sys.stderr):
+                return 2
         gpu = _gpu(cfg.plan)
         results, texts = [], []
         for job in jobs:
@@ -226,6 +234,14 @@ def check_submit(cfg: Any, plans: list[Any]) -> int:
     from nemo_lead.plan.timing import gpu_named
 
     settings = cfg.plan
+    if cfg.command in (None, "run"):
+        job = dict(cfg.job)
+        run = RunConfig(recipe=str(find_recipe(cfg.target)), paths=dict(job.get("paths") or {}),
+                        stages=dict(job.get("stages") or {}))
+        ranks = {p.name: p.nodes * p.tasks_per_node for p in plans}
+        found = recipe_conflicts(run, world=ranks.get("recipe", ranks), prefix="job.stages.", missing_ok=True)
+        if report("submit", *found, sys.stderr):
+            return 2
     sized = [p for p in plans if p.gpus_per_node > 0]
     if settings.check == "off" or not sized:
         return 0

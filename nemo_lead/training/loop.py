@@ -119,11 +119,12 @@ def content_digest(rows: list) -> str:
 
 
 def start_run(cfg: Any, name: str, total_steps: int, log_names: tuple[str, ...] = (), *, source: Any,
-              tokenizer: Any = None, inputs: dict[str, str] | None = None) -> Run:
+              tokenizer: Any = None, inputs: dict[str, str] | None = None, layer_spec: str | None = None) -> Run:
     """Collective: set up the parallel state and the actor, open the run folder, resume from its latest
     checkpoint when it has one. `log_names`: the loop's per-step JSONL logs to cut
     back on resume; `tokenizer`: the run's tokenizer when the caller already loaded it; `inputs`: content
-    hashes of the data (RUN/inputs.json). `source`: from `resolve_model`."""
+    hashes of the data (RUN/inputs.json). `source`: from `resolve_model`. `layer_spec`: the spec the actor is
+    built with where the loop resolves the config's `auto` (SFT's packed traces); the config keeps `auto`."""
     hide_import_noise()
 
 
@@ -145,7 +146,8 @@ def start_run(cfg: Any, name: str, total_steps: int, log_names: tuple[str, ...] 
         return latest, weights_only
 
     latest, weights_only = _on_writer_then_share(info, open_folder)
-    actor_cfg = dataclasses.replace(cfg.actor, optim=cfg.actor.optim.for_run(total_steps))
+    actor_cfg = dataclasses.replace(cfg.actor, optim=cfg.actor.optim.for_run(total_steps),
+                                    layer_spec=layer_spec or cfg.actor.layer_spec)
     actor = build_actor(actor_cfg, info)
     progress = LoopProgress(name, total_steps, mode=cfg.progress, active=info.rank == 0,
                             on_lost_output=lambda: stop.request("SIGPIPE"))
