@@ -36,7 +36,8 @@ class Command:
     # other spellings of a flag. `--n` stays for a bare `nemo-lead ...`; under torchrun it cannot be used, because
     # torchrun's parser reads it as an ambiguous abbreviation of its own --nnodes / --nproc-per-node / ...
     aliases: dict[str, tuple[str, ...]] = field(default_factory=dict)
-    positional: str | None = None  # dotted key set by one bare argument (`nemo-lead run RECIPE`)
+    # dotted key(s) set by the bare arguments, in order (`nemo-lead run RECIPE`, `nemo-lead prepare deepscaler SRC`)
+    positional: str | tuple[str, ...] | None = None
     switches: dict[str, str] = field(default_factory=dict)  # --flag without a value -> dotted key set to true
     epilog: str = ""
 
@@ -92,6 +93,16 @@ COMMANDS: dict[str, Command] = {
         "Rerunning into the same --out skips finished stages and resumes an interrupted one. Paths and stage\n"
         "settings: paths.KEY=VALUE, stages.NAME.KEY=VALUE; --print-config shows every stage resolved,\n"
         "--dry-run lists the stages and their status.",
+    ),
+    "prepare": Command(
+        help="Problem files for the recipes from a public release: `prepare deepscaler SRC --out DIR` writes "
+        "DIR/deepscaler.jsonl (paths.deepscaler) with problem / answer / difficulty, printing the counts.",
+        schema="nemo_lead.data.deepscaler:PrepareDataConfig",
+        runner="nemo_lead.data.deepscaler:run_prepare",
+        flags={"--out": "out"},
+        positional=("dataset", "source"),
+        epilog="SRC: the folder of the DeepScaleR release's training files (deepscaler/data/train: amc.json,\n"
+        "omni_math.json, aime.json, still.json, math.json), the files the GRPO-LEAD authors read. See docs/data.md.",
     ),
     "plan": Command(
         help="Memory and time plan of a recipe's SFT / RL stages or a command's config on N GPUs, per GPU and "
@@ -248,12 +259,13 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [a for a in extra if a.startswith("-") or "=" not in a]
     cmd = COMMANDS.get(args.command) if args.command else None
     bare = [a for a in [*(getattr(args, "overrides", None) or []), *unknown] if not a.startswith("-") and "=" not in a]
-    if cmd is not None and cmd.positional and len(bare) == 1:
-        # `nemo-lead run RECIPE key=value ...`: the one bare word is the positional key's value
-        args.overrides = [a for a in (getattr(args, "overrides", None) or []) if a != bare[0]]
-        extra = [a for a in extra if a != bare[0]]
-        unknown = [a for a in unknown if a != bare[0]]
-        extra.append(f"{cmd.positional}={bare[0]}")
+    keys = (cmd.positional,) if cmd is not None and isinstance(cmd.positional, str) else (cmd and cmd.positional) or ()
+    if keys and len(bare) == len(keys):
+        # `nemo-lead run RECIPE key=value ...`: the bare words are the positional keys' values
+        args.overrides = [a for a in (getattr(args, "overrides", None) or []) if a not in bare]
+        extra = [a for a in extra if a not in bare]
+        unknown = [a for a in unknown if a not in bare]
+        extra += [f"{k}={v}" for k, v in zip(keys, bare)]
     if unknown:
         parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     args.overrides = [*(getattr(args, "overrides", None) or []), *extra]
