@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import importlib.resources
 import os
 import typing
 from collections.abc import Iterable, Sequence
@@ -146,13 +147,19 @@ def drop_keys(data: dict, keys: Iterable[str]) -> dict:
 
 # ----------------------------------------------------------------------------- locations
 def repo_root() -> Path:
-    """The checkout this package runs from (editable install), used to find `conf/` and `recipes/`."""
+    """The folder above the package: the checkout in an editable install (bench/, scripts/, tests/)."""
     return Path(__file__).resolve().parent.parent
 
 
+def package_data(name: str) -> Path:
+    """A data folder shipped inside the package (`recipes`, `conf`): found the same way in a checkout and in a
+    wheel install, through importlib.resources (the checkout's top-level `recipes/` and `conf/` link here)."""
+    return Path(str(importlib.resources.files("nemo_lead").joinpath(name)))
+
+
 def conf_dir() -> Path:
-    """Default-config folder: $NEMO_LEAD_CONF, else `conf/` of the checkout."""
-    return Path(os.environ.get("NEMO_LEAD_CONF", repo_root() / "conf"))
+    """Default-config folder: $NEMO_LEAD_CONF, else the package's `conf/` (model presets under conf/model)."""
+    return Path(os.environ.get("NEMO_LEAD_CONF", package_data("conf")))
 
 
 # ----------------------------------------------------------------------------- one source of settings

@@ -1,6 +1,6 @@
 """`nemo-lead eval`: the paper's evaluation of a HF folder or a nemo-lead checkpoint, resumable.
 
-    nemo-lead eval --model DIR --data aime24,aime25 --n 32 --temperature 0.6 --top-p 0.95 --max-tokens 14336
+    nemo-lead eval --model DIR --data aime24,aime25 --samples 32 --temperature 0.6 --top-p 0.95 --max-tokens 14336
     nemo-lead eval --model RUN/checkpoints/step_000100 --max-tokens 8192 --out evals/lead-7b --tp 2
     nemo-lead eval --compare evals/base evals/lead-7b [--out table.md]
 

@@ -1,6 +1,6 @@
 """`nemo-lead generate`: sample responses from a HF model folder or a nemo-lead checkpoint, as JSONL.
 
-    nemo-lead generate --model DIR 'prompts=["What is 2+3?"]' --n 4 --temperature 0.6 --out samples.jsonl
+    nemo-lead generate --model DIR 'prompts=["What is 2+3?"]' --samples 4 --temperature 0.6 --out samples.jsonl
     nemo-lead generate --model DIR --prompts-file prompts.jsonl --max-tokens 512 [--tp 2 --pp 1]
 
 Prompts: `prompts` (texts) and / or `prompts_file` (JSONL, one object per line with a "prompt" or

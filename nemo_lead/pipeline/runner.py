@@ -39,6 +39,7 @@ from nemo_lead.training.run_lock import lock_folder
 from .config import RunConfig, Stage, eval_row_config, load_recipe, resolve_stage
 from .kinds import KINDS, run_function
 from .plan import check_recipe
+from .preflight import recipe_conflicts, report
 from .recipe import Recipe
 from .stages import StageStopped, say
 
@@ -240,17 +241,25 @@ def print_plan(recipe: Recipe, cfg: RunConfig, state: dict[str, Any]) -> None:
 # ----------------------------------------------------------------------------- entry point
 def run_recipe(cfg: RunConfig) -> int:
     """CLI runner of `nemo-lead run` and `nemo-lead demo` (see the module docstring); the exit status."""
+    from nemo_lead.parallel.state import detect_launch  # (torch)
+
     try:
         recipe = load_recipe(cfg)
         out = Path(cfg.out)
         state = read_state(out)
+        todo = [recipe.stage(cfg.only)] if cfg.only else recipe.stages
+        world = detect_launch(os.environ).world_size
+        found = recipe_conflicts(cfg, world=world if world > 1 else None, names=[s.name for s in todo],
+                                 done=[n for n, r in state["stages"].items() if r.get("status") == "done"],
+                                 missing_ok=cfg.dry_run)
+        if report("run", *found, sys.stderr):
+            return 2
         if cfg.dry_run:
             print_plan(recipe, cfg, state)
             return 0
         if is_writer():
             lock_folder(out)  # one `nemo-lead run` per OUT (each SFT / RL stage locks its own folder too)
             save_config(cfg, out / "run.yaml")
-        todo = [recipe.stage(cfg.only)] if cfg.only else recipe.stages
         if check_recipe(cfg, [s.name for s in todo], done_outputs(state)):  # on GPUs: every stage fits
             return 2
         say(f"recipe {recipe.path.name}: {' -> '.join(s.name for s in recipe.stages)}; run folder {out}")

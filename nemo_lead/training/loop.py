@@ -42,6 +42,8 @@ from nemo_lead.parallel.local import JobError
 from nemo_lead.procs import die_with_parent
 from nemo_lead.progress import LoopProgress
 from nemo_lead.quiet import backend_note, hide_import_noise
+from nemo_lead.runtime.deadline import Deadline, test_step_delay
+from nemo_lead.runtime.requeue import requeue_current_job
 from nemo_lead.runtime.signals import StopRequest, install_stop_handlers
 from nemo_lead.tracking import open_tracker
 
@@ -82,6 +84,9 @@ class Run:
     resumed_from: Path | None = None  # the checkpoint this run continued from (None: a fresh start)
     # more checkpoint parts the loop writes: name -> writer(folder), called on every rank at each full save
     parts: dict[str, Callable[[Path], None]] = dataclasses.field(default_factory=dict)
+    # the job's end (SLURM_JOB_END_TIME) and the measured step and save times (nemo_lead.runtime.deadline)
+    deadline: Deadline | None = dataclasses.field(default_factory=lambda: Deadline.from_env(os.environ))
+    step_ended_at: float = dataclasses.field(default_factory=time.monotonic)
 
     @property
     def is_writer(self) -> bool:
@@ -132,11 +137,12 @@ def content_digest(rows: list) -> str:
 
 
 def start_run(cfg: Any, name: str, total_steps: int, log_names: tuple[str, ...] = (), *, source: Any,
-              tokenizer: Any = None, inputs: dict[str, str] | None = None) -> Run:
+              tokenizer: Any = None, inputs: dict[str, str] | None = None, layer_spec: str | None = None) -> Run:
     """Collective: set up the parallel state and the actor, open the run folder, resume from its latest
     checkpoint when it has one. `log_names`: the loop's per-step JSONL logs to cut
     back on resume; `tokenizer`: the run's tokenizer when the caller already loaded it; `inputs`: content
-    hashes of the data (RUN/inputs.json). `source`: from `resolve_model`."""
+    hashes of the data (RUN/inputs.json). `source`: from `resolve_model`. `layer_spec`: the spec the actor is
+    built with where the loop resolves the config's `auto` (SFT's packed traces); the config keeps `auto`."""
     hide_import_noise()
     if detect_launch(os.environ).rank == 0:
         lock_folder(cfg.out)  # before anything is read or written: a second start is refused at once
@@ -162,7 +168,8 @@ def start_run(cfg: Any, name: str, total_steps: int, log_names: tuple[str, ...] 
         folder.tracker = open_tracker(getattr(cfg, "wandb", None), cfg.out, cfg, job_type=name)
 
     _on_writer_then_share(info, open_folder)
-    actor_cfg = dataclasses.replace(cfg.actor, optim=cfg.actor.optim.for_run(total_steps))
+    actor_cfg = dataclasses.replace(cfg.actor, optim=cfg.actor.optim.for_run(total_steps),
+                                    layer_spec=layer_spec or cfg.actor.layer_spec)
     actor = build_actor(actor_cfg, info)
     progress = LoopProgress(name, total_steps, mode=cfg.progress, active=info.rank == 0,
                             on_lost_output=lambda: stop.request("SIGPIPE"))
@@ -241,6 +248,7 @@ def save(run: Run, loop_state: LoopState, weights_only: bool = False) -> Path:
     `weights_only`: the model and tokenizer without the optimizer and RNG states (not resumable), and without
     `run.parts`."""
     path = checkpoint_dir(run.cfg.out, run.step)
+    started = time.monotonic()
     loop_state = loop_state() if callable(loop_state) else loop_state
     previous = latest_checkpoint(run.cfg.out)
     try:
@@ -255,6 +263,8 @@ def save(run: Run, loop_state: LoopState, weights_only: bool = False) -> Path:
         raise SaveFailed(save_failure_message(path, reason, previous)) from None
     run.folder.prune_checkpoints(run.cfg.keep_last)
     run.last_saved = run.step
+    if run.deadline is not None:
+        run.deadline.saved(time.monotonic() - started)
     run.last_saved_at = time.monotonic()
     return path
 
@@ -327,9 +337,17 @@ def _save_due(run: Run) -> bool:
 
 def end_of_step(run: Run, loop_state: LoopState) -> bool:
     """Collective, after each step: checkpoint when due (`_save_due`), and on a stop signal (then True: the
-    loop must return; a SIGUSR1 under SLURM also requeues the job)."""
+    loop must return; a SIGUSR1 under SLURM also requeues the job), and before a step that would run past the
+    job's end (`_past_deadline`)."""
+    if test_step_delay():
+        time.sleep(test_step_delay())
+    if run.deadline is not None:
+        run.deadline.step_done(time.monotonic() - run.step_ended_at)
     if _save_due(run) and not _final_weights_only(run):  # finish_run writes that one
         save(run, loop_state)
+    if _past_deadline(run, loop_state):
+        return True
+    run.step_ended_at = time.monotonic()
     if run.stop.agreed():
         if run.last_saved != run.step:
             save(run, loop_state)
@@ -342,6 +360,27 @@ def end_of_step(run: Run, loop_state: LoopState) -> bool:
                            "(see the message above); submit it again to resume")
         return True
     return False
+
+
+def _past_deadline(run: Run, loop_state: LoopState) -> bool:
+    """Collective: when the next step and its checkpoint would end past the job's end (rank 0's clock
+    decides), checkpoint, requeue the SLURM job and return True (the loop stops; the command exits 0)."""
+    if run.deadline is None or run.step >= run.total_steps:
+        return False
+    why = _on_writer_then_share(run.info, lambda: run.deadline.why(time.time(), run.step)
+                                if run.deadline.next_would_pass(time.time()) else "")
+    if not why:
+        return False
+    if run.last_saved != run.step:
+        save(run, loop_state)
+    run.say(f"{why}; checkpoint at step {run.step}")
+    if "SLURM_JOB_ID" in os.environ:
+        if not _on_writer_then_share(run.info, requeue_current_job):
+            raise JobError(f"step {run.step} is checkpointed in {run.cfg.out}, but the job could not be requeued "
+                           "(see the message above); submit it again to resume")
+    else:
+        run.say("run the same command again (in a job with more time) to resume")
+    return True
 
 
 def finish_run(run: Run, loop_state: LoopState, stopped: bool) -> None:

@@ -93,7 +93,8 @@ def test_the_image_installs_the_tested_megatron_core():
     from packaging.requirements import Requirement
 
     runs = " ".join(rest for word, rest in instructions() if word == "RUN")
-    assert "-c constraints-gpu.txt" in runs and "pip install" in runs
+    args = dict(rest.partition("=")[::2] for word, rest in instructions() if word == "ARG")
+    assert '-c "${CONSTRAINTS}"' in runs and "pip install" in runs and args["CONSTRAINTS"] == "constraints-gpu.txt"
     tomllib = pytest.importorskip("tomllib")
     deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
     mcore = next(Requirement(d) for d in deps if d.startswith("megatron-core"))
@@ -104,3 +105,21 @@ def test_the_image_installs_the_tested_megatron_core():
     # the packages both files pin are pinned alike (the CI leg merges them)
     assert {k: v for k, v in gpu.items() if k in cpu and k != "megatron-core"} == \
            {k: cpu[k] for k in gpu if k in cpu and k != "megatron-core"}
+
+
+def test_the_trtllm_image_keeps_its_transformers():
+    """The TensorRT-LLM build (the Dockerfile's header) installs with constraints-trtllm.txt, which pins what
+    constraints-gpu.txt pins except the packages TensorRT-LLM 1.2 pins itself (transformers==4.57.1, torch,
+    numpy); pyproject.toml's ranges admit those versions."""
+    from packaging.requirements import Requirement
+
+    assert "--build-arg CONSTRAINTS=constraints-trtllm.txt" in DOCKERFILE.read_text()
+    gpu, trt = _pins(ROOT / "constraints-gpu.txt"), _pins(ROOT / "constraints-trtllm.txt")
+    image_owned = {"transformers", "tokenizers", "huggingface-hub", "safetensors", "torch", "numpy"}
+    assert not image_owned & set(trt)
+    assert trt == {k: v for k, v in gpu.items() if k not in image_owned}
+    tomllib = pytest.importorskip("tomllib")
+    deps = [Requirement(d) for d in tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]]
+    ranges = {r.name: r.specifier for r in deps}
+    assert ranges["transformers"].contains("4.57.1") and ranges["torch"].contains("2.9.0")
+    assert ranges["numpy"].contains("1.26.4")

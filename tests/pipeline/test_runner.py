@@ -150,7 +150,7 @@ def test_stages_run_in_order_and_feed_each_other(setup, capsys):
     assert (rows[0]["n"], rows[0]["temperature"], rows[0]["top_p"], rows[0]["max_tokens"], rows[0]["seed"]) == (
         4, 1.0, 0.95, 64, 1234)
     assert rows[1]["command"].startswith(f"nemo-lead eval --model {rows[1]['checkpoint']} --data {rows[1]['data']} "
-                                         "--n 4 --temperature 1.0 --top-p 0.95 --max-tokens 64 --seed 1234")
+                                         "--samples 4 --temperature 1.0 --top-p 0.95 --max-tokens 64 --seed 1234")
     md = (out / "summary.md").read_text()
     assert "| stage 2 | 0.700          | 0.600          | 38.0                |" in md
     assert (out / "validation.png").stat().st_size > 0 and (out / "accuracy_vs_budget.png").stat().st_size > 0
