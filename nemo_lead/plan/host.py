@@ -3,8 +3,9 @@ the disk a run needs with `keep_last`, and a stage's time (steps x the plan's st
 
 Every memory figure of the plan is in GiB (2^30 bytes), as `--mem=NG` is in SLURM (its suffixes count in
 1024s). Host memory per node:
-- pinned offload copies (`actor.offload_during_generation`): each rank's gradient buffer and optimizer state,
-  the plan's `update` figures, times the ranks on the node;
+- pinned offload copies (`actor.offload_during_generation`, RL only): each rank's optimizer state, the plan's
+  `update` figure, times the ranks on the node (the gradient buffers are freed, not copied:
+  `nemo_lead.training.offload`; the same bytes as the plan's `host_bytes_per_node` at 8 ranks a node);
 - HOST_GIB_PER_RANK per rank: the Python process with torch, megatron and CUDA's host-side state, the
   tokenizer and the problem or trace set (an allowance, not a measurement);
 - VERIFIER_GIB per grader process (`verify.workers`, on global rank 0) and one core each.
@@ -45,7 +46,7 @@ class HostNeeds:
 def host_needs(plan: JobPlan, cfg: Any, ranks_per_node: int) -> HostNeeds:
     """The host side of `plan` (`cfg`: the job's SFTConfig / RLConfig) with `ranks_per_node` ranks a node."""
     s = plan.shape
-    pinned = (plan.phases["update"]["grads"] + plan.phases["update"]["optimizer"]) if s.offload else 0
+    pinned = plan.phases["update"]["optimizer"] if s.offload and s.kind == "rl" else 0
     workers = cfg.verify.workers if s.kind == "rl" else 0
     memory = ranks_per_node * (pinned / GIB + HOST_GIB_PER_RANK) + workers * VERIFIER_GIB
     params = parameter_count(s.arch, s.vocab_divisible_by)

@@ -30,9 +30,10 @@ def test_host_needs_of_the_14b_rl_stage(stage1):
     h = host_needs(plan, job.config, 8)
     update = plan.phases["update"]
     assert job.config.actor.offload_during_generation and job.config.verify.workers == 2
-    pinned_gib = (update["grads"] + update["optimizer"]) / GIB  # per rank, pinned while the engine generates
+    pinned_gib = update["optimizer"] / GIB  # per rank, copied to pinned host memory while the engine generates (grads are freed)
     assert h.memory_gib_per_node == pytest.approx(8 * (pinned_gib + HOST_GIB_PER_RANK) + 2 * VERIFIER_GIB)
     assert 160 < 8 * update["optimizer"] / GIB < 170  # the optimizer copies alone: ~165 GiB per node
+    assert 8 * update["optimizer"] == plan.host_bytes_per_node  # the figure the layout ranking shows
     params = parameter_count(plan.shape.arch, plan.shape.vocab_divisible_by)
     assert h.checkpoint_bytes == params * 14  # bf16 weights + fp32 master + two fp32 Adam moments
     assert 200e9 < h.checkpoint_bytes < 210e9
