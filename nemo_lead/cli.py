@@ -1,8 +1,10 @@
 """The `nemo-lead` command.
 
 Every subcommand takes `--config FILE` (repeatable; later files win) and `key=value` overrides, on top
-of its defaults: the fields of its config dataclass (one place per default, with its comment). `--print-config` shows the resolved configuration and exits.
-A few frequent keys also have flags (`nemo-lead eval --n 32` is `n=32`); flags and overrides are the
+of its defaults: the fields of its config dataclass (one place per default, with its comment). `--print-config` shows
+the resolved configuration and exits; with `--explain` every key's default, allowed values and description
+(`nemo_lead.config_reference`, also `nemo-lead config CMD`).
+A few frequent keys also have flags (`nemo-lead eval --samples 32` is `sampling.n=32`); flags and overrides are the
 same thing, so each `--help` lists which key a flag sets.
 
 Subcommands are declared in `COMMANDS`: a schema dataclass and a runner function, both given as
@@ -20,9 +22,13 @@ from importlib.metadata import PackageNotFoundError
 from importlib.metadata import version as package_version
 from pathlib import Path
 
+from omegaconf import OmegaConf
+
 from .config import ConfigError, load_config, to_yaml
+from .config_reference import ReferenceConfig, explain, write_reference
 from .procs import forked_children_die_with_us
 from .quiet import hide_import_noise
+from .runtime.signals import hold_stop_signals, release_stop_signals
 
 
 @dataclass(frozen=True)
@@ -33,7 +39,11 @@ class Command:
     flags: dict[str, str] = field(default_factory=dict)  # --flag -> dotted config key
     list_flags: tuple[str, ...] = ()  # flags that take one or more values (a list key)
     comma_flags: tuple[str, ...] = ()  # flags that take one comma-separated value (a list key): --allow-change A,B
-    positional: str | None = None  # dotted key set by one bare argument (`nemo-lead run RECIPE`)
+    # other spellings of a flag. `--n` stays for a bare `nemo-lead ...`; under torchrun it cannot be used, because
+    # torchrun's parser reads it as an ambiguous abbreviation of its own --nnodes / --nproc-per-node / ...
+    aliases: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    # dotted key(s) set by the bare arguments, in order (`nemo-lead run RECIPE`, `nemo-lead prepare deepscaler SRC`)
+    positional: str | tuple[str, ...] | None = None
     switches: dict[str, str] = field(default_factory=dict)  # --flag without a value -> dotted key set to true
     epilog: str = ""
 
@@ -69,10 +79,11 @@ COMMANDS: dict[str, Command] = {
         runner="nemo_lead.training.rl:run_rl",
         flags={"--model": "actor.model", "--data": "data.path", "--val-data": "validation.data", "--out": "out",
                "--steps": "steps", "--preset": "lead.preset", "--prompts-per-step": "prompts_per_step",
-               "--n": "rollout.n", "--max-tokens": "rollout.max_tokens", "--save-every": "save_every",
+               "--samples": "rollout.n", "--max-tokens": "rollout.max_tokens", "--save-every": "save_every",
                "--seed": "seed", "--tp": "actor.tp", "--pp": "actor.pp", "--engine": "engine.kind",
                "--allow-change": "allow_change"},
         comma_flags=("--allow-change",),
+        aliases={"--samples": ("--n",)},
         epilog="Defaults are the paper's (32 prompts x 8 samples, lr 1e-6, no KL). Rerunning into the same --out\n"
         "resumes from its latest checkpoint (--steps may grow; the learning rate, clipping and checkpoint /\n"
         "validation cadence may change with --allow-change KEY,...; other changed settings are refused).",
@@ -88,6 +99,16 @@ COMMANDS: dict[str, Command] = {
         "Rerunning into the same --out skips finished stages and resumes an interrupted one. Paths and stage\n"
         "settings: paths.KEY=VALUE, stages.NAME.KEY=VALUE; --print-config shows every stage resolved,\n"
         "--dry-run lists the stages and their status.",
+    ),
+    "prepare": Command(
+        help="Problem files for the recipes from a public release: `prepare deepscaler SRC --out DIR` writes "
+        "DIR/deepscaler.jsonl (paths.deepscaler) with problem / answer / difficulty, printing the counts.",
+        schema="nemo_lead.data.deepscaler:PrepareDataConfig",
+        runner="nemo_lead.data.deepscaler:run_prepare",
+        flags={"--out": "out"},
+        positional=("dataset", "source"),
+        epilog="SRC: the folder of the DeepScaleR release's training files (deepscaler/data/train: amc.json,\n"
+        "omni_math.json, aime.json, still.json, math.json), the files the GRPO-LEAD authors read. See docs/data.md.",
     ),
     "plan": Command(
         help="Memory and time plan of a recipe's SFT / RL stages or a command's config on N GPUs, per GPU and "
@@ -118,12 +139,13 @@ COMMANDS: dict[str, Command] = {
         "resumable; --compare RUN_A RUN_B ... tabulates finished runs.",
         schema="nemo_lead.eval.config:EvalConfig",
         runner="nemo_lead.eval.command:run_eval",
-        flags={"--model": "model", "--data": "data", "--out": "out", "--n": "sampling.n",
+        flags={"--model": "model", "--data": "data", "--out": "out", "--samples": "sampling.n",
                "--temperature": "sampling.temperature", "--top-p": "sampling.top_p",
                "--max-tokens": "sampling.max_tokens", "--seed": "sampling.seed", "--limit": "limit",
                "--answer-region": "verify.answer_region", "--precision": "precision", "--engine": "engine.kind",
                "--tp": "tp", "--pp": "pp", "--compare": "compare"},
         list_flags=("--compare",),
+        aliases={"--samples": ("--n",)},
         epilog="--data: comma-separated built-in names (aime24, aime25, math500) and/or JSONL/Parquet files.\n"
         "Defaults are the paper's protocol for the 14B models (AIME24+AIME25, T 0.6, top-p 0.95, 32 samples,\n"
         "14,336 tokens); use --max-tokens 8192 for the 7B ones. Rerunning into the same --out folder resumes.\n"
@@ -134,9 +156,10 @@ COMMANDS: dict[str, Command] = {
         "as JSONL.",
         schema="nemo_lead.generation.command:GenerateConfig",
         runner="nemo_lead.generation.command:run_generate",
-        flags={"--model": "model", "--prompts-file": "prompts_file", "--out": "out", "--n": "sampling.n",
+        flags={"--model": "model", "--prompts-file": "prompts_file", "--out": "out", "--samples": "sampling.n",
                "--temperature": "sampling.temperature", "--top-p": "sampling.top_p", "--max-tokens": "sampling.max_tokens",
                "--seed": "sampling.seed", "--engine": "engine.kind", "--tp": "tp", "--pp": "pp"},
+        aliases={"--samples": ("--n",)},
         epilog="Prompt texts also as an override: prompts='[\"2+3=?\", \"7*6=?\"]'. --model takes a HF folder or a\n"
         "nemo-lead checkpoint (RUN/checkpoints/step_N, with its own tokenizer). With tp x pp > 1 a single process\n"
         "runs itself on tp x pp local ranks.",
@@ -166,6 +189,28 @@ COMMANDS: dict[str, Command] = {
                "--tp": "tp", "--pp": "pp", "--precision": "precision", "--dtype": "dtype"},
         epilog="Started as one process with tp x pp > 1 it runs itself on tp x pp local ranks; under torchrun\n"
         "or srun it uses the ranks it is given. Checkpoints load at any TP/PP, whatever layout wrote them.",
+    ),
+    "config": Command(
+        help="The config reference: every key of a command (or of all) with its default, allowed values and "
+        "description; --markdown writes docs/config.md's tables.",
+        schema="nemo_lead.config_reference:ReferenceConfig",
+        runner="nemo_lead.cli:run_config_reference",
+        flags={"--out": "out"},
+        switches={"--markdown": "markdown"},
+        positional="command",
+        epilog="COMMAND: sft, rl, eval, run, ... (none: every command). docs/config.md is regenerated with\n"
+        "`nemo-lead config --markdown --out docs/config.md`. The same list with the values in use:\n"
+        "`nemo-lead CMD --print-config --explain [key=value ...]`.",
+    ),
+    "check": Command(
+        help="Verify the checkpoints of a run folder (or one checkpoint, or a `nemo-lead run` folder's stages) "
+        "against their manifests: sizes and CRC-32 of every file.",
+        schema="nemo_lead.training.check_run:CheckConfig",
+        runner="nemo_lead.training.check_run:run_check",
+        positional="path",
+        switches={"--seal": "seal"},
+        epilog="Exit 0: all intact; 1: one is damaged (a resume sets it aside and continues from the newest intact\n"
+        "one); 2: no checkpoint there. --seal writes a manifest for checkpoints saved before manifests.",
     ),
 }
 
@@ -214,14 +259,17 @@ def _build_parser() -> argparse.ArgumentParser:
         p.add_argument("--config", action="append", default=[], metavar="FILE",
                        help="YAML file(s) applied on top of the defaults, in order")
         p.add_argument("--print-config", action="store_true", help="print the resolved configuration and exit")
+        p.add_argument("--explain", action="store_true",
+                       help="print every key's default, allowed values, description and value in use, and exit")
         for flag, key in cmd.flags.items():
+            names = (flag, *cmd.aliases.get(flag, ()))
             if flag in cmd.list_flags:
-                p.add_argument(flag, dest="flag:" + key, metavar="VALUE", nargs="+", help=f"same as {key}=[VALUE,...]")
+                p.add_argument(*names, dest="flag:" + key, metavar="VALUE", nargs="+", help=f"same as {key}=[VALUE,...]")
             elif flag in cmd.comma_flags:
-                p.add_argument(flag, dest="flag:" + key, metavar="A,B", type=lambda v: [x for x in v.split(",") if x],
+                p.add_argument(*names, dest="flag:" + key, metavar="A,B", type=lambda v: [x for x in v.split(",") if x],
                                help=f"same as {key}=[A,B]")
             else:
-                p.add_argument(flag, dest="flag:" + key, metavar="VALUE", help=f"same as {key}=VALUE")
+                p.add_argument(*names, dest="flag:" + key, metavar="VALUE", help=f"same as {key}=VALUE")
         for flag, key in cmd.switches.items():
             p.add_argument(flag, dest="flag:" + key, action="store_const", const="true", help=f"same as {key}=true")
         p.add_argument("overrides", nargs="*", metavar="key=value", help="configuration overrides")
@@ -235,28 +283,59 @@ def resolve_config(name: str, files: list[str], overrides: list[str], *, validat
     return load_config(schema, [Path(f) for f in files], overrides, validate=validate)
 
 
+def command_schemas(command: str | None = None) -> dict[str, type]:
+    """{command: its config dataclass} for every command with one (or just `command`), in `COMMANDS` order."""
+    names = [n for n, c in COMMANDS.items() if c.schema and n != "config"]
+    if command is not None:
+        if command not in names:
+            raise ValueError(f"command must be one of {', '.join(names)}, got {command!r}")
+        names = [command]
+    return {n: _load_attr(COMMANDS[n].schema) for n in names}
+
+
+def run_config_reference(cfg: ReferenceConfig) -> int:
+    """`nemo-lead config [COMMAND] [--markdown] [--out FILE]` (the command table lives here)."""
+    try:
+        schemas = command_schemas(cfg.command)
+    except ValueError as e:
+        print(f"nemo-lead config: {e}", file=sys.stderr)
+        return 2
+    return write_reference(cfg, schemas)
+
+
+def _print_config(name: str, cfg, with_reference: bool) -> None:
+    """`--print-config`: the resolved settings as YAML, or (`--explain`) the command's reference with them."""
+    if not with_reference:
+        print(to_yaml(cfg), end="")
+        return
+    values = OmegaConf.to_container(cfg if OmegaConf.is_config(cfg) else OmegaConf.structured(cfg), resolve=False)
+    print(explain(_load_attr(COMMANDS[name].schema), values), end="")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = _build_parser()
-    # overrides may come anywhere (`--n 4 lead.alpha=0.1 --seed 3`): argparse fills a positional list only
+    # overrides may come anywhere (`--samples 4 lead.alpha=0.1 --seed 3`): argparse fills a positional list only
     # once, so key=value tokens after a flag arrive as "unknown" and join the overrides here
     args, extra = parser.parse_known_args(argv)
     unknown = [a for a in extra if a.startswith("-") or "=" not in a]
     cmd = COMMANDS.get(args.command) if args.command else None
     bare = [a for a in [*(getattr(args, "overrides", None) or []), *unknown] if not a.startswith("-") and "=" not in a]
-    if cmd is not None and cmd.positional and len(bare) == 1:
-        # `nemo-lead run RECIPE key=value ...`: the one bare word is the positional key's value
-        args.overrides = [a for a in (getattr(args, "overrides", None) or []) if a != bare[0]]
-        extra = [a for a in extra if a != bare[0]]
-        unknown = [a for a in unknown if a != bare[0]]
-        extra.append(f"{cmd.positional}={bare[0]}")
+    keys = (cmd.positional,) if cmd is not None and isinstance(cmd.positional, str) else (cmd and cmd.positional) or ()
+    if keys and len(bare) == len(keys):
+        # `nemo-lead run RECIPE key=value ...`: the bare words are the positional keys' values
+        args.overrides = [a for a in (getattr(args, "overrides", None) or []) if a not in bare]
+        extra = [a for a in extra if a not in bare]
+        unknown = [a for a in unknown if a not in bare]
+        extra += [f"{k}={v}" for k, v in zip(keys, bare)]
     if unknown:
         parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     args.overrides = [*(getattr(args, "overrides", None) or []), *extra]
     if args.command is None:
         parser.print_help()
         return 2
+    args.print_config = args.print_config or args.explain  # --explain alone means --print-config --explain
     if cmd.schema is None or cmd.runner is None:
-        print(f"nemo-lead {args.command}: not built yet in this version (see the README support matrix)",
+        print(f"nemo-lead {args.command}: not built yet in this version (see docs/support.md)",
               file=sys.stderr)
         return 3
     flag_overrides = [f"{k[5:]}={json.dumps(v) if isinstance(v, list) else v}"
@@ -268,18 +347,23 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as e:
         if args.print_config and e.check:
             # show the settings anyway (e.g. `nemo-lead submit --print-config` before choosing a target)
-            print(to_yaml(resolve_config(args.command, args.config, flag_overrides + args.overrides, validate=False)),
-                  end="")
+            merged = resolve_config(args.command, args.config, flag_overrides + args.overrides, validate=False)
+            _print_config(args.command, merged, args.explain)
             print(f"nemo-lead {args.command}: not runnable as given: {e}", file=sys.stderr)
             return 0
         print(f"nemo-lead {args.command}: config error: {e}", file=sys.stderr)
         return 2
     if args.print_config:
-        print(to_yaml(cfg), end="")
+        _print_config(args.command, cfg, args.explain)
         return 0
+    # a signal during the imports and the start stops the run after its first step
+    held = hold_stop_signals() if args.command in LONG_COMMANDS else {}
     hide_import_noise()
     forked_children_die_with_us()
-    result = _load_attr(cmd.runner)(cfg)
+    try:
+        result = _load_attr(cmd.runner)(cfg)
+    finally:
+        release_stop_signals(held)  # main() called from Python leaves the caller's handlers as they were
     return int(result or 0)
 
 

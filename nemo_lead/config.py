@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import importlib.resources
 import os
 import typing
 from collections.abc import Iterable, Sequence
@@ -85,16 +86,27 @@ COMMON_KEYS = {
 
 
 def setting(default: Any = dataclasses.MISSING, *, default_factory: Any = dataclasses.MISSING,
-            resume: str = "fixed", results: bool = True) -> Any:
+            resume: str | None = None, results: bool | None = None, choices: Sequence[Any] = (),
+            help: str | None = None) -> Any:
     """A config field with its rules for reruns (see the module docstring): `resume` is fixed | free | flag,
-    `results=False` marks a key that does not change what a run computes."""
-    if resume not in RESUME_RULES:
+    `results=False` marks a key that does not change what a run computes; a rule not given is the section's
+    (at the top: fixed, changes results). `choices`: the values the field's check accepts, and `help` a
+    description instead of the field's comment, both for the config reference (`nemo_lead.config_reference`)."""
+    if resume is not None and resume not in RESUME_RULES:
         raise ValueError(f"resume must be one of {RESUME_RULES}, got {resume!r}")
-    return dataclasses.field(default=default, default_factory=default_factory,
-                             metadata={"resume": resume, "results": results})
+    metadata: dict[str, Any] = {}
+    if resume is not None:
+        metadata["resume"] = resume
+    if results is not None:
+        metadata["results"] = results
+    if choices:
+        metadata["choices"] = tuple(choices)
+    if help:
+        metadata["help"] = help
+    return dataclasses.field(default=default, default_factory=default_factory, metadata=metadata)
 
 
-def _field_type(cls: type, f: dataclasses.Field) -> Any:
+def field_type(cls: type, f: dataclasses.Field) -> Any:
     try:
         hints = typing.get_type_hints(cls)
     except Exception:  # noqa: BLE001 - unresolvable annotations: fall back to the default's type
@@ -114,7 +126,7 @@ def key_rules(schema: type, prefix: str = "", inherited: dict | None = None) -> 
         rule = {**inherited, **{k: v for k, v in f.metadata.items() if k in ("resume", "results")}}
         key = f"{prefix}{f.name}"
         out[key] = rule
-        typ = _field_type(schema, f)
+        typ = field_type(schema, f)
         if isinstance(typ, type) and dataclasses.is_dataclass(typ):
             out.update(key_rules(typ, key + ".", rule))
     return out
@@ -135,13 +147,19 @@ def drop_keys(data: dict, keys: Iterable[str]) -> dict:
 
 # ----------------------------------------------------------------------------- locations
 def repo_root() -> Path:
-    """The checkout this package runs from (editable install), used to find `conf/` and `recipes/`."""
+    """The folder above the package: the checkout in an editable install (bench/, scripts/, tests/)."""
     return Path(__file__).resolve().parent.parent
 
 
+def package_data(name: str) -> Path:
+    """A data folder shipped inside the package (`recipes`, `conf`): found the same way in a checkout and in a
+    wheel install, through importlib.resources (the checkout's top-level `recipes/` and `conf/` link here)."""
+    return Path(str(importlib.resources.files("nemo_lead").joinpath(name)))
+
+
 def conf_dir() -> Path:
-    """Default-config folder: $NEMO_LEAD_CONF, else `conf/` of the checkout."""
-    return Path(os.environ.get("NEMO_LEAD_CONF", repo_root() / "conf"))
+    """Default-config folder: $NEMO_LEAD_CONF, else the package's `conf/` (model presets under conf/model)."""
+    return Path(os.environ.get("NEMO_LEAD_CONF", package_data("conf")))
 
 
 # ----------------------------------------------------------------------------- one source of settings

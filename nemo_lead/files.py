@@ -33,12 +33,16 @@ def write_atomic(path: str | os.PathLike, text: str, *, fsync: bool = False) -> 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-        if fsync:
-            f.flush()
-            os.fsync(f.fileno())
-    tmp.replace(path)
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+            if fsync:
+                f.flush()
+                os.fsync(f.fileno())
+        tmp.replace(path)
+    except OSError as e:  # no space, quota, ...: leave the old file and no temporary one; name the file
+        tmp.unlink(missing_ok=True)
+        raise OSError(e.errno, f"writing {path} failed: {e.strerror or e}") from None
 
 
 def write_json(path: str | os.PathLike, data: Any, *, indent: int | None = 2) -> None:

@@ -8,8 +8,11 @@
 
 `mode` (the `progress` key of `nemo-lead sft`, `rl`, `eval` and `generate`): "auto" (a bar when stderr is a
 terminal, log lines otherwise: CI logs and SLURM output files stay readable), "bar", "lines", or "none"
-(nothing but warnings). Log lines carry the seconds per unit of work (`unit`: a training step, an
-evaluation chunk) and the time left.
+(nothing but warnings). Log lines carry the same fields as the bar, the seconds per unit of work (`unit`:
+a training step, an evaluation chunk) and the time left. They come at a cadence, not for every unit: the
+first and the last unit always, then whenever `line_every` units (default: a twentieth of the run) or
+`line_seconds` (30 s) have passed since the last line, whichever comes first; so the demo's 1,200 SFT steps
+print about 20 lines, and a run of slow steps still prints one line per step.
 
 When the output goes away (`2>&1 | head` exited: a write raises BrokenPipeError) a run must not die mid-step
 without a checkpoint: the progress falls silent and calls `on_lost_output` (the training loops ask for a
@@ -26,6 +29,8 @@ import time
 from collections.abc import Callable
 
 PROGRESS_MODES = ("auto", "bar", "lines", "none")
+LINE_SECONDS = 30.0  # a log line at least this often (when a unit finishes), whatever `line_every` says
+LINES_PER_RUN = 20  # `line_every` by default: a line every total / 20 units
 
 
 def check_progress_mode(mode: str) -> None:
@@ -35,14 +40,20 @@ def check_progress_mode(mode: str) -> None:
 
 class LoopProgress:
     def __init__(self, name: str, total: int, start: int = 0, mode: str = "auto", active: bool = True,
-                 unit: str = "step", on_lost_output: Callable[[], None] | None = None):
+                 unit: str = "step", on_lost_output: Callable[[], None] | None = None,
+                 line_every: int | None = None, line_seconds: float = LINE_SECONDS,
+                 clock: Callable[[], float] = time.monotonic):
         check_progress_mode(mode)
         self.name, self.total, self.start, self.unit = name, total, start, unit
         self.on_lost_output = on_lost_output
+        self.clock = clock
+        self.line_every = line_every if line_every is not None else max(1, total // LINES_PER_RUN)
+        self.line_seconds = line_seconds
+        self._last_line: tuple[int, float] | None = None  # (unit, clock) of the last log line
         self.writer = active  # warnings are shown on this rank whatever the mode
         self.active = active and mode != "none"
         self.mode = ("bar" if sys.stderr.isatty() else "lines") if mode == "auto" else mode
-        self.t0 = time.monotonic()
+        self.t0 = clock()
         self._bar = self._task = None
         if self.active and self.mode == "bar":
             from rich.console import Console
@@ -56,7 +67,7 @@ class LoopProgress:
 
     def restart_at(self, start: int) -> None:
         """Count from `start` units already done (a resumed run): the bar and the time estimate."""
-        self.start, self.t0 = start, time.monotonic()
+        self.start, self.t0, self._last_line = start, self.clock(), None
         if self._bar is not None:
             self._bar.update(self._task, completed=start)
 
@@ -64,17 +75,26 @@ class LoopProgress:
         """Unit `step` (1-based count of units done) finished; `fields` are shown as name value pairs."""
         if not self.active:
             return
+        now = self.clock()
         done = step - self.start
-        per_step = (time.monotonic() - self.t0) / max(done, 1)
+        per_step = (now - self.t0) / max(done, 1)
         info = " | ".join(f"{k} {v}" for k, v in fields.items()) + f" | {per_step:.1f} s/{self.unit}"
         if self._bar is not None:
             try:
                 self._bar.update(self._task, completed=step, info=info)
             except BrokenPipeError:
                 self._lost()
-        else:
+        elif self._line_due(step, now):
+            self._last_line = (step, now)
             left = per_step * (self.total - step) / 60
             self._print(f"{self.unit} {step}/{self.total} | {info} | left ~{left:.1f} min")
+
+    def _line_due(self, step: int, now: float) -> bool:
+        """Log lines: the first unit, the last, and then every `line_every` units or `line_seconds`."""
+        if self._last_line is None or step >= self.total:
+            return True
+        last_step, last_time = self._last_line
+        return step - last_step >= self.line_every or now - last_time >= self.line_seconds
 
     def say(self, message: str) -> None:
         if self.active:

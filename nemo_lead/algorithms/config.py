@@ -9,7 +9,7 @@ Presets (`LeadConfig.from_preset(name)`, `name` as in `PRESETS`):
 
 | preset | what it is |
 | --- | --- |
-| `paper` = `lead` | the paper: length reward, -1 for wrong or no answer, logistic difficulty reweighting |
+| `paper` = `lead` | the paper: length reward, -1 for wrong or no answer, logistic difficulty reweighting; nemo-lead's reading of the answer: the last `\\boxed{}` after `</think>`, or the last k boxes joined when the gold lists k answers (`nemo_lead.verify.extract`, docs/verification.md) |
 | `grpo` | plain GRPO baseline of Table 1: reward 1 / 0, no length term, no reweighting |
 | `grpo_length` | + length-dependent accuracy reward |
 | `grpo_length_reweight` | + difficulty-aware advantage reweighting (wrong answers still 0) |
@@ -60,11 +60,11 @@ class LeadConfig:
     # how the verifier classifies responses: paper (nemo-lead's reading of the paper) | reference_code (the
     # authors' code: prompt + response read before </think>, finished flags ignored, repetition only for
     # responses without a readable answer); see nemo_lead.verify.verifier
-    outcome_rule: str = "paper"
+    outcome_rule: str = field(default="paper", metadata={"choices": OUTCOME_RULES})
     length_reward: bool = True  # R = exp(-alpha z) for correct responses
     alpha: float = 0.05
     length_eps: float = 1e-6  # eps in z = (|o| - mu) / (sigma + eps)
-    length_std: str = "population"  # sigma of correct lengths: population (paper) or sample (code, n-1)
+    length_std: str = field(default="population", metadata={"choices": STD_ESTIMATORS})  # sigma of correct lengths: population (paper) or sample (code, n-1)
     length_gate_tokens: float = 0.0  # code: length term only if mean of the group's `length_gate_k`
     length_gate_k: int = 3  # shortest responses (all outcomes) exceeds this many tokens; 0 = always on
     # DAPO overlong shaping: 0 up to max_response_len - overlong_buffer_len, then linear to -1 * factor
@@ -74,11 +74,11 @@ class LeadConfig:
     overlong_filter: bool = False  # DAPO overlong filtering: truncated responses take no part in the loss
 
     # --- advantages (advantages.py) ---
-    advantage_estimator: str = "grpo"  # one of advantages.ESTIMATORS
-    advantage_std: str = "sample"  # std used by `grpo`: sample (n-1, verl/torch default) or population
+    advantage_estimator: str = field(default="grpo", metadata={"choices": ADVANTAGE_ESTIMATORS})  # one of advantages.ESTIMATORS
+    advantage_std: str = field(default="sample", metadata={"choices": STD_ESTIMATORS})  # std used by `grpo`: sample (n-1, verl/torch default) or population
     advantage_eps: float = 1e-6
-    reweighting: str = "lead"  # one of advantages.REWEIGHTINGS: lead is the logistic w(rho)
-    rho_source: str = "correct"  # rho = share of CORRECT outcomes (paper) or of rewards > 0 (code)
+    reweighting: str = field(default="lead", metadata={"choices": REWEIGHTINGS})  # one of advantages.REWEIGHTINGS: lead is the logistic w(rho)
+    rho_source: str = field(default="correct", metadata={"choices": RHO_SOURCES})  # rho = share of CORRECT outcomes (paper) or of rewards > 0 (code)
     A: float = 0.4  # lower asymptote of w
     B: float = 1.5  # upper asymptote of w
     rho0: float = 0.75  # midpoint of w
@@ -86,16 +86,16 @@ class LeadConfig:
     dgpo_temperature: float = 2.0  # T of DGPO's softmax over -accuracy
 
     # --- group filter (filters.py) ---
-    group_filter: str = "none"  # one of filters.GROUP_FILTERS (see filters.py)
+    group_filter: str = field(default="none", metadata={"choices": GROUP_FILTERS})  # one of filters.GROUP_FILTERS (see filters.py)
 
     # --- policy loss (loss.py) ---
-    loss_agg: str = "seq_mean_token_mean"  # one of loss.LOSS_AGGREGATIONS; paper: 1/G sum_i 1/|o_i| sum_t
+    loss_agg: str = field(default="seq_mean_token_mean", metadata={"choices": LOSS_AGGREGATIONS})  # one of loss.LOSS_AGGREGATIONS; paper: 1/G sum_i 1/|o_i| sum_t
     clip_eps_low: float = 0.2
     clip_eps_high: float = 0.2
     dual_clip_c: Optional[float] = None  # dual-clip lower bound for A < 0 (e.g. 3.0); None = off
     entropy_coeff: float = 0.0
     kl_coeff: float = 0.0  # KL to a reference policy; the paper uses none
-    kl_estimator: str = "k3"
+    kl_estimator: str = field(default="k3", metadata={"choices": KL_ESTIMATORS})
     # importance weights between the engine's and the actor's log-probs: tis | seq_tis | mis (none = off)
     rollout_correction: RolloutCorrectionConfig = field(default_factory=RolloutCorrectionConfig)
 

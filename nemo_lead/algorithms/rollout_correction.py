@@ -34,17 +34,31 @@ softmax. Train with top_p = 1 and top_k = 0 (the RL default, where both log-prob
 truncation is wanted; an engine that cannot report untruncated log-probs (TensorRT-LLM with top_p < 1)
 cannot be corrected, and the RL loop says so instead of running.
 
-Names elsewhere: verl's `algorithm.rollout_correction.rollout_is: token | sequence` with
-`rollout_is_threshold` (= tis / seq_tis with C) and `rollout_rs: token | sequence` (its rejection
-sampling, the masking of mis); TRL's `vllm_importance_sampling_mode` (token_truncate, sequence_truncate,
-token_mask, sequence_mask) with `vllm_importance_sampling_cap`; NeMo-RL's importance-sampling correction
-and seq-mask-tis; slime's `--use-tis`.
+`level` is read by `mis` alone: `tis` is per token and `seq_tis` per sequence by definition, so
+`level=sequence` with `tis`, `seq_tis` or `none` is refused rather than ignored (`tis` at sequence level is
+`seq_tis`). `level=token` is the default and what the other modes are read as.
+
+The same settings elsewhere (current key names; the definitions agree except where noted):
+
+    here                         verl (algorithm.rollout_correction.*)        TRL (GRPOConfig)
+    tis, threshold C             rollout_is=token, rollout_is_threshold=C     vllm_importance_sampling_mode=
+                                                                              token_truncate, ..._clip_max=C
+    seq_tis, threshold C         rollout_is=sequence, rollout_is_threshold=C  sequence_truncate, ..._clip_max=C
+    mis, level=token, C          rollout_rs=token_k1,                         token_mask, ..._clip_min=1/C,
+                                 rollout_rs_threshold="{1/C}_{C}"             ..._clip_max=C
+    mis, level=sequence, C       rollout_rs=seq_sum_k1, same threshold        sequence_mask, same clips
+
+verl's rejection sampling removes the rejected tokens from the loss denominator (here they stay in it,
+see above); its k1 modes take the band as a "lower_upper" string. TRL's mask modes are one-sided (mask
+only above clip_max) unless `vllm_importance_sampling_clip_min` is set, and its truncate modes also clamp
+from below when it is; `vllm_importance_sampling_correction=True` turns it on. NeMo-RL calls these its
+importance-sampling correction and seq-mask-tis; slime `--use-tis`.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -58,8 +72,8 @@ METRIC_KEYS = ("rollout_correction/token_frac", "rollout_correction/seq_frac", "
 class RolloutCorrectionConfig:
     """`lead.rollout_correction`: see the module docstring."""
 
-    mode: str = "none"  # none | tis | seq_tis | mis
-    level: str = "token"  # mis only: mask tokens or whole sequences whose ratio leaves [1/C, C]
+    mode: str = field(default="none", metadata={"choices": MODES})  # none | tis | seq_tis | mis
+    level: str = field(default="token", metadata={"choices": LEVELS})  # read by mis only: mask tokens or whole sequences whose ratio leaves [1/C, C]
     threshold: float = 2.0  # C (verl's default rollout_is_threshold); > 1
 
     def __post_init__(self) -> None:
@@ -70,6 +84,12 @@ class RolloutCorrectionConfig:
             raise ValueError(f"lead.rollout_correction.mode={self.mode!r} is not one of {list(MODES)}")
         if self.level not in LEVELS:
             raise ValueError(f"lead.rollout_correction.level={self.level!r} is not one of {list(LEVELS)}")
+        if self.level != "token" and self.mode != "mis":
+            hint = {"tis": "mode=seq_tis is tis at sequence level",
+                    "seq_tis": "mode=seq_tis is per sequence already; leave level at token",
+                    "none": "mode=none applies no correction"}[self.mode]
+            raise ValueError(f"lead.rollout_correction.level={self.level} is read only by mode=mis, not by "
+                             f"mode={self.mode} ({hint})")
         if not self.threshold > 1:
             raise ValueError(f"lead.rollout_correction.threshold={self.threshold} must be > 1 (the band is [1/C, C])")
 

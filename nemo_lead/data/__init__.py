@@ -15,6 +15,7 @@ from .filters import (
     filter_by_bound,
     filter_evaluable_answers,
     parse_bound,
+    problem_key,
 )
 from .problems import BUILTIN_DATASETS, Problem, builtin_path, load_problems
 from .prompts import (
@@ -54,6 +55,7 @@ __all__ = [
     "filter_by_bound",
     "filter_evaluable_answers",
     "parse_bound",
+    "problem_key",
     "fit_traces",
     "format_prompt",
     "load_problems",

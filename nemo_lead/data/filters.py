@@ -16,6 +16,7 @@ difficulty ratings is a configuration mistake.
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections.abc import Callable, Sequence
 
 from .problems import Problem
@@ -43,6 +44,12 @@ def _number(p: Problem, key: str) -> float:
         found = "missing" if value is None else f"not a number ({value!r})"
         raise DataError(f"problem {p.id!r}: field {key!r} is {found}")
     return float(value)
+
+
+def problem_key(text: str) -> str:
+    """A problem's text for finding the same problem under another id: NFKC, lower case, no whitespace
+    (the authors' stage-2 file writes one problem as `$ABC$` in one row and `$A B C$` in another)."""
+    return re.sub(r"\s+", "", unicodedata.normalize("NFKC", text)).lower()
 
 
 def filter_by_bound(problems: Sequence[Problem], key: str, bound: str) -> list[Problem]:

@@ -1,6 +1,6 @@
 """`nemo-lead eval`: the paper's evaluation of a HF folder or a nemo-lead checkpoint, resumable.
 
-    nemo-lead eval --model DIR --data aime24,aime25 --n 32 --temperature 0.6 --top-p 0.95 --max-tokens 14336
+    nemo-lead eval --model DIR --data aime24,aime25 --samples 32 --temperature 0.6 --top-p 0.95 --max-tokens 14336
     nemo-lead eval --model RUN/checkpoints/step_000100 --max-tokens 8192 --out evals/lead-7b --tp 2
     nemo-lead eval --compare evals/base evals/lead-7b [--out table.md]
 
@@ -18,6 +18,7 @@ from pathlib import Path
 
 from nemo_lead.parallel import check_layout, detect_launch, model_shape
 from nemo_lead.parallel.local import run_command
+from nemo_lead.tracking import import_wandb
 
 from .config import EvalConfig
 from .report import compare_markdown
@@ -32,6 +33,8 @@ def _preflight(cfg: EvalConfig) -> None:
     check_prompt_lengths(cfg, prep)
     if launch.rank == 0:
         SampleStore.open(prep.out, prep.settings, write=False, problems=prep.datasets)
+        if cfg.wandb.enabled:
+            import_wandb()  # a missing client fails here, before the model loads
 
 
 def run_compare(runs: list[str], out: str | None) -> int:

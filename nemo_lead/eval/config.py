@@ -1,6 +1,6 @@
 """`EvalConfig`: what `nemo-lead eval` reads (its defaults are the paper's protocol).
 
-The paper's protocol (PAPER.md, "Evaluation"): AIME24 and AIME25, temperature 0.6, top-p 0.95, 32 samples
+The paper's protocol (arXiv 2504.09696, "Evaluation"): AIME24 and AIME25, temperature 0.6, top-p 0.95, 32 samples
 per problem, Cons@32 / Pass@1 / Len_avg, at a response budget of 14,336 tokens for the 14B models (the
 defaults here) or 8,192 for the 7B ablations (`--max-tokens 8192`).
 """
@@ -15,7 +15,8 @@ from nemo_lead.config import setting
 from nemo_lead.data import PromptConfig
 from nemo_lead.generation import EngineConfig, SamplingParams, check_engine_layout
 from nemo_lead.models.source import PRECISION_CHOICES
-from nemo_lead.progress import check_progress_mode
+from nemo_lead.progress import PROGRESS_MODES, check_progress_mode
+from nemo_lead.tracking import WandbSettings
 from nemo_lead.verify import VerifyConfig
 
 ANSWER_REGION = "after_think"  # the paper's protocol: R1-style models think first, then answer
@@ -49,7 +50,9 @@ class EvalConfig:
     report_budgets: list[int] = setting(default_factory=lambda: list(PAPER_BUDGETS), results=False)  # table columns
     plot: bool = setting(True, results=False)  # write accuracy_vs_budget.png
     # auto (a bar on a terminal, log lines otherwise) | bar | lines | none (nemo_lead.progress)
-    progress: str = setting("auto", results=False)
+    progress: str = setting("auto", results=False, choices=PROGRESS_MODES)
+    # Weights & Biases: the config and the summary table (nemo_lead.tracking); its id in OUT/wandb.json
+    wandb: WandbSettings = setting(default_factory=WandbSettings, results=False)
 
     def __post_init__(self) -> None:
         if not self.model and not self.compare:
@@ -69,6 +72,7 @@ class EvalConfig:
             raise ValueError("sampling.seed must be an integer: each group of problems gets a seed derived from it, "
                              "which is what makes a resumed run equal an uninterrupted one")
         check_progress_mode(self.progress)
+        self.wandb.check()
         bad = [b for b in [*self.budgets, *self.report_budgets] if b < 1]
         if bad:
             raise ValueError(f"budgets and report_budgets must be token counts >= 1, got {bad}")

@@ -38,6 +38,12 @@ SUMMARY_MD = "summary.md"
 FIGURE = "accuracy_vs_budget.png"
 
 
+def wandb_row(scores: dict[str, Any]) -> dict[str, Any]:
+    """One dataset's scores as a flat row (accuracy at each budget as `acc@B`), for a W&B table."""
+    flat = {k: v for k, v in scores.items() if not isinstance(v, dict)}
+    return {**flat, **{f"acc@{b}": v for b, v in scores.get("accuracy_vs_budget", {}).items()}}
+
+
 def dataset_summary(name: str, problems: Sequence[Problem], records: dict, n: int, budgets: Sequence[int]) -> dict:
     """The scores of one dataset from its records ({(dataset, problem_id, sample): record})."""
     rows = [[records[(name, p.id, s)] for s in range(n) if (name, p.id, s) in records] for p in problems]

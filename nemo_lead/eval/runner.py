@@ -48,11 +48,19 @@ from nemo_lead.models.policy import load_policy, with_end_tokens
 from nemo_lead.models.source import ModelSource, model_source, resolve_precision
 from nemo_lead.parallel import destroy_parallel, init_parallel
 from nemo_lead.progress import LoopProgress
+from nemo_lead.tracking import open_tracker
 from nemo_lead.verify.extract import THINK_OPEN
 
 from .config import ANSWER_REGION, EvalConfig, budget_points, dataset_specs, default_out
 from .plan import Chunk, load_datasets, plan_chunks
-from .report import FIGURE, dataset_summary, plot_accuracy_vs_budget, summary_markdown, write_summary
+from .report import (
+    FIGURE,
+    dataset_summary,
+    plot_accuracy_vs_budget,
+    summary_markdown,
+    wandb_row,
+    write_summary,
+)
 from .store import SampleStore
 
 
@@ -269,6 +277,11 @@ def _write_reports(cfg: EvalConfig, prep: Prepared, store: SampleStore, say) -> 
                      for name, problems in prep.datasets.items()},
     }
     write_summary(prep.out, summary)
+    tracker = open_tracker(cfg.wandb, prep.out, cfg, job_type="eval")
+    if tracker is not None:
+        tracker.summary("eval/summary", {name: wandb_row(d) for name, d in summary["datasets"].items()},
+                        step=prep.source.step or 0)
+        tracker.finish()
     if cfg.plot:
         plot_accuracy_vs_budget(summary, prep.out / FIGURE)
     print(summary_markdown(summary), flush=True)

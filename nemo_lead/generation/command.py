@@ -1,6 +1,6 @@
 """`nemo-lead generate`: sample responses from a HF model folder or a nemo-lead checkpoint, as JSONL.
 
-    nemo-lead generate --model DIR 'prompts=["What is 2+3?"]' --n 4 --temperature 0.6 --out samples.jsonl
+    nemo-lead generate --model DIR 'prompts=["What is 2+3?"]' --samples 4 --temperature 0.6 --out samples.jsonl
     nemo-lead generate --model DIR --prompts-file prompts.jsonl --max-tokens 512 [--tp 2 --pp 1]
 
 Prompts: `prompts` (texts) and / or `prompts_file` (JSONL, one object per line with a "prompt" or
@@ -28,7 +28,7 @@ from nemo_lead.models.policy import load_policy, with_end_tokens
 from nemo_lead.models.source import PRECISION_CHOICES, model_source, resolve_precision
 from nemo_lead.parallel import destroy_parallel, init_parallel
 from nemo_lead.parallel.local import run_command
-from nemo_lead.progress import LoopProgress, check_progress_mode
+from nemo_lead.progress import PROGRESS_MODES, LoopProgress, check_progress_mode
 
 from .engine import EngineConfig, build_engine, check_engine_layout
 from .params import SamplingParams
@@ -48,7 +48,7 @@ class GenerateConfig:
     precision: str = "auto"  # auto (fp32 on CPU; on a GPU bf16, fp16 for fp16 weights) | fp32 | bf16 | fp16
     sampling: SamplingParams = field(default_factory=lambda: SamplingParams(max_tokens=256, seed=1234))
     engine: EngineConfig = field(default_factory=EngineConfig)
-    progress: str = "auto"  # auto (a bar on a terminal, log lines otherwise) | bar | lines | none (nemo_lead.progress)
+    progress: str = field(default="auto", metadata={"choices": PROGRESS_MODES})  # auto (a bar on a terminal, log lines otherwise) | bar | lines | none (nemo_lead.progress)
 
     def __post_init__(self) -> None:
         check_progress_mode(self.progress)

@@ -50,7 +50,7 @@ class TrtllmConfig:
 
 @dataclass
 class EngineConfig:
-    kind: str = "megatron"  # megatron | trtllm
+    kind: str = field(default="megatron", metadata={"choices": ENGINE_KINDS})  # megatron | trtllm
     max_batch_size: int = 256  # megatron: sequences decoding at once (continuous batching)
     max_prefill_tokens: int = 16384  # megatron: padded prompt tokens prefilled together
     sync_every: Optional[int] = None  # megatron: decode steps between host syncs (None: 1 on CPU, 8 on GPU)

@@ -20,9 +20,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from nemo_lead.config import ConfigError, repo_root
+from nemo_lead.config import ConfigError
 from nemo_lead.pipeline.kinds import KINDS
-from nemo_lead.pipeline.recipe import find_recipe, read_recipe
+from nemo_lead.pipeline.recipe import find_recipe, read_recipe, recipes_dir
 
 from .sbatch import JobPlan
 from .submit_config import DEFAULT_SIZE, SIZE_KEYS, SubmitConfig, check_size
@@ -108,7 +108,7 @@ def plan_jobs(cfg: SubmitConfig) -> tuple[list[JobPlan], str, list[str]]:
     if cfg.command in (None, "run"):
         if recipe is None:
             raise ConfigError(f"target {cfg.target!r} is neither a recipe file nor a name in "
-                              f"{repo_root() / 'recipes'}; for a command's config file add command=sft|rl|...")
+                              f"{recipes_dir()}; for a command's config file add command=sft|rl|...")
         stages = recipe_stages(recipe)
         if cfg.command is None and not stages:
             raise ConfigError(f"{recipe} has no `stages:`; for a command's config file add command=sft|rl|...")

@@ -53,6 +53,8 @@ class JobPlan:
     time: str
     note: str = ""  # one line for the script's header (e.g. which stage it waits for)
     resources: str = ""  # the size in words and where it came from (printed by the dry run)
+    mem_gib: Optional[int] = None  # the plan's host memory per node (GiB, SLURM's G)
+    cpus_per_task: Optional[int] = None  # the plan's CPU cores per task
 
 
 def log_path(log_dir: str, name: str) -> str:
@@ -104,8 +106,13 @@ def render_sbatch(cfg: SubmitConfig, plan: JobPlan, run_dir: str, mounts: Option
                      f"--ntasks-per-node={plan.tasks_per_node}"]
     if plan.gpus_per_node:
         sb.append(f"--gpus-per-node={plan.gpus_per_node}")
-    if cfg.cpus_per_task:
-        sb.append(f"--cpus-per-task={cfg.cpus_per_task}")
+    cpus = cfg.cpus_per_task or plan.cpus_per_task
+    if cpus:
+        sb.append(f"--cpus-per-task={cpus}")
+    if cfg.mem == "plan" and plan.mem_gib:
+        sb.append(f"--mem={plan.mem_gib}G")
+    elif cfg.mem not in (None, "plan"):
+        sb.append(f"--mem={_no_space(str(cfg.mem), 'mem')}")
     sb.append(f"--time={plan.time}")
     for key in ("partition", "account", "qos"):
         if getattr(cfg, key):

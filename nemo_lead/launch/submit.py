@@ -20,7 +20,7 @@ import sys
 import time
 from pathlib import Path
 
-from nemo_lead.pipeline.plan import check_submit  # recipes are resolved by the pipeline layer
+from nemo_lead.pipeline.plan import check_submit, host_sizes  # recipes are resolved by the pipeline layer
 
 from .plan import plan_jobs
 from .sbatch import container_mounts, log_path, render_sbatch
@@ -32,6 +32,7 @@ __all__ = ["SubmitConfig", "run_submit", "render_jobs", "submit_script"]
 def render_jobs(cfg: SubmitConfig) -> tuple[list[tuple[str, str, str]], str]:
     """[(job name, header note, script)] in submission order, and the run folder. Pure."""
     plans, run_dir, needed = plan_jobs(cfg)
+    plans = host_sizes(cfg, plans)
     mounts = container_mounts(cfg, needed) if cfg.container_image else []
     return [(p.name, "; ".join(x for x in (p.note, p.resources) if x), render_sbatch(cfg, p, run_dir, mounts))
             for p in plans], run_dir

@@ -57,7 +57,10 @@ class SubmitConfig:
     partition: Optional[str] = None
     account: Optional[str] = None
     qos: Optional[str] = None
-    cpus_per_task: Optional[int] = None
+    cpus_per_task: Optional[int] = None  # None: the plan's (SFT / RL stages), else SLURM's default
+    # --mem: "plan" (the plan's host memory per node, SFT / RL stages), "0" (the whole node's memory), a SLURM
+    # size ("500G"), or null (no --mem)
+    mem: Optional[str] = "plan"
     exclusive: bool = True  # whole nodes for jobs that ask for GPUs (usual for GPU training)
     job_name: str = "nemo-lead"  # jobs are named <job_name>-<stage or command>
     # container (pyxis / enroot); empty image: a bare-metal job with the submitting environment

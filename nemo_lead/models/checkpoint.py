@@ -6,6 +6,8 @@ Folder layout (one folder per saved step):
 
     run_dir/checkpoints/
       step_000100/
+        manifest.json    every other file's size and CRC-32, written last (`nemo_lead.checkpoint_manifest`):
+                         a checkpoint that does not match it is never loaded
         meta.json        what was saved: format, step, the saving layout (tp/pp/dp), precision, layer spec,
                          vocab padding, the HF config (so the model can be rebuilt from the checkpoint alone)
         tokenizer/       the HF tokenizer files, copied (optional)
@@ -22,6 +24,7 @@ Folder layout (one folder per saved step):
                        and in meta.json: "loop" (the caller's loop state: step, consumed samples, data
                        position), "scheduler" (the learning-rate schedule's position), "world_size"
       .tmp-step_000200/  a save in progress (or one that died): never read; removed by the next save
+      .damaged-step_000300/  a checkpoint that did not match its manifest, set aside by a resume (kept, not read)
 
 Atomicity: all ranks write into `.tmp-step_N`; after a barrier rank 0 renames it to `step_N` (a rename is
 atomic on POSIX file systems), so a `step_N` folder is always complete. `latest_checkpoint` only sees
@@ -58,10 +61,12 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import torch.distributed as dist
 
+from nemo_lead.checkpoint_manifest import CheckpointDamaged, check_files, entries_of_rank, write_manifest
 from nemo_lead.checkpoint_meta import FORMAT_VERSION, read_checkpoint_meta
 from nemo_lead.megatron_compat import checkpoint_results_queue_dies_with_us
-from nemo_lead.parallel.ranks import dist_barrier, dist_rank
+from nemo_lead.parallel.ranks import dist_barrier, dist_rank, dist_world_size
 
 from .gpt import build_gpt, model_info, te_available, unwrap_model
 from .tokenizer import tokenizer_files
@@ -71,8 +76,9 @@ from .tokenizer import tokenizer_files
 def atomic_dir(final: str | Path) -> Iterator[Path]:
     """Collective: every rank writes into the yielded temp folder; on success it becomes `final`.
 
-    An existing `final` is replaced (the old one is removed only after the new one is complete). If the
-    block raises, nothing is renamed and the temp folder stays for inspection until the next save.
+    An existing `final` is replaced (the old one is removed only after the new one is complete; a kill
+    between the two renames leaves `.old-<name>`, which `recover_checkpoints` puts back). If the block raises,
+    nothing is renamed and rank 0 removes the temp folder (a killed save's is removed at the next start).
     """
     final = Path(final)
     tmp = final.parent / f".tmp-{final.name}"
@@ -81,7 +87,12 @@ def atomic_dir(final: str | Path) -> Iterator[Path]:
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir()
     dist_barrier()
-    yield tmp
+    try:
+        yield tmp
+    except BaseException:
+        if dist_rank() == 0:
+            shutil.rmtree(tmp, ignore_errors=True)
+        raise
     dist_barrier()
     if dist_rank() == 0:
         old = final.parent / f".old-{final.name}"
@@ -91,6 +102,53 @@ def atomic_dir(final: str | Path) -> Iterator[Path]:
         tmp.rename(final)
         shutil.rmtree(old, ignore_errors=True)
     dist_barrier()
+
+
+def recover_checkpoints(run_dir: str | Path) -> list[str]:
+    """Rank 0, before a run opens its folder: finish or undo what killed saves left in RUN/checkpoints. A
+    `.old-step_N` without its `step_N` (killed between the two renames of a re-save) becomes `step_N` again;
+    every other `.tmp-*` / `.old-*` goes. Returns what was done, one line each."""
+    root = Path(run_dir) / "checkpoints"
+    done = []
+    for old in sorted(root.glob(".old-step_*")) if root.is_dir() else []:
+        final = root / old.name[len(".old-"):]
+        if not final.exists():
+            old.rename(final)
+            done.append(f"{final.name}: restored from {old.name} (a re-save was killed before it finished)")
+    for stale in sorted([*root.glob(".tmp-*"), *root.glob(".old-*")]) if root.is_dir() else []:
+        shutil.rmtree(stale, ignore_errors=True)
+        done.append(f"{stale.name}: removed (left by a save that was killed)")
+    return done
+
+
+def _gather(value: Any) -> list[Any]:
+    """Every rank's `value`, in rank order (a list of one without torch.distributed)."""
+    if not dist.is_initialized():
+        return [value]
+    out: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(out, value)
+    return out
+
+
+def seal_checkpoint(folder: Path) -> None:
+    """Collective, last step of a save: every rank hashes the files it wrote, rank 0 writes the manifest
+    (`nemo_lead.checkpoint_manifest`)."""
+    dist_barrier()
+    entries = _gather(entries_of_rank(folder, dist_rank(), dist_world_size()))
+    if dist_rank() == 0:
+        write_manifest(folder, {k: v for part in entries for k, v in part.items()})
+
+
+def checkpoint_problems(path: str | Path) -> list[str]:
+    """Collective: what is wrong with a checkpoint's files ([] = intact; the ranks share the reading)."""
+    return sorted({p for part in _gather(check_files(path, dist_rank(), dist_world_size())) for p in part})
+
+
+def verify_checkpoint(path: str | Path) -> None:
+    """Collective: raise CheckpointDamaged (on every rank) unless the checkpoint matches its manifest."""
+    problems = checkpoint_problems(path)
+    if problems:
+        raise CheckpointDamaged(path, problems)
 
 
 # ----------------------------------------------------------------------------- the model part
@@ -192,14 +250,18 @@ def save_checkpoint(
                 for f in tokenizer_files(tokenizer_dir):
                     shutil.copy2(f, tmp / "tokenizer" / f.name)
             (tmp / "meta.json").write_text(json.dumps(meta, indent=2, sort_keys=True))
+        seal_checkpoint(tmp)
     return path
 
 
-def load_checkpoint(path: str | Path, model) -> dict[str, Any]:
+def load_checkpoint(path: str | Path, model, *, verify: bool = True) -> dict[str, Any]:
     """Collective: load a checkpoint's model part into `model` (any layout, may be wrapped); return its
-    meta.json."""
+    meta.json. `verify`: check every file of the checkpoint against its manifest first (CheckpointDamaged);
+    False when the caller just did."""
 
     model = unwrap_model(model)
+    if verify:
+        verify_checkpoint(path)
     meta = read_checkpoint_meta(path)
     if meta["padded_vocab_size"] != model.vocab_size:
         raise ValueError(f"{path}: saved with a padded vocabulary of {meta['padded_vocab_size']} rows, the model "

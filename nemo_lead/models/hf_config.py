@@ -57,16 +57,42 @@ def preset_names() -> list[str]:
     return sorted(p.stem for p in _preset_dir().glob("*.yaml"))
 
 
+REQUIRED_INTS = ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "vocab_size")
+OPTIONAL_INTS = ("num_key_value_heads", "head_dim", "max_position_embeddings")  # null = derived / default
+OPTIONAL_FLOATS = ("rope_theta", "rms_norm_eps", "initializer_range", "attention_dropout")
+
+
+def check_hf_config(cfg: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """`cfg` when its architecture keys are there and are numbers; else ModelConfigError naming `where` (the
+    file) and the keys."""
+    if not isinstance(cfg, Mapping):
+        raise ModelConfigError(f"{where}: a HF config is a JSON object of settings, not {type(cfg).__name__}")
+    problems = [f"{k} is missing" for k in REQUIRED_INTS if k not in cfg]
+    for key in (*REQUIRED_INTS, *OPTIONAL_INTS):
+        v = cfg.get(key)
+        if key in cfg and (v is not None or key in REQUIRED_INTS) and not (isinstance(v, int) and not isinstance(v, bool)
+                                  or isinstance(v, float) and v.is_integer()):
+            problems.append(f"{key} must be an integer, got {v!r}")
+    for key in OPTIONAL_FLOATS:
+        v = cfg.get(key)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int | float)):
+            problems.append(f"{key} must be a number, got {v!r}")
+    if problems:
+        raise ModelConfigError(f"{where}: " + "; ".join(problems))
+    return dict(cfg)
+
+
 def read_hf_config(source: Mapping[str, Any] | str | os.PathLike) -> dict[str, Any]:
-    """A HF config dict from a dict, a config.json file, a HF model folder, or a conf/model preset name."""
+    """A HF config dict from a dict, a config.json file, a HF model folder, or a conf/model preset name;
+    checked by `check_hf_config`."""
     if isinstance(source, Mapping):
-        return dict(source)
+        return check_hf_config(source, "the HF config")
     path = Path(source)
     if path.is_dir():
         path = path / "config.json"
     if path.is_file():
         try:
-            return json.loads(path.read_text())
+            return check_hf_config(json.loads(path.read_text()), str(path))
         except json.JSONDecodeError as e:
             raise ModelConfigError(f"{path}:{e.lineno}: invalid JSON: {e.msg}") from None
     preset = _preset_dir() / f"{source}.yaml"
@@ -74,7 +100,7 @@ def read_hf_config(source: Mapping[str, Any] | str | os.PathLike) -> dict[str, A
         data = yaml.safe_load(preset.read_text())
         if not isinstance(data, dict) or not isinstance(data.get("hf_config"), dict):
             raise ModelConfigError(f"{preset}: a model preset needs an `hf_config:` mapping (config.json values)")
-        return dict(data["hf_config"])
+        return check_hf_config(data["hf_config"], f"{preset}: hf_config")
     raise ModelConfigError(
         f"no HF config at {source!r}: give a config.json, a HF model folder or a preset "
         f"({', '.join(preset_names()) or 'none found in ' + str(_preset_dir())})"
@@ -107,10 +133,7 @@ def arch_from_hf(cfg: Mapping[str, Any]) -> Arch:
         raise ModelConfigError(
             f"model_type {family!r} is not supported; supported families: {', '.join(SUPPORTED_FAMILIES)}"
         )
-    missing = [k for k in ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
-                           "vocab_size") if k not in cfg]
-    if missing:
-        raise ModelConfigError(f"HF config lacks {', '.join(missing)}")
+    check_hf_config(cfg, "the HF config")  # read_hf_config checked a file's already, naming it
     act = cfg.get("hidden_act", "silu")
     if act != "silu":
         raise ModelConfigError(f"hidden_act {act!r} is not supported (the SwiGLU MLP of these families uses silu)")

@@ -27,6 +27,7 @@ import torch
 
 from nemo_lead.procs import die_with_parent, forked_children_die_with_us
 from nemo_lead.quiet import hide_import_noise
+from nemo_lead.runtime.signals import held_stop_signal, hold_stop_signals
 
 from .state import detect_launch, free_port
 
@@ -41,6 +42,7 @@ class JobError(RuntimeError):
 
 
 def _rank_main(fn, rank, world_size, port, args, kwargs, env, results) -> None:
+    hold_stop_signals()  # a forwarded stop before the loop's handlers exist is held, not fatal
     os.setpgrp()  # our own process group: the parent can kill us with everything we started
     die_with_parent()  # a killed launcher leaves no rank behind
     forked_children_die_with_us()  # nor anything the rank forks
@@ -129,10 +131,15 @@ def run_local(
     return [out[r] for r in range(world_size)]
 
 
+# the stop signals of `nemo_lead.runtime.signals`: SIGHUP is a closed terminal (ssh dropped, tmux killed)
+FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT, signal.SIGHUP)
+
+
 def _forward_stop_signals(procs: Sequence[mp.process.BaseProcess]) -> dict:
-    """SIGTERM / SIGUSR1 / SIGINT sent to the launcher go on to every rank (each runs in its own process
-    group, so a terminal's Ctrl-C or a scheduler's signal would otherwise reach the launcher alone): the ranks'
-    loops then finish their step and checkpoint (`nemo_lead.runtime.signals`). Returns the previous handlers."""
+    """SIGTERM / SIGUSR1 / SIGINT / SIGHUP sent to the launcher go on to every rank (each runs in its own process
+    group, so a terminal's Ctrl-C or hang-up or a scheduler's signal would otherwise reach the launcher alone):
+    the ranks' loops then finish their step and checkpoint (`nemo_lead.runtime.signals`). Returns the previous
+    handlers."""
     if threading.current_thread() is not threading.main_thread():
         return {}
 
@@ -144,7 +151,7 @@ def _forward_stop_signals(procs: Sequence[mp.process.BaseProcess]) -> dict:
                 except ProcessLookupError:
                     pass
 
-    return {sig: signal.signal(sig, forward) for sig in (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)}
+    return {sig: signal.signal(sig, forward) for sig in FORWARDED_SIGNALS}
 
 
 def run_command(
@@ -169,6 +176,10 @@ def run_command(
     try:
         if preflight is not None:
             preflight()
+        if held_stop_signal() and detect_launch(os.environ).world_size == 1 and ranks > 1:
+            print(f"nemo-lead {name}: stopped by {held_stop_signal()} before any rank started; nothing was written",
+                  file=sys.stderr)
+            return 128 + getattr(signal, held_stop_signal())
         if detect_launch(os.environ).world_size == 1 and ranks > 1:
             (log or _to_stderr)(f"[{name}] starting {ranks} local ranks")
             run_local(job, ranks, args=args, start_method="spawn")

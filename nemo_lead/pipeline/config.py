@@ -26,6 +26,7 @@ from nemo_lead.config import ConfigError, load_config, to_yaml
 from nemo_lead.data.filters import parse_bound
 from nemo_lead.dotted import flatten
 from nemo_lead.plan.settings import PlanSettings
+from nemo_lead.tracking import WandbSettings
 
 from .kinds import KINDS, schema, settings_hook
 from .recipe import Recipe, Ref, StageSpec, find_recipe, read_recipe, substitute
@@ -44,6 +45,8 @@ class RunConfig:
     paths: dict[str, Any] = field(default_factory=dict)  # overrides of the recipe's `paths`
     stages: dict[str, Any] = field(default_factory=dict)  # NAME: {key: value} overrides of a stage's settings
     plan: PlanSettings = field(default_factory=PlanSettings)  # laid over each SFT / RL stage's `plan` section
+    # laid over each SFT / RL / eval stage's `wandb` section; stages are grouped under the run folder's name
+    wandb: WandbSettings = field(default_factory=WandbSettings)
     # Filled from the recipe when the configuration is built (what --print-config shows): each stage's kind
     # and complete settings, references to outputs of earlier stages shown as <stage NAME: OUTPUT>.
     resolved: dict[str, Any] = field(default_factory=dict)
@@ -263,6 +266,10 @@ def resolve_stage(spec: StageSpec, recipe: Recipe, run: RunConfig, outputs: Opti
         raise ConfigError(_relocate(e, spec, cli_keys)) from None
     if kind.planned:  # `nemo-lead run ... plan.check=warn` applies to every stage's start-up check
         config.plan = config.plan.merged(run.plan)
+    if spec.kind in ("sft", "rl", "eval"):  # `nemo-lead run ... wandb.enabled=true`: every stage logs to W&B
+        config.wandb = config.wandb.merged(run.wandb)
+        if config.wandb.enabled and config.wandb.group is None:
+            config.wandb = dataclasses.replace(config.wandb, group=Path(run.out or "runs/_").name)
     return Stage(spec=spec, folder=folder, config=config, extras=extras)
 
 

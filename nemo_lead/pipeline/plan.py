@@ -17,7 +17,9 @@ them: one job's plan as an object with `layout`, `fits`, `gpu_memory_bytes`, `pe
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import math
 import sys
 import tempfile
 from dataclasses import dataclass, field
@@ -31,6 +33,7 @@ from nemo_lead.plan.settings import PlanSettings
 
 from .config import RunConfig, load_recipe, resolve_stage
 from .kinds import KINDS, PLANNED_KINDS, schema
+from .preflight import recipe_conflicts, report
 from .recipe import find_recipe
 
 RL_ONLY_KEYS = {"rollout", "engine", "lead", "prompts_per_step", "validation", "max_rounds", "ppo_epochs",
@@ -46,6 +49,7 @@ class PlanConfig:
     command: Optional[str] = None  # sft | rl: what a config-file target configures (None: from its keys)
     stage: Optional[str] = None  # a recipe's SFT / RL stage (None: all of them)
     gpus: Optional[int] = None  # GPUs the job runs on (tp x pp x dp)
+    gpus_per_node: int = 8  # for the host side: ranks (one per GPU) on one node
     json: Optional[str] = None  # also write the plan to this JSON file
     fixes: int = 5  # ranked changes listed when a job does not fit
     fastest: int = 5  # the fastest layouts that fit, listed with their step times (nemo_lead.plan.search)
@@ -167,12 +171,20 @@ def run_plan(cfg: PlanConfig) -> int:
     """`nemo-lead plan`: print each job's plan (and write --json); exit 0 when all fit, 1 when one does not."""
     from nemo_lead.plan.check import hf_config_of
     from nemo_lead.plan.fixes import find_fixes
+    from nemo_lead.plan.host import describe_host, host_needs
     from nemo_lead.plan.job import job_shape, plan_job
     from nemo_lead.plan.report import as_json, describe
     from nemo_lead.plan.search import rank_layouts
 
     try:
         jobs = jobs_of(cfg)
+        recipe = _recipe_file(cfg.target) if cfg.command is None else None
+        if recipe is not None:
+            run = RunConfig(recipe=str(recipe), paths=dict(cfg.paths), stages=dict(cfg.stages))
+            found = recipe_conflicts(run, world={j.name: cfg.gpus for j in jobs}, names=[cfg.stage] if cfg.stage else None,
+                                     missing_ok=True)
+            if report("plan", *found, sys.stderr):
+                return 2
         gpu = _gpu(cfg.plan)
         results, texts = [], []
         for job in jobs:
@@ -185,13 +197,20 @@ def run_plan(cfg: PlanConfig) -> int:
             fixes = find_fixes(shape, gpu, memory_gib=memory, reserve_gib=reserve, limit=cfg.fixes)
             ranking = (rank_layouts(shape, gpu, memory_gib=memory, reserve_gib=reserve, limit=cfg.fastest)
                        if cfg.fastest else None)
-            texts.append(describe(job.name, plan, fixes, job.prefix, ranking))
-            results.append(as_json(job.name, plan, fixes, ranking))
+            host = host_needs(plan, job.config, min(cfg.gpus, cfg.gpus_per_node))
+            texts.append("\n".join([describe(job.name, plan, fixes, job.prefix, ranking), *describe_host(host)]))
+            results.append({**as_json(job.name, plan, fixes, ranking), "host": host.as_json()})
     except (ConfigError, ValueError, OSError) as e:
         print(f"nemo-lead plan: {e}", file=sys.stderr)
         return 2
     if not cfg.plan.gpu:
         texts.insert(0, "(no --gpu given: the step times use the H100's figures)")
+    timed = [r["host"]["stage_seconds"] for r in results if r["host"]["stage_seconds"] is not None]
+    if len(results) > 1:
+        texts.append(f"total: {sum(timed) / 3600:,.1f} h of GPU-job time over {len(timed)} of {len(results)} "
+                     "planned stages (the others' steps are set by their data)"
+                     + f"; disk for checkpoints: up to {max(r['host']['disk_bytes'] or 0 for r in results) / 2**30:,.0f}"
+                     " GiB per stage folder")
     print("\n\n".join(texts))
     if cfg.json:
         data = results[0] if len(results) == 1 else {"stages": results, "fits": all(r["fits"] for r in results),
@@ -225,6 +244,45 @@ def check_recipe(run: RunConfig, names: list[str], done: dict[str, dict]) -> int
 
 
 # ----------------------------------------------------------------------------- before `nemo-lead submit` submits
+def _submit_run(cfg: Any) -> RunConfig:
+    job = dict(cfg.job)
+    return RunConfig(recipe=str(find_recipe(cfg.target)), paths=dict(job.get("paths") or {}),
+                     stages=dict(job.get("stages") or {}), plan=PlanSettings(**(job.get("plan") or {})))
+
+
+def host_sizes(cfg: Any, plans: list[Any]) -> list[Any]:
+    """`plans` (`nemo-lead submit`'s JobPlans) with the host memory and CPU cores of each SFT / RL stage's
+    plan (`nemo_lead.plan.host`); a stage whose model cannot be read here keeps SLURM's defaults."""
+    from nemo_lead.plan.check import hf_config_of
+    from nemo_lead.plan.host import host_needs
+    from nemo_lead.plan.job import job_shape, plan_job
+
+    if cfg.command not in (None, "run") or not cfg.target:
+        return plans
+    try:
+        jobs = {j.name: j for j in recipe_jobs(_submit_run(cfg))}
+    except (ConfigError, ValueError, OSError):
+        return plans  # the preflight names what is wrong
+    out = []
+    for p in plans:
+        job = jobs.get(p.name)
+        if job is None or p.gpus_per_node == 0:
+            out.append(p)
+            continue
+        settings = job.config.plan.merged(cfg.plan)
+        try:
+            hf_config, divisible = hf_config_of(job.config.actor.model)
+            shape = job_shape(job.config, job.kind, hf_config, gpus=p.nodes * p.tasks_per_node, settings=settings,
+                              vocab_divisible_by=divisible)
+        except (ValueError, OSError, KeyError):
+            out.append(p)
+            continue
+        plan = plan_job(shape, _gpu(settings), memory_gib=settings.gpu_memory_gb, reserve_gib=settings.value("reserve_gb"))
+        h = host_needs(plan, job.config, p.tasks_per_node)
+        out.append(dataclasses.replace(p, mem_gib=math.ceil(h.memory_gib_per_node), cpus_per_task=h.cpus_per_task))
+    return out
+
+
 def check_submit(cfg: Any, plans: list[Any]) -> int:
     """The plan of every job `nemo-lead submit` is about to submit (`plans`: its JobPlans), on GPUs named by
     the submit's `plan.gpu` / `plan.gpu_memory_gb` (the login node has none); 2 when one cannot fit."""
@@ -232,6 +290,12 @@ def check_submit(cfg: Any, plans: list[Any]) -> int:
     from nemo_lead.plan.timing import gpu_named
 
     settings = cfg.plan
+    if cfg.command in (None, "run"):
+        run = _submit_run(cfg)
+        ranks = {p.name: p.nodes * p.tasks_per_node for p in plans}
+        found = recipe_conflicts(run, world=ranks.get("recipe", ranks), prefix="job.stages.", missing_ok=True)
+        if report("submit", *found, sys.stderr):
+            return 2
     sized = [p for p in plans if p.gpus_per_node > 0]
     if settings.check == "off" or not sized:
         return 0
@@ -241,9 +305,6 @@ def check_submit(cfg: Any, plans: list[Any]) -> int:
         return 0
     gpu = gpu_named(settings.gpu or "h100")
     if cfg.command in (None, "run"):
-        job = dict(cfg.job)
-        run = RunConfig(recipe=str(find_recipe(cfg.target)), paths=dict(job.get("paths") or {}),
-                        stages=dict(job.get("stages") or {}), plan=PlanSettings(**(job.get("plan") or {})))
         jobs = {j.name: j for j in recipe_jobs(run)}
         pairs = [(jobs[p.name], p) for p in sized if p.name in jobs]
         pairs += [(j, p) for p in sized if p.name == "recipe" for j in jobs.values()]  # chain=false: one job

@@ -35,7 +35,7 @@ from typing import Any
 
 import yaml
 
-from nemo_lead.config import BASE_KEY, ConfigError, repo_root
+from nemo_lead.config import BASE_KEY, ConfigError, package_data
 
 TOP_KEYS = ("description", "paths", "stages")
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")
@@ -43,7 +43,8 @@ REF_RE = re.compile(r"\$\{([^}]*)\}")
 
 
 def recipes_dir() -> Path:
-    return repo_root() / "recipes"
+    """The shipped recipes (package data; the checkout's top-level recipes/ links to it)."""
+    return package_data("recipes")
 
 
 def find_recipe(spec: str) -> Path:

@@ -31,7 +31,7 @@ SUMMARY_JSON = "summary.json"
 SUMMARY_MD = "summary.md"
 FIGURE2 = "validation.png"
 FIGURE3 = "accuracy_vs_budget.png"
-EVAL_FLAGS = (("model", "--model"), ("data", "--data"), ("sampling.n", "--n"), ("sampling.temperature", "--temperature"),
+EVAL_FLAGS = (("model", "--model"), ("data", "--data"), ("sampling.n", "--samples"), ("sampling.temperature", "--temperature"),
               ("sampling.top_p", "--top-p"), ("sampling.max_tokens", "--max-tokens"), ("sampling.seed", "--seed"))
 
 

@@ -7,7 +7,8 @@
     OUT/summary.{json,md}     the evaluation of every evaluated checkpoint (report.py), and the figures
 
 Skip and resume: a stage recorded as done whose resolved settings (its references to earlier outputs
-included) are unchanged is skipped. Any other stage runs: one that was interrupted runs its command again
+included) are unchanged, and whose input files and folders hold what they held when it ran
+(`input_fingerprints`: data files by content, checkpoints by their manifest), is skipped. Any other stage runs: one that was interrupted runs its command again
 into the same folder, and the SFT / RL loops and the evaluation resume from what is there; one whose
 settings changed since it finished runs again too (a larger `steps` extends an SFT / RL run; the loops
 refuse other changes, so start a new OUT for those). The state file is written atomically after each
@@ -30,12 +31,15 @@ import time
 from pathlib import Path
 from typing import Any
 
+from nemo_lead.checkpoint_manifest import MANIFEST_FILE, file_entry
 from nemo_lead.config import ConfigError, drop_keys, keys_where, save_config
 from nemo_lead.files import write_json
+from nemo_lead.training.run_lock import lock_folder
 
 from .config import RunConfig, Stage, eval_row_config, load_recipe, resolve_stage
 from .kinds import KINDS, run_function
 from .plan import check_recipe
+from .preflight import recipe_conflicts, report
 from .recipe import Recipe
 from .stages import StageStopped, say
 
@@ -76,6 +80,60 @@ def fingerprint(stage: Stage) -> str:
     return hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
+_HASHED_FILE_BYTES = 1 << 28  # data files up to 256 MB are hashed; larger ones (and folders) go by size and time
+
+
+def _path_fingerprint(path: Path) -> str:
+    """What a stage's input file or folder holds, cheaply: a file's bytes (CRC-32; size and modification time
+    above `_HASHED_FILE_BYTES`); a checkpoint's manifest; any other folder's file names, sizes and times
+    (dot files aside: locks, temporaries)."""
+    if path.is_file():
+        st = path.stat()
+        if st.st_size > _HASHED_FILE_BYTES:
+            return f"{st.st_size}:{st.st_mtime_ns}"
+        return f"{st.st_size}:{file_entry(path)['crc32']}"
+    if (path / MANIFEST_FILE).is_file():
+        return "manifest:" + file_entry(path / MANIFEST_FILE)["crc32"]
+    listing = sorted((p.relative_to(path).as_posix(), p.stat().st_size, p.stat().st_mtime_ns) for p in path.rglob("*")
+                     if p.is_file() and not any(part.startswith(".") for part in p.relative_to(path).parts))
+    return hashlib.sha256(json.dumps(listing).encode()).hexdigest()[:16]
+
+
+def input_fingerprints(stage: Stage) -> dict[str, str]:
+    """{setting: fingerprint} of every setting of `stage` that names an existing file or folder outside the
+    stage's own folder (its data, its model, earlier stages' outputs): a stage is done only for these."""
+    own = stage.folder.resolve()
+    found: dict[str, str] = {}
+
+    def visit(key: str, value: Any) -> None:
+        if isinstance(value, dict):
+            for k, v in value.items():
+                visit(f"{key}.{k}" if key else str(k), v)
+        elif isinstance(value, list):
+            for i, v in enumerate(value):
+                visit(f"{key}[{i}]", v)
+        elif isinstance(value, str) and key != "out" and value and len(value) < 4096:
+            path = Path(value).expanduser()
+            if path.exists() and own not in (path.resolve(), *path.resolve().parents):
+                found[key] = _path_fingerprint(path)
+
+    # the config's fields as they are (Stage.as_dict renders YAML: slow, and the paths are the same)
+    settings = dataclasses.asdict(stage.config) if dataclasses.is_dataclass(stage.config) else stage.as_dict()
+    if stage.kind == "eval":
+        settings["models"] = dict(stage.models)
+    visit("", settings)
+    return found
+
+
+def changed_inputs(stage: Stage, rec: dict[str, Any]) -> list[str]:
+    """The settings whose files changed since the stage recorded them (a record without: none)."""
+    saved = rec.get("inputs")
+    if saved is None:
+        return []
+    now = input_fingerprints(stage)
+    return sorted(k for k in set(saved) | set(now) if saved.get(k) != now.get(k))
+
+
 def done_outputs(state: dict[str, Any]) -> dict[str, dict[str, str]]:
     return {name: rec["outputs"] for name, rec in state["stages"].items() if rec.get("status") == "done"}
 
@@ -85,10 +143,14 @@ def run_stage(stage: Stage, state: dict[str, Any], out: Path) -> None:
     """Run `stage` (skipping it when it is done with the same settings) and record it in `state`."""
     fp = fingerprint(stage)
     rec = state["stages"].get(stage.name)
-    if rec and rec.get("status") == "done" and rec.get("fingerprint") == fp:
+    changed = changed_inputs(stage, rec) if rec and rec.get("status") == "done" else []
+    if rec and rec.get("status") == "done" and rec.get("fingerprint") == fp and not changed:
         say(f"stage {stage.name} ({stage.kind}): done, skipped")
         return
-    if rec and rec.get("status") == "done":
+    if changed:
+        say(f"stage {stage.name} ({stage.kind}): its inputs changed since it finished ({', '.join(changed)}); "
+            f"running it again in {stage.folder} (an SFT / RL run refuses changed data: give it another --out)")
+    elif rec and rec.get("status") == "done":
         say(f"stage {stage.name} ({stage.kind}): its settings changed since it finished; running it again "
             f"in {stage.folder}")
     elif rec and rec.get("status") == "failed":
@@ -101,7 +163,8 @@ def run_stage(stage: Stage, state: dict[str, Any], out: Path) -> None:
     stage.folder.mkdir(parents=True, exist_ok=True)
     seconds = (rec or {}).get("seconds", 0.0) if rec and rec.get("status") != "done" else 0.0
     state["stages"][stage.name] = {"kind": stage.kind, "status": "running", "fingerprint": fp,
-                                   "folder": str(stage.folder.resolve()), "seconds": seconds}
+                                   "inputs": input_fingerprints(stage), "folder": str(stage.folder.resolve()),
+                                   "seconds": seconds}
     write_state(out, state)
     start = time.monotonic()
     try:
@@ -142,7 +205,7 @@ def summarise(recipe: Recipe, cfg: RunConfig, state: dict[str, Any], out: Path) 
 
 def planned_status(stage: Stage | None, rec: dict[str, Any] | None) -> str:
     """What `run` would do with a stage, in a word or two: done (skipped), rerun (done, but its settings
-    changed), resume (interrupted or stopped), failed (exit N; runs again), to do; `stage` None: its inputs
+    changed), rerun (inputs) (done, but a file or folder it reads changed), resume (interrupted or stopped), failed (exit N; runs again), to do; `stage` None: its inputs
     are not finished yet (waits)."""
     if not rec:
         return "to do" if stage is not None else "waits"
@@ -150,7 +213,9 @@ def planned_status(stage: Stage | None, rec: dict[str, Any] | None) -> str:
     if status == "done":
         if stage is None:
             return "rerun"  # an input will run again
-        return "done" if rec.get("fingerprint") == fingerprint(stage) else "rerun"
+        if rec.get("fingerprint") != fingerprint(stage):
+            return "rerun"
+        return "rerun (inputs)" if changed_inputs(stage, rec) else "done"
     if status == "failed":
         return f"failed (exit {rec.get('exit_status')})"
     return "resume"
@@ -167,26 +232,34 @@ def print_plan(recipe: Recipe, cfg: RunConfig, state: dict[str, Any]) -> None:
             stage = None
         rec = state["stages"].get(spec.name)
         status = planned_status(stage, rec)
-        if status in ("rerun", "to do", "waits") or status.startswith("failed"):
+        if status in ("to do", "waits") or status.startswith(("failed", "rerun")):
             outputs.pop(spec.name, None)  # later stages that read it run again too
         folder = stage.folder if stage is not None else resolve_stage(spec, recipe, cfg, None).folder
-        print(f"  {spec.name:<14} {spec.kind:<8} {status:<14} {folder}")
+        print(f"  {spec.name:<14} {spec.kind:<8} {status:<15} {folder}")
 
 
 # ----------------------------------------------------------------------------- entry point
 def run_recipe(cfg: RunConfig) -> int:
     """CLI runner of `nemo-lead run` and `nemo-lead demo` (see the module docstring); the exit status."""
+    from nemo_lead.parallel.state import detect_launch  # (torch)
+
     try:
         recipe = load_recipe(cfg)
         out = Path(cfg.out)
         state = read_state(out)
+        todo = [recipe.stage(cfg.only)] if cfg.only else recipe.stages
+        world = detect_launch(os.environ).world_size
+        found = recipe_conflicts(cfg, world=world if world > 1 else None, names=[s.name for s in todo],
+                                 done=[n for n, r in state["stages"].items() if r.get("status") == "done"],
+                                 missing_ok=cfg.dry_run)
+        if report("run", *found, sys.stderr):
+            return 2
         if cfg.dry_run:
             print_plan(recipe, cfg, state)
             return 0
         if is_writer():
-            out.mkdir(parents=True, exist_ok=True)
+            lock_folder(out)  # one `nemo-lead run` per OUT (each SFT / RL stage locks its own folder too)
             save_config(cfg, out / "run.yaml")
-        todo = [recipe.stage(cfg.only)] if cfg.only else recipe.stages
         if check_recipe(cfg, [s.name for s in todo], done_outputs(state)):  # on GPUs: every stage fits
             return 2
         say(f"recipe {recipe.path.name}: {' -> '.join(s.name for s in recipe.stages)}; run folder {out}")

@@ -20,6 +20,7 @@ from nemo_lead.data import (
     filter_evaluable_answers,
     load_problems,
     parse_bound,
+    problem_key,
 )
 from nemo_lead.files import jsonl_text, write_atomic
 from nemo_lead.training.run_folder import PROBLEM_STATS_FILE, read_problem_stats
@@ -54,9 +55,29 @@ def _load(specs: Sequence[str], cfg: SelectConfig) -> list[Problem]:
     return problems
 
 
+def new_extra(extra: Sequence[Problem], pool: Sequence[Problem]) -> tuple[list[Problem], dict[str, int]]:
+    """The `extra` problems that are new, by normalised text (`problem_key`), and what was dropped: those in
+    the `pool` the selection read (in stage 2, the user's stage-1 problems: their own stage-1 accuracy already
+    selected or rejected them; the selected problems are among them), and repeats of an earlier extra row."""
+    in_pool = {problem_key(p.problem) for p in pool}
+    seen: set[str] = set()
+    kept, counts = [], {"extra_in_pool": 0, "extra_repeated": 0}
+    for p in extra:
+        key = problem_key(p.problem)
+        if key in in_pool:
+            counts["extra_in_pool"] += 1
+        elif key in seen:
+            counts["extra_repeated"] += 1
+        else:
+            seen.add(key)
+            kept.append(p)
+    return kept, counts
+
+
 def select_problems(cfg: SelectConfig) -> tuple[list[Problem], dict[str, Any]]:
-    """The selected problems (filtered `problems`, then `extra`) and counts of what each step kept."""
-    problems = _load(cfg.problems, cfg)
+    """The selected problems (filtered `problems`, then the new ones of `extra`) and counts of what each
+    step kept."""
+    problems = pool = _load(cfg.problems, cfg)
     report: dict[str, Any] = {"candidates": len(problems)}
     if cfg.difficulty is not None:
         try:
@@ -84,6 +105,9 @@ def select_problems(cfg: SelectConfig) -> tuple[list[Problem], dict[str, Any]]:
     if clash is not None:
         raise DataError(f"extra problem id {clash!r} is also among the selected problems")
     report["extra"] = len(extra)
+    if extra:
+        extra, dropped = new_extra(extra, pool)
+        report.update(dropped, extra_kept=len(extra))
     report["total"] = len(problems) + len(extra)
     return problems + extra, report
 

@@ -4,6 +4,7 @@
   agreed on by all ranks after a step, so loops checkpoint and exit 0;
 - `requeue`: ask SLURM to requeue the current job after such a stop.
 
-`nemo_lead.launch` (SLURM submission, above the pipeline) and `nemo_lead.training` (the loops) both build on
-it; it imports nothing of nemo_lead's but the standard library.
+`nemo_lead.parallel.local` (the local launcher holds stop signals until its ranks run), `nemo_lead.training`
+(the loops) and `nemo_lead.launch` (SLURM submission) build on it; it imports nothing but the standard library,
+so it sits at level 0 of the layer table.
 """

@@ -25,9 +25,11 @@ before the mask changed leaves SIGUSR1 open, the kernel hands the process-wide s
 Python runs the handler in the main thread as usual. SIGTERM is not blocked (multiprocessing stops its
 workers with it); on SIGTERM the rank checkpoints if the time before SIGKILL allows.
 
-Before the handlers exist, the task wrapper of `nemo-lead submit` scripts starts each rank with SIGUSR1
-ignored (`trap '' USR1`), so a warning during start-up does not kill it (it is then lost: the job is not
-requeued, and the run resumes from its last regular checkpoint when it is submitted again).
+Before the handlers exist, `hold_stop_signals` (the first thing `nemo-lead` and each local rank do) holds a
+stop signal until `install_stop_handlers` takes it over. The task wrapper of `nemo-lead submit` scripts
+starts each rank with SIGUSR1 ignored (`trap '' USR1`), which stays so until the handlers exist: a warning
+during the interpreter's start does not kill it (it is then lost: the job is not requeued, and the run
+resumes from its last regular checkpoint when it is submitted again).
 """
 
 from __future__ import annotations
@@ -124,8 +126,55 @@ class StopRequest:
 
 
 def install_stop_handlers() -> StopRequest:
-    """Record SIGUSR1 / SIGTERM / SIGINT in a `StopRequest` (main thread only; elsewhere a no-op one)."""
+    """Record SIGUSR1 / SIGTERM / SIGINT / SIGHUP in a `StopRequest` (main thread only; elsewhere a no-op
+    one). A signal held since `hold_stop_signals` counts as received."""
     stop = StopRequest()
     if threading.current_thread() is threading.main_thread():
         stop.install()
+        if _held:
+            stop.request(_held.pop())
     return stop
+
+
+_held: list[str] = []  # the stop signal received before the handlers existed (at most one)
+
+
+def hold_stop_signals() -> dict:
+    """Main thread, first thing a command does: a stop signal that comes before `install_stop_handlers`
+    (seconds of imports, loading a model) is held, and the loop stops after its first step as if the signal had
+    come then; a second SIGINT ends the start at once, exit 130, without a traceback. Signals set to be ignored
+    (`nohup`, the submit scripts' `trap '' USR1`) stay ignored. Returns the handlers it replaced
+    (`release_stop_signals`)."""
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+    previous = {}
+    for name in STOP_SIGNALS:
+        sig = getattr(signal, name)
+        if signal.getsignal(sig) is not signal.SIG_IGN:
+            previous[sig] = signal.signal(sig, _hold)
+    return previous
+
+
+def release_stop_signals(previous: dict) -> None:
+    """Back to the handlers `hold_stop_signals` replaced (its return value); a held signal is dropped."""
+    for sig, handler in previous.items():
+        signal.signal(sig, handler)
+    _held.clear()
+
+
+def held_stop_signal() -> str | None:
+    """The stop signal held so far (None: none came)."""
+    return _held[0] if _held else None
+
+
+def _hold(signum, frame) -> None:  # noqa: ARG001 - signal handler signature
+    name = signal.Signals(signum).name
+    if _held and name == "SIGINT" == _held[0]:
+        raise SystemExit(128 + signum)
+    if not _held:
+        _held.append(name)
+        try:
+            print(f"[nemo-lead] {name} received while starting: stopping after the first step, with a checkpoint "
+                  "(a second Ctrl-C stops at once)", file=sys.stderr, flush=True)
+        except (BrokenPipeError, OSError):
+            pass

@@ -28,7 +28,7 @@ class ActorOptimConfig:
     lr: float = setting(1e-6, resume="flag")  # peak learning rate (the paper's RL value; constant by default)
     min_lr: Optional[float] = setting(None, resume="flag")  # end of a linear / cosine decay (None = lr)
     lr_warmup_steps: int = 0  # linear warm-up: step i (from 0) of the first ones uses lr * (i + 1) / lr_warmup_steps
-    lr_decay_style: str = "constant"  # constant | linear | cosine
+    lr_decay_style: str = setting("constant", choices=LR_DECAY_STYLES)  # constant | linear | cosine
     lr_decay_steps: Optional[int] = None  # linear / cosine: the step (counting from 1) that reaches min_lr
     adam_beta1: float = 0.9
     adam_beta2: float = 0.999
@@ -93,8 +93,8 @@ class ActorConfig:
     model: Optional[str] = None
     tp: int = 1
     pp: int = 1
-    precision: str = "auto"  # auto (fp32 on CPU; on a GPU bf16, fp16 for fp16 weights) | fp32 | bf16 | fp16 | fp8 (TE)
-    layer_spec: str = "auto"  # auto (TE when importable) | te | local
+    precision: str = setting("auto", choices=PRECISION_CHOICES)  # auto (fp32 on CPU; on a GPU bf16, fp16 for fp16 weights) | fp32 | bf16 | fp16 | fp8 (TE)
+    layer_spec: str = setting("auto", choices=("auto", "te", "local"))  # auto (TE when importable) | te | local
     optim: ActorOptimConfig = field(default_factory=ActorOptimConfig)
     # padded tokens per micro-batch at most (rows x longest row); None: per device at build time
     # (`micro_batch_tokens_for_device`: 16384 on a GPU, 4096 on a CPU, whose RAM holds the fp32 logits)
@@ -106,8 +106,8 @@ class ActorConfig:
     # [micro_batch_tokens, vocab / tp] tensors, while 2048-row GEMMs stay efficient; the price is one more
     # output-layer GEMM per micro-batch (logits recomputed in backward)
     logprob_chunk_tokens: int = 2048
-    recompute_granularity: Optional[str] = None  # None | full | selective (megatron activation recomputation)
-    recompute_method: Optional[str] = None  # full only: uniform | block
+    recompute_granularity: Optional[str] = setting(None, choices=(None, *RECOMPUTE_GRANULARITIES))  # None | full | selective (megatron activation recomputation)
+    recompute_method: Optional[str] = setting(None, choices=(None, *RECOMPUTE_METHODS))  # full only: uniform | block
     recompute_num_layers: Optional[int] = None  # full only: layers per recomputed chunk (uniform) / recomputed layers (block)
     seed: int = 1234  # initialisation of preset models; the model-parallel RNG is seeded by init_parallel
     # megatron's sequence parallelism (TP > 1): norms, residuals and dropout work on 1/tp of the tokens,

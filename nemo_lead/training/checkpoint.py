@@ -149,16 +149,18 @@ def save_train_state(
                            extra_parts={"optim": write_optimizer, "rng": write_rng, **(extra_parts or {})})
 
 
-def load_train_state(path: str | Path, model, optimizer=None, *, scheduler=None, load_rng: bool = True) -> dict[str, Any]:
+def load_train_state(path: str | Path, model, optimizer=None, *, scheduler=None, load_rng: bool = True,
+                     verify: bool = True) -> dict[str, Any]:
     """Collective: load what `save_train_state` wrote into `model` (any TP/PP/DP layout), `optimizer` and
     `scheduler` (None = skip that part). RNG states are restored when `load_rng` and the layout (world
     size, TP, PP) is the saving one. Returns meta.json, whose `loop` is the saved loop state, with
-    `rng_restored` (bool) added."""
+    `rng_restored` (bool) added. `verify`: check every part against the manifest first (False: the caller
+    just did)."""
     from megatron.core import dist_checkpointing
 
     path = Path(path)
     gpt = unwrap_model(model)
-    meta = load_checkpoint(path, gpt)
+    meta = load_checkpoint(path, gpt, verify=verify)
     missing = [p for p in ("optim", "rng") if p not in meta["parts"]]
     if missing:
         raise ValueError(f"{path}: not a training checkpoint (no {' / '.join(missing)} part; "
@@ -249,7 +251,7 @@ def resume_point(run_dir: str | Path, total_steps: int) -> tuple[Path | None, bo
 
 
 def load_actor_state(actor: Actor, path: str | Path, *, load_optimizer: bool = True,
-                     load_rng: bool = True) -> dict[str, Any]:
+                     load_rng: bool = True, verify: bool = True) -> dict[str, Any]:
     """Collective: restore what `save_actor_state` wrote, into an actor of any layout. Returns the
     checkpoint's meta.json: `loop` (the loop state), `step`, `rng_restored` (False when the layout differs
     from the saving one: RNG streams are per rank).
@@ -259,7 +261,8 @@ def load_actor_state(actor: Actor, path: str | Path, *, load_optimizer: bool = T
     parameter group also keeps a `max_lr` / `min_lr` of its own, restored with the optimizer state and
     preferred by the scheduler; they are set back to the scheduler's here."""
     meta = load_train_state(path, actor.model, actor.optimizer if load_optimizer else None,
-                            scheduler=actor.scheduler if load_optimizer else None, load_rng=load_rng)
+                            scheduler=actor.scheduler if load_optimizer else None, load_rng=load_rng,
+                            verify=verify)
     if load_optimizer:
         for group in actor.optimizer.param_groups:
             for key in ("max_lr", "min_lr"):

@@ -20,6 +20,7 @@ import hashlib
 import json
 import math
 import os
+import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -27,24 +28,38 @@ from pathlib import Path
 from typing import Any, Union
 
 import torch.distributed as dist
+from torch.distributed.checkpoint.api import CheckpointException
 
-from nemo_lead.checkpoint_meta import checkpoint_dir
+from nemo_lead.checkpoint_manifest import NO_MANIFEST, damaged_checkpoints, set_aside
+from nemo_lead.checkpoint_meta import checkpoint_dir, latest_checkpoint
 from nemo_lead.data import prompt_settings, resolve_prompt
 from nemo_lead.data.traces import check_vocab_covers
 from nemo_lead.models import load_tokenizer
-from nemo_lead.models.checkpoint import load_checkpoint
+from nemo_lead.models.checkpoint import checkpoint_problems, load_checkpoint, recover_checkpoints
 from nemo_lead.models.source import model_source
 from nemo_lead.parallel import destroy_parallel, detect_launch, init_parallel
 from nemo_lead.parallel.local import JobError
+from nemo_lead.procs import die_with_parent
 from nemo_lead.progress import LoopProgress
 from nemo_lead.quiet import backend_note, hide_import_noise
+from nemo_lead.runtime.deadline import Deadline, test_step_delay
+from nemo_lead.runtime.requeue import requeue_current_job
 from nemo_lead.runtime.signals import StopRequest, install_stop_handlers
+from nemo_lead.tracking import open_tracker
 
 from .actor import build_actor
 from .checkpoint import load_actor_state, resume_point, save_actor_state
 from .run_folder import RunFolder
+from .run_lock import lock_folder
 
 LoopState = Union[dict[str, Any], Callable[[], dict[str, Any]]]  # or a function giving it, called when a save is due
+
+
+TORCHRUN_ENV = "TORCHELASTIC_RUN_ID"  # set by torchrun for its ranks
+TORCHRUN_ADVICE = ("under torchrun, a signal to the torchrun agent is not a clean stop: SIGTERM / SIGINT give the "
+                   "ranks --shutdown-timeout seconds (30 by default) before SIGKILL, SIGUSR1 / SIGHUP end the agent. "
+                   "Start torchrun with --shutdown-timeout longer than a step plus a checkpoint, or signal the rank "
+                   "processes themselves (docs/faults.md)")
 
 
 class NonFiniteError(JobError):
@@ -69,6 +84,9 @@ class Run:
     resumed_from: Path | None = None  # the checkpoint this run continued from (None: a fresh start)
     # more checkpoint parts the loop writes: name -> writer(folder), called on every rank at each full save
     parts: dict[str, Callable[[Path], None]] = dataclasses.field(default_factory=dict)
+    # the job's end (SLURM_JOB_END_TIME) and the measured step and save times (nemo_lead.runtime.deadline)
+    deadline: Deadline | None = dataclasses.field(default_factory=lambda: Deadline.from_env(os.environ))
+    step_ended_at: float = dataclasses.field(default_factory=time.monotonic)
 
     @property
     def is_writer(self) -> bool:
@@ -119,14 +137,15 @@ def content_digest(rows: list) -> str:
 
 
 def start_run(cfg: Any, name: str, total_steps: int, log_names: tuple[str, ...] = (), *, source: Any,
-              tokenizer: Any = None, inputs: dict[str, str] | None = None) -> Run:
+              tokenizer: Any = None, inputs: dict[str, str] | None = None, layer_spec: str | None = None) -> Run:
     """Collective: set up the parallel state and the actor, open the run folder, resume from its latest
     checkpoint when it has one. `log_names`: the loop's per-step JSONL logs to cut
     back on resume; `tokenizer`: the run's tokenizer when the caller already loaded it; `inputs`: content
-    hashes of the data (RUN/inputs.json). `source`: from `resolve_model`."""
+    hashes of the data (RUN/inputs.json). `source`: from `resolve_model`. `layer_spec`: the spec the actor is
+    built with where the loop resolves the config's `auto` (SFT's packed traces); the config keeps `auto`."""
     hide_import_noise()
-
-
+    if detect_launch(os.environ).rank == 0:
+        lock_folder(cfg.out)  # before anything is read or written: a second start is refused at once
     tok_dir = source.require_tokenizer()
     tokenizer = tokenizer if tokenizer is not None else load_tokenizer(tok_dir)
     hf_config = source.hf_config
@@ -135,24 +154,36 @@ def start_run(cfg: Any, name: str, total_steps: int, log_names: tuple[str, ...] 
     except ValueError as e:
         raise ValueError(f"actor.model={cfg.actor.model} with tokenizer {tok_dir}: {e}") from None
     stop = install_stop_handlers()
+    if TORCHRUN_ENV in os.environ:
+        die_with_parent()  # a killed torchrun agent leaves no rank writing the folder
     info = init_parallel(cfg.actor.tp, cfg.actor.pp, seed=cfg.seed, model_config=hf_config)
     folder = RunFolder(cfg.out, writer=info.rank == 0, tensorboard=cfg.tensorboard)
 
-    def open_folder():
-        latest, weights_only = resume_point(cfg.out, total_steps)
-        step = int(latest.name.split("_")[-1]) if latest is not None else 0
-        folder.prepare(cfg, inputs, step=step)
-        return latest, weights_only
+    notes = _on_writer_then_share(info, lambda: recover_checkpoints(cfg.out))
+    latest, weights_only, damaged = _intact_resume_point(info, cfg.out, total_steps)
+    step = int(latest.name.split("_")[-1]) if latest is not None else 0
 
-    latest, weights_only = _on_writer_then_share(info, open_folder)
-    actor_cfg = dataclasses.replace(cfg.actor, optim=cfg.actor.optim.for_run(total_steps))
+    def open_folder():
+        folder.prepare(cfg, inputs, step=step)
+        folder.tracker = open_tracker(getattr(cfg, "wandb", None), cfg.out, cfg, job_type=name)
+
+    _on_writer_then_share(info, open_folder)
+    actor_cfg = dataclasses.replace(cfg.actor, optim=cfg.actor.optim.for_run(total_steps),
+                                    layer_spec=layer_spec or cfg.actor.layer_spec)
     actor = build_actor(actor_cfg, info)
     progress = LoopProgress(name, total_steps, mode=cfg.progress, active=info.rank == 0,
                             on_lost_output=lambda: stop.request("SIGPIPE"))
+    if TORCHRUN_ENV in os.environ:
+        progress.warn(TORCHRUN_ADVICE)
+    for note in notes:
+        progress.say(f"note: {cfg.out}/checkpoints/{note}")
+    for path, aside, problems in damaged:
+        progress.warn(f"{path} is damaged ({'; '.join(problems)}): not loaded, set aside as {aside.name}")
     step, loop_state = 0, {}
     if latest is not None:
         # a weights-only final checkpoint (final_checkpoint=weights) is only ever a finished run's
-        meta = {**load_checkpoint(latest, actor.model), "rng_restored": True} if weights_only else load_actor_state(actor, latest)
+        meta = ({**load_checkpoint(latest, actor.model, verify=False), "rng_restored": True} if weights_only
+                else load_actor_state(actor, latest, verify=False))
         step, loop_state = int(meta["step"]), meta.get("loop", {})
         if not meta["rng_restored"]:
             progress.say("note: the checkpoint was written by another parallel layout; RNG streams start afresh")
@@ -164,7 +195,48 @@ def start_run(cfg: Any, name: str, total_steps: int, log_names: tuple[str, ...] 
     progress.restart_at(step)
     return Run(cfg=cfg, name=name, info=info, actor=actor, folder=folder, tokenizer=tokenizer, tokenizer_dir=tok_dir,
                stop=stop, progress=progress, step=step, loop_state=loop_state,
-               last_saved=step if weights_only else -1, total_steps=total_steps, resumed_from=latest)
+               last_saved=_saved_step(cfg, latest, weights_only, step, total_steps), total_steps=total_steps,
+               resumed_from=latest)
+
+
+def _saved_step(cfg: Any, latest: Path | None, weights_only: bool, step: int, total_steps: int) -> int:
+    """`Run.last_saved` at the start: the resumed step is saved already, so a finished run is not saved again
+    (a re-save replaces the only complete checkpoint by a rename), unless a full final checkpoint is to
+    become a weights-only one (`final_checkpoint` changed on the rerun)."""
+    if latest is None:
+        return -1
+    converts = not weights_only and step >= total_steps and getattr(cfg, "final_checkpoint", "full") == "weights"
+    return -1 if converts else step
+
+
+def _intact_resume_point(info, run_dir: str, total_steps: int) -> tuple[Path | None, bool, list]:
+    """Collective: `resume_point` among the intact checkpoints (manifest checked, the ranks sharing the
+    reading). A damaged one is set aside (`checkpoints/.damaged-step_N`) and the next older one tried.
+    Returns (checkpoint or None, weights only, [(path, set-aside path, problems)]); raises ValueError when the run
+    has checkpoints but none is intact."""
+    damaged: list[tuple[Path, Path, list[str]]] = []
+    while True:
+        newest = _on_writer_then_share(info, lambda: latest_checkpoint(run_dir))
+        bad = checkpoint_problems(newest) if newest is not None else []
+        if not bad:
+            latest, weights_only = _on_writer_then_share(info, lambda: resume_point(run_dir, total_steps))
+            bad = checkpoint_problems(latest) if latest not in (None, newest) else []
+            if not bad:
+                break
+            newest = latest
+        if bad == [NO_MANIFEST]:  # not damaged, unverifiable: not loaded, not moved either
+            raise ValueError(f"{newest}: {NO_MANIFEST}; it was not loaded")
+        aside = _on_writer_then_share(info, lambda path=newest, problems=bad: set_aside(path, problems))
+        damaged.append((newest, aside, bad))
+    if latest is None:
+        aside = _on_writer_then_share(info, lambda: damaged_checkpoints(run_dir))
+        if aside:
+            reasons = "".join(f"\n  {p.name}: {'; '.join(b)}" for p, _, b in damaged)
+            raise ValueError(f"{run_dir} has no intact checkpoint to resume from; set aside as damaged: "
+                             f"{', '.join(p.name for p in aside)} (in {Path(run_dir) / 'checkpoints'}){reasons}\n"
+                             "Nothing was loaded or changed. Delete the .damaged-* folders to train again from "
+                             "step 0 in this folder, or use another --out.")
+    return latest, weights_only, damaged
 
 
 def _final_weights_only(run: Run) -> bool:
@@ -176,15 +248,68 @@ def save(run: Run, loop_state: LoopState, weights_only: bool = False) -> Path:
     `weights_only`: the model and tokenizer without the optimizer and RNG states (not resumable), and without
     `run.parts`."""
     path = checkpoint_dir(run.cfg.out, run.step)
+    started = time.monotonic()
     loop_state = loop_state() if callable(loop_state) else loop_state
-    # the prompt format goes along: `nemo-lead eval` of the checkpoint uses it (nemo_lead.eval.runner)
-    save_actor_state(run.actor, path, step=run.step, loop_state=loop_state, tokenizer_dir=run.tokenizer_dir,
-                     extra_meta={"prompt": prompt_settings(run.cfg.prompt)}, weights_only=weights_only,
-                     extra_parts=None if weights_only else run.parts)
+    previous = latest_checkpoint(run.cfg.out)
+    try:
+        # the prompt format goes along: `nemo-lead eval` of the checkpoint uses it (nemo_lead.eval.runner)
+        save_actor_state(run.actor, path, step=run.step, loop_state=loop_state, tokenizer_dir=run.tokenizer_dir,
+                         extra_meta={"prompt": prompt_settings(run.cfg.prompt)}, weights_only=weights_only,
+                         extra_parts=None if weights_only else run.parts)
+    except (OSError, RuntimeError, CheckpointException) as e:
+        reason = save_error_reason(e)
+        if reason is None:
+            raise
+        raise SaveFailed(save_failure_message(path, reason, previous)) from None
     run.folder.prune_checkpoints(run.cfg.keep_last)
     run.last_saved = run.step
+    if run.deadline is not None:
+        run.deadline.saved(time.monotonic() - started)
     run.last_saved_at = time.monotonic()
     return path
+
+
+class SaveFailed(JobError):
+    """A checkpoint could not be written (no space, quota, I/O error): the run stops, the previous checkpoint
+    and the folder as they were."""
+
+
+_IO_WORDS = ("errno", "no space", "quota", "inline_container", "i/o", "write", "file")
+
+
+def save_error_reason(e: BaseException) -> str | None:
+    """The first line of what went wrong in a save, or None when `e` is no I/O failure (a bug: re-raised).
+    torch's checkpoint writer wraps its workers' errors in a CheckpointException: the first one is taken."""
+    if isinstance(e, CheckpointException):
+        inner = [exc for exc, _ in e.failures.values()]
+        e = inner[0] if inner else e
+    text = (str(e).strip().splitlines() or [type(e).__name__])[0]
+    return text if isinstance(e, OSError) or any(w in text.lower() for w in _IO_WORDS) else None
+
+
+def save_failure_message(path: Path, reason: str, previous: Path | None) -> str:
+    """One line: the checkpoint, what failed, the bytes it needs (the previous checkpoint's size, when there
+    is one) and the free space where it goes; what is kept and what to do."""
+    folder = path.parent
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    free = shutil.disk_usage(folder).free
+    size = _bytes_in(previous) if previous else 0
+    needed = f"about {_gb(size)} (the size of {previous.name})" if previous else "an unknown amount"
+    if size > free:
+        reason += " (not enough free space)"
+    kept = f"{previous} is kept" if previous else "no earlier checkpoint exists"
+    return (f"saving {path} failed: {reason}. The checkpoint needs {needed}; {_gb(free)} are free on that file "
+            f"system. Nothing of the failed save is left; {kept}. Free space (or fix the file system) and run the "
+            "same command again to resume.")
+
+
+def _bytes_in(folder: Path) -> int:
+    return sum(f.stat().st_size for f in folder.rglob("*") if f.is_file())
+
+
+def _gb(n: int) -> str:
+    return f"{n / 1e9:.2f} GB" if n >= 1e8 else f"{n / 1e6:.1f} MB"
 
 
 def check_finite(run: Run, metrics: dict[str, Any], keys: tuple[str, ...]) -> None:
@@ -212,9 +337,17 @@ def _save_due(run: Run) -> bool:
 
 def end_of_step(run: Run, loop_state: LoopState) -> bool:
     """Collective, after each step: checkpoint when due (`_save_due`), and on a stop signal (then True: the
-    loop must return; a SIGUSR1 under SLURM also requeues the job)."""
+    loop must return; a SIGUSR1 under SLURM also requeues the job), and before a step that would run past the
+    job's end (`_past_deadline`)."""
+    if test_step_delay():
+        time.sleep(test_step_delay())
+    if run.deadline is not None:
+        run.deadline.step_done(time.monotonic() - run.step_ended_at)
     if _save_due(run) and not _final_weights_only(run):  # finish_run writes that one
         save(run, loop_state)
+    if _past_deadline(run, loop_state):
+        return True
+    run.step_ended_at = time.monotonic()
     if run.stop.agreed():
         if run.last_saved != run.step:
             save(run, loop_state)
@@ -227,6 +360,27 @@ def end_of_step(run: Run, loop_state: LoopState) -> bool:
                            "(see the message above); submit it again to resume")
         return True
     return False
+
+
+def _past_deadline(run: Run, loop_state: LoopState) -> bool:
+    """Collective: when the next step and its checkpoint would end past the job's end (rank 0's clock
+    decides), checkpoint, requeue the SLURM job and return True (the loop stops; the command exits 0)."""
+    if run.deadline is None or run.step >= run.total_steps:
+        return False
+    why = _on_writer_then_share(run.info, lambda: run.deadline.why(time.time(), run.step)
+                                if run.deadline.next_would_pass(time.time()) else "")
+    if not why:
+        return False
+    if run.last_saved != run.step:
+        save(run, loop_state)
+    run.say(f"{why}; checkpoint at step {run.step}")
+    if "SLURM_JOB_ID" in os.environ:
+        if not _on_writer_then_share(run.info, requeue_current_job):
+            raise JobError(f"step {run.step} is checkpointed in {run.cfg.out}, but the job could not be requeued "
+                           "(see the message above); submit it again to resume")
+    else:
+        run.say("run the same command again (in a job with more time) to resume")
+    return True
 
 
 def finish_run(run: Run, loop_state: LoopState, stopped: bool) -> None:

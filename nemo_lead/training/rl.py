@@ -82,7 +82,7 @@ from .rollouts import (
     training_batch,
     truncated_frac,
 )
-from .run_folder import PROBLEM_STATS_FILE, VALIDATION_FILE
+from .run_folder import PROBLEM_STATS_FILE, VALIDATION_FILE, read_validation
 from .sampling import RLState, rollout_context, rollout_params, step_seed
 from .split import generator_job, join_split
 
@@ -239,6 +239,7 @@ def validate(s: RLState, step: int) -> dict[str, float]:
         "n": v.n, "problems": len(groups), "seconds": time.monotonic() - t0,
     }
     s.run.folder.append(VALIDATION_FILE, [out])
+    s.run.folder.log_table("validation", read_validation(s.run.cfg.out), step)
     s.run.say(f"validation at step {step}: Pass@1 {out[PASS_AT_1]:.3f}, Cons@{v.n} {out[CONS_AT_K]:.3f}, "
               f"mean length {out[MEAN_LENGTH]:.0f}")
     return out

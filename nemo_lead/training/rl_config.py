@@ -77,7 +77,7 @@ class RLConfig(RunSettings):
     minibatches: int = 1  # optimizer steps per pass
     # auto: with one optimizer step on freshly sampled data (ppo_epochs = minibatches = 1) the old log-probs
     # are the update's own (detached), so no forward pass of their own; recompute: always a pass of their own
-    old_logprobs: str = "auto"
+    old_logprobs: str = setting("auto", choices=OLD_LOGPROBS)
     # grading; verify.answer_region None: the LEAD preset's (`lead.default_answer_region`: before_think for
     # reference_code*, after_think otherwise)
     verify: VerifyConfig = field(default_factory=VerifyConfig)

@@ -9,7 +9,8 @@ from typing import Optional
 
 from nemo_lead.config import setting
 from nemo_lead.plan.settings import PlanSettings
-from nemo_lead.progress import check_progress_mode
+from nemo_lead.progress import PROGRESS_MODES, check_progress_mode
+from nemo_lead.tracking import WandbSettings
 
 
 @dataclass
@@ -28,11 +29,13 @@ class RunSettings:
     keep_last: int = setting(2, resume="flag", results=False)  # complete checkpoints kept (the newest); 0 keeps all
     # the final checkpoint: full (model, optimizer, RNG: resumable, ~3x the fp32 weights) | weights (model and
     # tokenizer only: what eval / convert / a next stage read; a finished run cannot be extended from it alone)
-    final_checkpoint: str = setting("full", resume="free", results=False)
+    final_checkpoint: str = setting("full", resume="free", results=False, choices=("full", "weights"))
     seed: int = 1234  # data order, sampling seeds, dropout
     # auto (a bar on a terminal, log lines otherwise) | bar | lines | none
-    progress: str = setting("auto", resume="free", results=False)
+    progress: str = setting("auto", resume="free", results=False, choices=PROGRESS_MODES)
     tensorboard: bool = setting(True, resume="free", results=False)  # also write TensorBoard event files to RUN/tb/
+    # Weights & Biases: the same scalars, the config and the validation table (nemo_lead.tracking)
+    wandb: WandbSettings = setting(default_factory=WandbSettings, resume="free", results=False)
     # keys a continued run may change (--allow-change KEY,...): only keys marked so (learning rate, clipping,
     # checkpoint / validation cadence); each change is recorded in RUN/changes.jsonl
     allow_change: list[str] = setting(default_factory=list, resume="free", results=False)
@@ -51,5 +54,6 @@ class RunSettings:
             if getattr(self, key) < 0:
                 raise ValueError(f"{key} must be >= 0, got {getattr(self, key)}")
         check_progress_mode(self.progress)
+        self.wandb.check()
         if self.final_checkpoint not in ("full", "weights"):
             raise ValueError(f"final_checkpoint must be full or weights, got {self.final_checkpoint!r}")

@@ -6,6 +6,8 @@
     RUN/metrics.jsonl          one JSON object per step, key "step" first
     RUN/tb/                    TensorBoard event files (the same scalars, under the same names)
     RUN/checkpoints/step_N/    training checkpoints (`nemo_lead.training.checkpoint`); the last K are kept
+    RUN/checkpoints/.damaged-step_N/  one that did not match its manifest, set aside by a resume
+    RUN/.lock                  held by the process that writes the folder (`nemo_lead.training.run_lock`)
     RUN/done.json              {"step", "checkpoint"}: written when the run has done all its steps
     RUN/data.json              sft: what the data loader kept (traces dropped / truncated, held out)
     RUN/problem_stats.jsonl    rl: per problem per visit: samples, correct, mean length (stage-2 selection)
@@ -107,6 +109,7 @@ class RunFolder:
         self.writer = writer
         self.use_tb = tensorboard
         self._tb = None
+        self.tracker = None  # a nemo_lead.tracking.Tracker when wandb.enabled (rank 0)
 
     # ------------------------------------------------------------------ opening
     def holds_steps(self) -> bool:
@@ -193,6 +196,13 @@ class RunFolder:
                 if k != "step" and isinstance(v, (int, float)) and not isinstance(v, bool):
                     tb.add_scalar(k, v, step)
             tb.flush()
+        if self.tracker is not None:
+            self.tracker.log(row)
+
+    def log_table(self, name: str, rows: list[dict[str, Any]], step: int) -> None:
+        """Rows (validation lines) as a W&B table, when the run logs to W&B."""
+        if self.writer and self.tracker is not None:
+            self.tracker.table(name, rows, step)
 
     def append(self, name: str, rows: list[dict[str, Any]]) -> None:
         """Append JSON lines to RUN/name (flushed: a killed process leaves at most a torn last line)."""
@@ -220,6 +230,9 @@ class RunFolder:
         if self._tb is not None:
             self._tb.close()
             self._tb = None
+        if self.tracker is not None:
+            self.tracker.finish()
+            self.tracker = None
 
 
 def read_done(run_dir: str | os.PathLike) -> dict[str, Any] | None:

@@ -93,7 +93,10 @@ def sft_job(cfg: SFTConfig) -> None:
     steps = total_steps(cfg, len(train))
     inputs = {"data.path": content_digest([(t.id, t.prompt_ids, t.response_ids) for t in train]),
               "data.val_path": content_digest([(t.id, t.prompt_ids, t.response_ids) for t in val])}
-    run = start_run(cfg, "sft", steps, source=source, tokenizer=tokenizer, inputs=inputs)
+    layer_spec, note = cfg.packing_layer_spec()
+    run = start_run(cfg, "sft", steps, source=source, tokenizer=tokenizer, inputs=inputs, layer_spec=layer_spec)
+    if note:
+        run.say(note)
     stopped = False
     try:
         order = DataOrder(len(train), cfg.seed, shuffle=True)

@@ -37,7 +37,7 @@ class SFTDataConfig:
     fields: dict[str, str] = field(default_factory=dict)  # column names: problem / response / messages / id
     max_seq_len: int = 4096  # tokens per packed row (and the longest trace kept)
     pack: bool = True  # several traces per row (attention and positions restart per trace)
-    overlong: str = "drop"  # traces longer than max_seq_len: drop | truncate (counted and reported)
+    overlong: str = setting("drop", choices=OVERLONG_CHOICES)  # traces longer than max_seq_len: drop | truncate (counted and reported)
     limit: Optional[int] = None  # first N traces (smoke runs)
 
 
@@ -64,3 +64,16 @@ class SFTConfig(RunSettings):
             raise ValueError(f"data.overlong must be one of {list(OVERLONG_CHOICES)}, got {self.data.overlong!r}")
         if not 0 <= self.data.val_fraction < 1:
             raise ValueError(f"data.val_fraction must be in [0, 1), got {self.data.val_fraction}")
+        if self.data.pack and self.actor.layer_spec == "te":
+            raise ValueError("actor.layer_spec=te with data.pack=true: packed traces need the local layer spec "
+                             "(Transformer Engine's path for them is not implemented here); set "
+                             "actor.layer_spec=auto or local, or data.pack=false")
+
+    def packing_layer_spec(self) -> tuple[str, str | None]:
+        """The layer spec the actor is built with, and a note when `auto` was decided by packing:
+        `actor.layer_spec=auto` where traces are packed means the local spec, whether or not Transformer
+        Engine imports (its path for packed sequences is not implemented here)."""
+        if not (self.data.pack and self.actor.layer_spec == "auto"):
+            return self.actor.layer_spec, None
+        return "local", ("actor.layer_spec=auto with data.pack=true: the local layer spec (packed traces need it; "
+                         "data.pack=false lets auto pick Transformer Engine)")

@@ -2,7 +2,8 @@
 
     from nemo_lead.verify import MathVerifier, Grade, extract_answer, canonical_answer, find_repetition
 
-Modules, one job each: `extract` (where the final answer is), `canonical` (voting keys), `repetition`
+Modules, one job each: `extract` (where the final answer is), `notation` (how an answer's notation is read:
+separators, mixed numbers, constants, units), `canonical` (voting keys), `repetition`
 (the stage-2 penalty's detector), `match` (is an answer equal to the gold; runs in workers), `pool`
 (worker processes with hard deadlines), `verifier` (`MathVerifier`, `Grade`).
 

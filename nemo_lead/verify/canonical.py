@@ -5,9 +5,12 @@ rational arithmetic (`fractions.Fraction`), never sympy: it cannot hang and need
 
 What it makes agree:
 - numbers by exact value: "025" = "25" = "25.0", "\\frac{1}{2}" = "\\dfrac12" = "0.5" = "1/2" (-> "1/2"),
-  thousands separators ("1,000", "10,\\!080"), a leading "+";
-- spacing and LaTeX decoration: `$`, `\\left`/`\\right`, thin spaces, `\\text{}`/`\\mathrm{}` wrappers,
-  degree marks, `\\%`, `\\$`, a trailing period, an enclosing `\\boxed{}`;
+  thousands separators in well-formed groups ("1,000", "10,\\!080", "1 000"), mixed numbers
+  ("4 4/9" = "4\\frac{4}{9}" = "40/9"), a leading "+" (`notation.py`: digits are never joined across a
+  space, so "1 2" and "32, 349" stay lists);
+- spacing and LaTeX decoration: `$`, `\\left`/`\\right`, spaces (except between two digits), thin
+  spaces, `\\text{}`/`\\mathrm{}` wrappers, degree marks, `\\%`, `\\$` and other currency signs, a
+  trailing period, an enclosing `\\boxed{}`;
 - "x = 2" and "2" (a single-letter assignment), a multiple-choice label and its value
   ("\\textbf{(C)}\\ 70" -> "70"; a bare label "(C)" -> "C");
 - unicode minus, pi, infinity, ... and their LaTeX;
@@ -23,16 +26,14 @@ import re
 from fractions import Fraction
 
 from .extract import braced_group, split_choice_label
+from .notation import join_digit_groups, mixed_number, spaces_as_blanks, split_top_level
 
 KINDS = ("auto", "integer")
 
-_DROP = re.compile(
-    r"\\left|\\right|\\displaystyle|\\!|\\,|\\;|\\:|\\ |\\quad|\\qquad|~|\^\{\\circ\}|\^\\circ|\\circ|\\degree"
-    r"|\\%|%|\\\$|\s+"
-)
+_DROP = re.compile(r"\\left|\\right|\\displaystyle|\^\{\\circ\}|\^\\circ|\\circ|\\degree|\\%|%|\\\$|€|£|¥")
+_BLANKS = re.compile(r"\s+")
 _TEXT_MACRO = re.compile(r"\\(?:text|textbf|textrm|mathrm|mathbf|mbox|operatorname)\s*\{([^{}]*)\}")
-_ASSIGN = re.compile(r"^[A-Za-z]=(?!=)(.+)$", re.DOTALL)
-_THOUSANDS = re.compile(r"^[+-]?\d{1,3}(?:,\d{3})+(?:\.\d+)?$")
+_ASSIGN = re.compile(r"^[A-Za-z]\s*=(?!=)\s*(.+)$", re.DOTALL)
 _DECIMAL = re.compile(r"^[+-]?(?:\d+(?:\.\d*)?|\.\d+)$")
 _FRAC = re.compile(r"^([+-]?)\\frac(?:\{([^{}]+)\}|(\d))(?:\{([^{}]+)\}|(\d))$")
 _SLASH = re.compile(r"^([+-]?[\d.]+)/([+-]?[\d.]+)$")
@@ -67,14 +68,19 @@ def _normalise(ans: str) -> str:
         s = rest or label
     s = s.replace("\\dfrac", "\\frac").replace("\\tfrac", "\\frac")
     s = _TEXT_MACRO.sub(r"\1", s)
-    s = _DROP.sub("", s)
-    s = s.rstrip(".")
+    s = _DROP.sub("", spaces_as_blanks(s)).strip().rstrip(".").strip()
     m = _ASSIGN.match(s)
     if m:
         s = m.group(1)
-    if _THOUSANDS.match(s):
-        s = s.replace(",", "")
-    return s
+    return _close_up(join_digit_groups(s))
+
+
+def _close_up(s: str) -> str:
+    """`s` without spaces, except one between two digits (which stay two numbers)."""
+    def _one(m: re.Match) -> str:
+        i, j = m.start(), m.end()
+        return " " if 0 < i and j < len(s) and s[i - 1].isdigit() and s[j].isdigit() else ""
+    return _BLANKS.sub(_one, s.strip())
 
 
 def _plain_number(s: str) -> Fraction | None:
@@ -86,6 +92,8 @@ def _plain_number(s: str) -> Fraction | None:
 def _as_number(s: str) -> Fraction | None:
     """Exact value of an integer, decimal, `a/b` or `\\frac{a}{b}` written with plain numbers."""
     value = _plain_number(s)
+    if value is None:
+        value = mixed_number(s)
     if value is not None:
         return value
     m = _FRAC.match(s)
@@ -100,20 +108,6 @@ def _as_number(s: str) -> Fraction | None:
     if num is None or den is None or den == 0:
         return None
     return sign * num / den
-
-
-def _split_top_level(s: str) -> list[str]:
-    parts, depth, start = [], 0, 0
-    for i, ch in enumerate(s):
-        if ch in "([{":
-            depth += 1
-        elif ch in ")]}":
-            depth -= 1
-        elif ch == "," and depth == 0:
-            parts.append(s[start:i])
-            start = i + 1
-    parts.append(s[start:])
-    return parts
 
 
 def _format(value: Fraction) -> str:
@@ -136,7 +130,7 @@ def canonical_answer(ans: str | None, kind: str = "auto") -> str | None:
     if value is not None:
         return _format(value)
     if s.startswith("\\{") and s.endswith("\\}") and len(s) > 4:
-        items = [canonical_answer(x) for x in _split_top_level(s[2:-2])]
+        items = [canonical_answer(x) for x in split_top_level(s[2:-2])]
         if all(items):
             return "\\{" + ",".join(sorted(set(items))) + "\\}"
     return s

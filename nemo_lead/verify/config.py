@@ -22,7 +22,7 @@ from .verifier import MathVerifier
 class VerifyConfig:
     workers: int = setting(2, resume="free", results=False)  # grader processes (rank 0); 1 on a 2-core machine
     timeout_s: float = 5.0  # per answer (math-verify's soft limit; the worker is killed at timeout + grace)
-    answer_region: Optional[str] = None  # after_think | before_think | all; None: the command's default
+    answer_region: Optional[str] = setting(None, choices=(None, *REGIONS))  # after_think | before_think | all; None: the command's default
 
     def __post_init__(self) -> None:
         if self.workers < 1:

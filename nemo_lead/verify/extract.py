@@ -7,6 +7,13 @@ What counts as *the* answer:
 - `\\boxed 5` (no braces, as some models write) gives the next whitespace-free token, cut at `$`, at a
   think tag (`\\boxed 5</think>` reads "5" in region "all") and at trailing punctuation.
 
+Several boxes (`final_answer`, the "paper" rule of `MathVerifier`): when the gold lists k >= 2 answers
+(`notation.answer_parts`: top-level comma-separated parts, or a set's elements) and each of the last k
+boxes of the region holds one answer, those k boxes joined with ", " are the answer, compared with the
+gold as a tuple or set (`\\boxed{(2, 2)}` and `\\boxed{(6, 2)}` against `(2, 2), (6, 2)`). Otherwise
+the last box alone, as above: the convention of single-answer (AIME-style) problems, and the authors' code
+reads it too (the `reference_code` presets read only it, `reference_code.py`).
+
 Where to look (`region`):
 - "after_think": after the last `</think>`. A response with `<think>` but no `</think>` never finished
   thinking and has no answer; one with no think tags at all (a non-reasoning model) is read whole.
@@ -24,6 +31,8 @@ Everything here is linear in the text length: the parent process extracts before
 from __future__ import annotations
 
 import re
+
+from .notation import answer_parts
 
 REGIONS = ("after_think", "before_think", "all")
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
@@ -54,11 +63,12 @@ def answer_region(text: str, region: str = "after_think") -> str:
     raise ValueError(f"answer_region must be one of {REGIONS}, got {region!r}")
 
 
-def _last_box_start(text: str) -> tuple[int, int] | None:
-    """(start, end of macro name) of the last `\\boxed`/`\\fbox` that is not a longer macro name."""
+def _last_box_start(text: str, before: int | None = None) -> tuple[int, int] | None:
+    """(start, end of macro name) of the last `\\boxed`/`\\fbox` starting before `before` (None: the end)
+    that is not a longer macro name."""
     best = None
     for macro in _BOX_MACROS:
-        end = len(text)
+        end = len(text) if before is None else before
         while True:
             i = text.rfind(macro, 0, end)
             if i < 0:
@@ -94,21 +104,53 @@ def extract_answer(text: str, region: str = "after_think") -> str | None:
         raise TypeError(f"extract_answer expects a str, got {type(text).__name__}")
     part = answer_region(text, region)
     found = _last_box_start(part)
-    if found is None:
-        return None
-    _, j = found
+    return None if found is None else _box_content(part, found[1])[0]
+
+
+def _box_content(part: str, j: int) -> tuple[str | None, int]:
+    """(stripped content or None, where the box ends) of the box whose macro name ends at `j`."""
     k = j
     while k < len(part) and part[k].isspace():
         k += 1
     if k < len(part) and part[k] == "{":
         content = braced_group(part, k)
+        stop = k + 2 + len(content) if content is not None else len(part)
     else:
         m = _BARE_TOKEN.match(part, k)
         content = m.group().rstrip(_TRAILING_PUNCT) if m else None
-    if content is None:
-        return None
-    content = content.strip()
-    return content or None
+        stop = m.end() if m else k
+    content = content.strip() if content is not None else None
+    return content or None, stop
+
+
+def _last_boxes(part: str, k: int) -> list[str]:
+    """The contents of the last `k` boxes of `part` in order (fewer when the region holds fewer, or one of
+    them is empty, does not close or lies inside the next)."""
+    out: list[str] = []
+    before = None
+    while len(out) < k:
+        found = _last_box_start(part, before)
+        if found is None:
+            break
+        content, stop = _box_content(part, found[1])
+        if content is None or (before is not None and stop > before):
+            break
+        out.append(content)
+        before = found[0]
+    return out[::-1]
+
+
+def final_answer(text: str, gold: str, region: str = "after_think") -> str | None:
+    """The answer `text` gives to a problem whose answer is `gold`: the last box, or the last k boxes
+    joined when the gold lists k answers (the module docstring, "Several boxes")."""
+    last = extract_answer(text, region)
+    parts = answer_parts(gold)
+    if last is None or parts < 2 or answer_parts(last) != 1:
+        return last
+    boxes = _last_boxes(answer_region(text, region), parts)
+    if len(boxes) == parts and all(answer_parts(b) == 1 for b in boxes):
+        return ", ".join(boxes)
+    return last
 
 
 # A choice label at the start of an answer: "(C)", "\textbf{(C)}", "\text{(B)}", "\mathrm{(A)}" ...

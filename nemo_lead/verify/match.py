@@ -5,7 +5,12 @@ What counts as correct (in this order; the first that says "equal" wins):
    and cannot hang, so it goes first; it is also the fallback when math-verify cannot parse a side.
 2. math-verify: `parse` of `\\boxed{answer}` (only the extracted answer, never the whole response: parse
    cost grows with the text) against `parse` of `\\boxed{gold}`, then `verify(gold, answer)` -- numeric
-   equality to 6 decimals, symbolic equality, sets, intervals, equations, matrices.
+   equality to 6 decimals, symbolic equality, sets, intervals, equations, matrices. Both sides are read
+   first (`for_parse`, the rules of `notation.py`): constants spelled `\\mathrm{e}` become e, units,
+   currency signs and trailing punctuation go, thousands separators and mixed numbers become numbers,
+   and an answer with two digits apart across a space (`1 2`, which math-verify reads as 3) is left to
+   the canonical comparison alone. Sets and relations compare both ways (`allow_set_relation_comp`):
+   gold `[-2,7]` accepts `-2 \\le x \\le 7` as the reverse always did, and rejects `-2 < x \\le 7`.
 A multiple-choice answer (`\\textbf{(C)}\\ 70`) is tried as its value ("70") and as its letter ("C"), so it is
 correct against gold "70" or "C"; a bare letter is never equal to a number.
 
@@ -31,6 +36,15 @@ from functools import lru_cache
 
 from .canonical import canonical_answer, latex_from_unicode
 from .extract import split_choice_label
+from .notation import (
+    has_digit_gap,
+    is_plain_number,
+    join_digit_groups,
+    mixed_number,
+    read_constants,
+    spaces_as_blanks,
+    strip_units,
+)
 from .repetition import find_repetition
 
 MAX_PARSE_CHARS = 1000
@@ -137,15 +151,32 @@ def _is_expr(x) -> bool:
     return not isinstance(x, str)
 
 
+def for_parse(answer: str, bare_units: bool = False) -> str | None:
+    """`answer` as math-verify is given it (the module docstring, point 2), or None when it is not to be
+    parsed (two digits apart across a space). `bare_units`: strip `m^2`-style units too (the gold is a
+    plain number)."""
+    s = strip_units(read_constants(spaces_as_blanks(answer)), bare=bare_units)
+    s = join_digit_groups(s)
+    value = mixed_number(s)
+    if value is not None:
+        return f"\\frac{{{value.numerator}}}{{{value.denominator}}}" if value.denominator != 1 else str(value)
+    return None if has_digit_gap(s) else s
+
+
 def _math_verify_equal(candidate: str, gold: str) -> bool:
+    """math-verify's verdict on the two answers as `for_parse` reads them."""
     from math_verify import verify
 
-    gold_parsed = [g for g in _parse_boxed(gold) if _is_expr(g)]
-    if not gold_parsed or not _parseable(candidate):
+    gold_read = for_parse(gold)
+    answer = for_parse(candidate, bare_units=gold_read is not None and is_plain_number(gold_read))
+    if gold_read is None or answer is None or not _parseable(answer):
+        return False
+    gold_parsed = [g for g in _parse_boxed(gold_read) if _is_expr(g)]
+    if not gold_parsed:
         return False
     gold_big = any(_explosive(g) for g in gold_parsed)
-    pred = [p for p in _parse_boxed(candidate) if _is_expr(p) and (gold_big or not _explosive(p))]
-    return bool(pred) and verify(gold_parsed, pred, timeout_seconds=None)
+    pred = [p for p in _parse_boxed(answer) if _is_expr(p) and (gold_big or not _explosive(p))]
+    return bool(pred) and verify(gold_parsed, pred, timeout_seconds=None, allow_set_relation_comp=True)
 
 
 def answers_match(answer: str, gold: str) -> bool:

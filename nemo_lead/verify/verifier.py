@@ -12,7 +12,8 @@ Two outcome rules (`rule`, `nemo_lead.algorithms.Outcome`):
 
 "paper" (the paper presets; the paper does not say which responses its -1.5 repetition penalty applies
 to, so this is nemo-lead's reading): `finished=False` -> status "truncated" (not graded); no answer in the
-region (`extract.extract_answer`) -> "no_answer"; then
+region (`extract.final_answer`: the last box, or the last k boxes joined when the gold lists k answers)
+-> "no_answer"; then
 - CORRECT when the answer equals the gold (see `match.py` for what counts as equal);
 - REPETITION when `check_repetition` is on, the response is not correct, and `find_repetition` fires:
   a wrong or an answerless response that repeats itself is penalised as repetition;
@@ -37,7 +38,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from .extract import REGIONS, extract_answer
+from .extract import REGIONS, final_answer
 from .pool import WorkerPool
 from .reference_code import read_like_authors
 
@@ -106,7 +107,7 @@ class MathVerifier:
         """Block until every worker has started (`grade` does not need this; benchmarks do)."""
         self._pool.wait_ready()
 
-    def _read(self, text: str, prompt: str, done: bool, check_repetition: bool):
+    def _read(self, text: str, prompt: str, gold: str, done: bool, check_repetition: bool):
         """(answer or None, status, text for the repetition check or None, on the authors' grid) of one
         response under `self.rule` (the module docstring)."""
         if self.rule == "reference_code":
@@ -114,7 +115,7 @@ class MathVerifier:
             if answer is None:
                 return None, "no_answer", full if check_repetition else None, True
             return answer, "ok", None, True  # a wrong answer is never checked for repetition
-        answer = extract_answer(text, self.answer_region) if done else None
+        answer = final_answer(text, gold, self.answer_region) if done else None
         status = "ok" if answer is not None else "no_answer" if done else "truncated"
         return answer, status, text if check_repetition else None, False
 
@@ -143,7 +144,7 @@ class MathVerifier:
                 raise TypeError(f"response {i}, its gold and its prompt must be str, got {type(text).__name__}, "
                                 f"{type(gold).__name__}, {type(prompt).__name__}")
             done = finished is None or bool(finished[i])
-            answer, state, rep_text, grid = self._read(text, prompt, done, check_repetition)
+            answer, state, rep_text, grid = self._read(text, prompt, gold, done, check_repetition)
             extracted.append(answer)
             status.append(state)
             graded = answer if answer is not None and answer.strip() else None  # an empty box is wrong

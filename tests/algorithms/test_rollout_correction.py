@@ -68,7 +68,8 @@ def test_sequence_products_do_not_overflow():
     engine = torch.full((1, 4000), -0.2)  # log ratio 0.1 per token: the product is exp(400)
     mask = torch.ones(1, 4000)
     for mode in ("seq_tis", "mis"):
-        w, _, seq_hit = correction_weights(old, engine, mask, RolloutCorrectionConfig(mode, "sequence", 3.0))
+        w, _, seq_hit = correction_weights(old, engine, mask,
+                                             RolloutCorrectionConfig(mode, "sequence" if mode == "mis" else "token", 3.0))
         assert torch.isfinite(w).all() and bool(seq_hit[0])
         assert w[0, 0].item() == pytest.approx(3.0 if mode == "seq_tis" else 0.0)
 
@@ -130,10 +131,24 @@ def test_errors():
         policy_loss(logp, old, adv, mask, _cfg("tis"), rollout_logp=bad)
     with pytest.raises(ValueError, match="rollout_logp must be"):
         policy_loss(logp, old, adv, mask, _cfg("tis"), rollout_logp=engine[:, :3])
-    for kwargs, match in (({"mode": "is"}, "mode='is'"), ({"level": "seq"}, "level='seq'"),
+    for kwargs, match in (({"mode": "is"}, "mode='is'"), ({"mode": "mis", "level": "seq"}, "level='seq'"),
                           ({"threshold": 1.0}, "threshold=1.0 must be > 1")):
         with pytest.raises(ValueError, match=match):
             RolloutCorrectionConfig(**kwargs)
+
+
+@pytest.mark.parametrize("mode, hint", [("tis", "mode=seq_tis is tis at sequence level"),
+                                        ("seq_tis", "per sequence already"), ("none", "no correction")])
+def test_a_level_the_mode_does_not_read_is_refused(mode, hint):
+    with pytest.raises(ValueError, match=f"level=sequence is read only by mode=mis, not by mode={mode}.*{hint}"):
+        RolloutCorrectionConfig(mode, "sequence")
+    assert RolloutCorrectionConfig(mode, "token").level == "token"  # the default: what these modes are
+    with pytest.raises(ConfigError, match="level=sequence is read only by mode=mis"):
+        load_config(_Job, [], [f"lead.rollout_correction.mode={mode}", "lead.rollout_correction.level=sequence"])
+    cfg = LeadConfig.paper()
+    cfg.rollout_correction.mode, cfg.rollout_correction.level = mode, "sequence"  # set after construction
+    with pytest.raises(ValueError, match="read only by mode=mis"):
+        cfg.validate()
 
 
 @dataclass

@@ -11,7 +11,6 @@ import pytest
 import yaml
 
 from nemo_lead.algorithms import Outcome
-from nemo_lead.config import repo_root
 from nemo_lead.data import STAGE1_DIFFICULTY, filter_by_bound, format_prompt, load_problems
 from nemo_lead.data.demo_task import (
     DEMO_EXTRA_TOKENS,
@@ -34,6 +33,7 @@ from nemo_lead.data.demo_task import (
     write_demo_data,
 )
 from nemo_lead.models.tiny import char_tokenizer
+from nemo_lead.pipeline.recipe import recipes_dir
 from nemo_lead.verify import MathVerifier
 
 SMALL = {"sft_traces": 1500, "rl_stage1": 400, "rl_stage2_extra": 100}
@@ -179,7 +179,7 @@ def test_trace_mix_has_wrong_answers_and_length_to_lose(rows):
     wrong = statistics.mean(r["filler_lines"] for r in sft if r["slipped"])
     assert abs(clean - wrong) < 0.1 * clean + 0.5
     # the sizes the demo recipe runs with fit the traces and the model
-    recipe = {s["name"]: s for s in yaml.safe_load((repo_root() / "recipes" / "demo.yaml").read_text())["stages"]}
+    recipe = {s["name"]: s for s in yaml.safe_load((recipes_dir() / "demo.yaml").read_text())["stages"]}
     limit = recipe["sft"]["data"]["max_seq_len"]
     assert stats["sequence_tokens_max"] <= limit <= DEMO_MODEL["max_position_embeddings"]
     longest = max(demo_token_count(r["response"]) for r in sft)

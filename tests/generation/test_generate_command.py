@@ -113,6 +113,6 @@ def test_generation_stops_at_generation_config_end_tokens_in_folders_and_checkpo
 
     problems = tmp_path / "p.jsonl"
     problems.write_text('{"problem": "1+1", "answer": "2"}\n')
-    for model in (two, ckpt):  # eval stops at both too (rl: tests/training/test_loops.py)
+    for model in (two, ckpt):  # eval stops at both too (rl: tests/training/test_rl_loop.py)
         assert prepare(EvalConfig(model=str(model), data=str(problems))).params.stop_token_ids == [0, first]
     assert prepare(EvalConfig(model=str(two), data=str(problems), stop_at_eos=False)).params.stop_token_ids == []

@@ -66,15 +66,15 @@ def test_every_build_arg_is_used_and_the_base_is_one():
 
 def test_readme_names_the_pinned_images():
     """The image tags the Dockerfile pins (the default base and the TensorRT-LLM one in its header) are the
-    ones README's "Running on a cluster" tells users to build on."""
+    ones docs/cluster.md ("1. The image") tells users to build on."""
     pinned = set(re.findall(r"nvcr\.io/nvidia/[\w./-]+:[\w.-]+", DOCKERFILE.read_text()))
     assert {"nvcr.io/nvidia/pytorch:25.09-py3", "nvcr.io/nvidia/tensorrt-llm/release:1.2.1"} <= pinned
-    readme = (ROOT / "README.md").read_text()
-    section = readme.split("## Running on a cluster", 1)
-    assert len(section) == 2, "README has no 'Running on a cluster' section"
-    cluster = section[1].split("\n## ", 1)[0]
+    page = (ROOT / "docs" / "cluster.md").read_text()
+    section = page.split("## 1. The image", 1)
+    assert len(section) == 2, "docs/cluster.md has no '1. The image' section"
+    image_section = section[1].split("\n## ", 1)[0]
     for image in pinned:
-        assert image in cluster, f"README 'Running on a cluster' does not name {image}"
+        assert image in image_section, f"docs/cluster.md '1. The image' does not name {image}"
 
 
 def _pins(path: Path) -> dict[str, str]:
@@ -93,7 +93,8 @@ def test_the_image_installs_the_tested_megatron_core():
     from packaging.requirements import Requirement
 
     runs = " ".join(rest for word, rest in instructions() if word == "RUN")
-    assert "-c constraints-gpu.txt" in runs and "pip install" in runs
+    args = dict(rest.partition("=")[::2] for word, rest in instructions() if word == "ARG")
+    assert '-c "${CONSTRAINTS}"' in runs and "pip install" in runs and args["CONSTRAINTS"] == "constraints-gpu.txt"
     tomllib = pytest.importorskip("tomllib")
     deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
     mcore = next(Requirement(d) for d in deps if d.startswith("megatron-core"))
@@ -104,3 +105,21 @@ def test_the_image_installs_the_tested_megatron_core():
     # the packages both files pin are pinned alike (the CI leg merges them)
     assert {k: v for k, v in gpu.items() if k in cpu and k != "megatron-core"} == \
            {k: cpu[k] for k in gpu if k in cpu and k != "megatron-core"}
+
+
+def test_the_trtllm_image_keeps_its_transformers():
+    """The TensorRT-LLM build (the Dockerfile's header) installs with constraints-trtllm.txt, which pins what
+    constraints-gpu.txt pins except the packages TensorRT-LLM 1.2 pins itself (transformers==4.57.1, torch,
+    numpy); pyproject.toml's ranges admit those versions."""
+    from packaging.requirements import Requirement
+
+    assert "--build-arg CONSTRAINTS=constraints-trtllm.txt" in DOCKERFILE.read_text()
+    gpu, trt = _pins(ROOT / "constraints-gpu.txt"), _pins(ROOT / "constraints-trtllm.txt")
+    image_owned = {"transformers", "tokenizers", "huggingface-hub", "safetensors", "torch", "numpy"}
+    assert not image_owned & set(trt)
+    assert trt == {k: v for k, v in gpu.items() if k not in image_owned}
+    tomllib = pytest.importorskip("tomllib")
+    deps = [Requirement(d) for d in tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]]
+    ranges = {r.name: r.specifier for r in deps}
+    assert ranges["transformers"].contains("4.57.1") and ranges["torch"].contains("2.9.0")
+    assert ranges["numpy"].contains("1.26.4")

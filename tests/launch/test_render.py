@@ -45,14 +45,20 @@ def recipe(tmp_path):
         stages:
           - name: pick
             kind: select
+            problems: [aime24]
           - name: distill
             kind: distill
             slurm: {nodes: 2, time: "02:00:00"}
+            model: tiny-qwen2
+            data: ${stage:pick.data}
           - name: rl1
             kind: rl
+            actor: {model: tiny-qwen2}
+            data: {path: "${stage:pick.data}"}
           - name: eval
             kind: eval
             slurm: {nodes: 1, gpus_per_node: 4, time: "01:00:00"}
+            models: {rl: "${stage:rl1.checkpoint}"}
         """))
     return f
 

@@ -113,10 +113,11 @@ def test_recipe_stages_run_as_a_chain(slurm, tmp_path):
     recipe = tmp_path / "recipe.yaml"
     recipe.write_text(textwrap.dedent("""\
         stages:
-          - {name: first, kind: sft, slurm: {tasks_per_node: 1, time: "00:05:00"}}
-          - {name: second, kind: rl}
-          - {name: bad, kind: eval}
-          - {name: never, kind: eval}
+          - {name: first, kind: sft, slurm: {tasks_per_node: 1, time: "00:05:00"},
+             actor: {model: tiny-qwen2}, data: {path: traces.jsonl}}
+          - {name: second, kind: rl, actor: {model: "${stage:first.checkpoint}"}, data: {path: aime24}}
+          - {name: bad, kind: eval, models: {x: "${stage:second.checkpoint}"}}
+          - {name: never, kind: eval, models: {x: "${stage:second.checkpoint}"}}
         """))
     fake = tmp_path / "fake-nemo-lead"
     fake.write_text(STAGE)

@@ -76,6 +76,26 @@ def test_unknown_source_lists_presets(tmp_path):
         read_hf_config(tmp_path)
 
 
+def test_wrong_types_and_missing_keys_name_the_file_and_the_key(tmp_path):
+    good = read_hf_config("tiny-qwen2")
+    for change, message in (({"hidden_size": "sixty-four"}, "hidden_size must be an integer, got 'sixty-four'"),
+                            ({"num_hidden_layers": None}, "num_hidden_layers must be an integer, got None"),
+                            ({"rms_norm_eps": "small"}, "rms_norm_eps must be a number, got 'small'"),
+                            ({"num_key_value_heads": 2.5}, "num_key_value_heads must be an integer, got 2.5")):
+        (tmp_path / "config.json").write_text(json.dumps({**good, **change}))
+        with pytest.raises(ModelConfigError, match=f"^{tmp_path / 'config.json'}: {message}$"):
+            read_hf_config(tmp_path)
+        with pytest.raises(ModelConfigError, match=f"^the HF config: {message}$"):
+            arch_from_hf({**good, **change})
+    (tmp_path / "config.json").write_text(json.dumps({k: v for k, v in good.items() if k != "num_hidden_layers"}))
+    with pytest.raises(ModelConfigError, match=f"^{tmp_path / 'config.json'}: num_hidden_layers is missing$"):
+        read_hf_config(tmp_path)
+    (tmp_path / "config.json").write_text("[1, 2]")
+    with pytest.raises(ModelConfigError, match="config.json: a HF config is a JSON object of settings, not list"):
+        read_hf_config(tmp_path)
+    assert arch_from_hf({**good, "hidden_size": 64.0, "rope_theta": 10000}).hidden_size == 64
+
+
 def test_fp8_without_transformer_engine_is_a_clear_error():
     if te_available():
         pytest.skip("Transformer Engine is installed here")

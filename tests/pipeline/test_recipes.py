@@ -144,3 +144,16 @@ def test_base_recipe_stages_merge_by_name(tmp_path):
     bad.write_text("_base_: base.yaml\nstages:\n  - name: a\n    kind: rl\n")
     with pytest.raises(ConfigError, match=r"bad.yaml:4: stage 'a' is a 'select' stage in the base"):
         resolve(str(bad))
+
+
+def test_the_docs_kinds_table_is_the_registry():
+    """docs/recipes.md's table of stage kinds is generated from `KINDS`; regenerate it with
+    `python -c "from pathlib import Path; from nemo_lead.pipeline.kinds import with_kinds_table as w; p = Path('docs/recipes.md'); p.write_text(w(p.read_text()))"`."""
+    from nemo_lead.pipeline.kinds import with_kinds_table
+
+    doc = Path(__file__).resolve().parents[2] / "docs" / "recipes.md"
+    text = doc.read_text()
+    assert with_kinds_table(text) == text, "docs/recipes.md's kinds table is stale (see this test's docstring)"
+    assert all(f"| `{name}` |" in text for name in KINDS)
+    with pytest.raises(ValueError, match="markers are missing"):
+        with_kinds_table("no table here")

@@ -150,7 +150,7 @@ def test_stages_run_in_order_and_feed_each_other(setup, capsys):
     assert (rows[0]["n"], rows[0]["temperature"], rows[0]["top_p"], rows[0]["max_tokens"], rows[0]["seed"]) == (
         4, 1.0, 0.95, 64, 1234)
     assert rows[1]["command"].startswith(f"nemo-lead eval --model {rows[1]['checkpoint']} --data {rows[1]['data']} "
-                                         "--n 4 --temperature 1.0 --top-p 0.95 --max-tokens 64 --seed 1234")
+                                         "--samples 4 --temperature 1.0 --top-p 0.95 --max-tokens 64 --seed 1234")
     md = (out / "summary.md").read_text()
     assert "| stage 2 | 0.700          | 0.600          | 38.0                |" in md
     assert (out / "validation.png").stat().st_size > 0 and (out / "accuracy_vs_budget.png").stat().st_size > 0
@@ -270,3 +270,25 @@ def test_rollout_accuracy_sums_visits_and_names_bad_lines(tmp_path):
     path.write_text('{"id": "a"}\n' + json.dumps(rows[0]) + "\n")
     with pytest.raises(DataError, match=r"problem_stats.jsonl:1: expected"):
         rollout_accuracy(tmp_path)
+
+
+def test_a_finished_stage_whose_input_files_changed_runs_again(setup, capsys):
+    recipe, out, calls, _ = setup
+    assert run(recipe, out) == 0
+    capsys.readouterr()
+    calls.clear()
+    problems = recipe.parent / "problems.jsonl"
+    problems.write_text(problems.read_text().replace('"answer": "5"', '"answer": "five"'))  # same path, new content
+    assert run(recipe, out, "dry_run=true") == 0
+    plan = capsys.readouterr().out
+    assert "sft            sft      rerun (inputs)" in plan and "data1          select   rerun (inputs)" in plan
+    assert calls == []
+    assert run(recipe, out) == 0
+    err = capsys.readouterr().err
+    assert "stage sft (sft): its inputs changed since it finished (data.path); running it again" in err
+    assert "stage data1 (select): its inputs changed since it finished (problems[0])" in err
+    assert [name for name, _ in calls][:2] == ["sft", "rl1"]  # rl1 reads data1's output, which changed with it
+    calls.clear()
+    assert run(recipe, out) == 0 and calls == []  # recorded: done again for the new content
+    capsys.readouterr()
+    assert run(recipe, out, "dry_run=true") == 0 and set(_planned(capsys.readouterr().out).values()) == {"done"}

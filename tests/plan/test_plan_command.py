@@ -107,7 +107,8 @@ def test_bad_plan_input_is_named(tmp_path, capsys):
     assert main(["plan", "lead-14b", "--gpus", "8", "--stage", "eval", R14B]) == 2
     assert "no SFT / RL stage 'eval'" in capsys.readouterr().err
     assert main(["plan", "lead-14b", "--gpus", "6", R14B]) == 2
-    assert "not divisible by tp x pp" in capsys.readouterr().err
+    assert "stages.sft.actor.tp, stages.sft.actor.pp: tp x pp = 8 does not divide the job's 6 ranks" in (
+        capsys.readouterr().err)
     with pytest.raises(ValueError, match="plan.check must be one of"):
         PlanSettings(check="maybe")
     with pytest.raises(ValueError, match="unknown GPU 'v100'"):
@@ -165,7 +166,10 @@ def test_the_check_needs_gpus():
 
 def test_run_checks_every_stage_before_the_first_one_starts(gpus, tmp_path, capsys):
     out = tmp_path / "run"
-    assert main(["run", "lead-14b", "--out", str(out), R14B, *UNFIT]) == 2
+    data = tmp_path / "deepscaler.jsonl"  # the preflight reads the problems before the plan is checked
+    data.write_text('{"problem": "1+1?", "answer": "2", "difficulty": 3.0}\n')
+    inputs = [f"paths.deepscaler={data}", "paths.teacher_model=r1-distill-qwen-32b"]
+    assert main(["run", "lead-14b", "--out", str(out), R14B, *inputs, *UNFIT]) == 2
     err = capsys.readouterr().err
     assert "stage1 (rl)" in err and "stages.stage1.actor.sequence_parallel=true" in err
     assert not (out / "stages").exists()  # no stage started (not even the first, a problem selection)

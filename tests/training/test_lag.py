@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 from distributed import run_distributed
-from test_loops import _interrupt, _run, _strip_timing
+from loops_common import interrupt, run_cli, strip_timing
 
 pytestmark = pytest.mark.slow
 STEPS = 6
@@ -53,7 +53,7 @@ def data(tmp_path_factory):
     traces = [{**p, "response": f"{p['problem']}={p['answer']}\n</think>\n\n\\boxed{{{p['answer']}}}"} for p in problems[:200]]
     for name, rows in (("traces.jsonl", traces), ("problems.jsonl", problems[:200]), ("val.jsonl", problems[200:])):
         (root / name).write_text("".join(json.dumps(r) + "\n" for r in rows))
-    res = _run(["sft", "--model", str(model), "--data", str(root / "traces.jsonl"), "--out", str(root / "sft"),
+    res = run_cli(["sft", "--model", str(model), "--data", str(root / "traces.jsonl"), "--out", str(root / "sft"),
                 "--steps", "80", "--save-every", "80", "global_batch=16", "data.max_seq_len=64", "actor.optim.lr=1e-2",
                 "actor.optim.lr_warmup_steps=2", "actor.optim.min_lr=1e-3", "progress=none", "prompt.suffix="])
     assert res.returncode == 0, res.stderr
@@ -138,7 +138,7 @@ def serial(data, tmp_path_factory):
 
 
 def _rows(run: Path, name: str) -> list[dict]:
-    return _strip_timing([json.loads(x) for x in (run / name).read_text().splitlines()])
+    return strip_timing([json.loads(x) for x in (run / name).read_text().splitlines()])
 
 
 def _same_weights_job(a: str, b: str) -> bool:
@@ -200,9 +200,9 @@ def _cli(data, out: Path, extra=()) -> list[str]:
 def test_a_lagged_run_resumes_exactly_after_kill(data, serial, tmp_path, k, split):
     out = tmp_path / "killed"
     args = _cli(data, out, [*_lag(k), *(["rollout.generator_ranks=1"] if split else [])])
-    _interrupt(args, out, after_lines=3)  # in step 4: the checkpoint of step 2 (holding B_3 .. B_(2+k)) is complete
+    interrupt(args, out, after_lines=3)  # in step 4: the checkpoint of step 2 (holding B_3 .. B_(2+k)) is complete
     assert len(_rows(out, "metrics.jsonl")) < STEPS
-    res = _run(args)
+    res = run_cli(args)
     assert res.returncode == 0 and "resuming from" in res.stderr, res.stderr
     _assert_same_run(serial(k), out)
 
@@ -210,9 +210,9 @@ def test_a_lagged_run_resumes_exactly_after_kill(data, serial, tmp_path, k, spli
 def test_sigterm_stops_a_split_run_at_a_step_and_the_rerun_completes_it(data, serial, tmp_path):
     out = tmp_path / "stopped"
     args = _cli(data, out, [*_lag(2), "rollout.generator_ranks=1"])
-    assert _interrupt(args, out, after_lines=1, sig=signal.SIGTERM) == 0
+    assert interrupt(args, out, after_lines=1, sig=signal.SIGTERM) == 0
     stopped_at = len(_rows(out, "metrics.jsonl"))
     assert stopped_at < STEPS and (out / "checkpoints" / f"step_{stopped_at:06d}" / "lag").is_dir()
-    res = _run(args)
+    res = run_cli(args)
     assert res.returncode == 0, res.stderr
     _assert_same_run(serial(2), out)

@@ -7,7 +7,7 @@ a train step (so Adam's state exists):
 - the parameters are untouched (the engine generates from them meanwhile);
 - after `restore`, every optimizer tensor has its values back bit for bit and the gradient buffers are zero;
 - the next train step equals the same step of an actor that never offloaded (bit for bit).
-The whole-run equality (a short `nemo-lead rl` with and without) is in tests/training/test_loops.py.
+The whole-run equality (a short `nemo-lead rl` with and without) is in tests/training/test_rl_tp2.py.
 """
 
 import pytest

@@ -97,6 +97,16 @@ def test_reference_code_stage2_reads_the_same(authors_verifier):
     assert rewards_under("reference_code_stage2", authors_verifier) == [row[6] for row in TABLE]
 
 
+def test_multi_box_rule_is_the_paper_rules_only(paper_verifier, authors_verifier):
+    """Two boxes against a gold that lists two answers: joined under the paper rule, the last box alone
+    under the authors' (their code reads one box)."""
+    text, gold = "\\boxed{(2, 2)} and \\boxed{(6, 2)}", "(2, 2), (6, 2)"
+    (g,) = paper_verifier.grade([text], [gold])
+    assert (g.outcome, g.extracted) == (Outcome.CORRECT, "(2, 2), (6, 2)")
+    (g,) = authors_verifier.grade([text + "</think>"], [gold], prompts=[P0])
+    assert (g.outcome, g.extracted) == (Outcome.WRONG, "(6, 2)")
+
+
 def test_prompt_box_is_read_as_the_empty_answer(authors_verifier):
     (g,) = authors_verifier.grade(["no box here</think> \\boxed{7}"], ["7"], prompts=[P])
     assert (g.outcome, g.extracted, g.status) == (Outcome.WRONG, "", "ok")

@@ -1,0 +1,71 @@
+"""The job's end: never start a unit of work that would run past it.
+
+SLURM sends its warning (`--signal=USR1@300`) 300 s before the time limit and the loops stop after the
+step in flight, so a step longer than the warning (a 14B RL step takes over an hour) is killed at the limit:
+the job ends TIMEOUT, is not requeued, and a chained next stage is cancelled. So a loop reads the job's end
+(`SLURM_JOB_END_TIME`, epoch seconds, which SLURM sets in the job's environment) and, before each step,
+checks that the longest step so far plus the last checkpoint's save time still end before the job's end
+less a margin (`NEMO_LEAD_DEADLINE_MARGIN_S`, default 120 s). When they would not, it checkpoints,
+asks SLURM to requeue the job (`nemo_lead.runtime.requeue`) and exits 0 saying why. The USR1 path stays for
+preemption.
+
+    deadline = Deadline.from_env(os.environ)          # None outside a job with a known end
+    deadline.step_done(seconds); deadline.saved(seconds)
+    if deadline.next_would_pass(time.time()): ...    # checkpoint, requeue, stop
+
+NEMO_LEAD_TEST_STEP_DELAY_S (tests only) adds that many seconds to every step, so a test can make a step
+long without a large model.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Optional
+
+END_ENV = "SLURM_JOB_END_TIME"
+MARGIN_ENV = "NEMO_LEAD_DEADLINE_MARGIN_S"
+DEFAULT_MARGIN_S = 120.0
+TEST_DELAY_ENV = "NEMO_LEAD_TEST_STEP_DELAY_S"
+
+
+def test_step_delay(env: Mapping[str, str] = os.environ) -> float:
+    """The seconds the test hook adds to each step (0 unless NEMO_LEAD_TEST_STEP_DELAY_S is set)."""
+    return float(env.get(TEST_DELAY_ENV) or 0)
+
+
+@dataclass
+class Deadline:
+    end: float  # epoch seconds
+    margin: float
+    longest_step: float = 0.0
+    last_save: float = 0.0
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> Optional[Deadline]:
+        raw = env.get(END_ENV)
+        if not raw:
+            return None
+        try:
+            end = float(raw)
+        except ValueError:
+            raise ValueError(f"{END_ENV}={raw!r} is not a time in epoch seconds") from None
+        if end <= 0:  # SLURM writes 0 for a job without a time limit
+            return None
+        return cls(end=end, margin=float(env.get(MARGIN_ENV) or DEFAULT_MARGIN_S))
+
+    def step_done(self, seconds: float) -> None:
+        self.longest_step = max(self.longest_step, seconds)
+
+    def saved(self, seconds: float) -> None:
+        self.last_save = seconds
+
+    def next_would_pass(self, now: float) -> bool:
+        """Whether one more step and a checkpoint after it would end past the job's end less the margin."""
+        return now + self.longest_step + self.last_save > self.end - self.margin
+
+    def why(self, now: float, step: int) -> str:
+        return (f"stopping before step {step + 1}: the job ends in {self.end - now:,.0f} s and a step takes up to "
+                f"{self.longest_step:,.0f} s, a checkpoint {self.last_save:,.0f} s, with a margin of "
+                f"{self.margin:,.0f} s ({END_ENV})")
