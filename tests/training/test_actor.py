@@ -29,6 +29,7 @@ a GPU).
 """
 
 import dataclasses
+import json
 
 import pytest
 import torch
@@ -420,7 +421,9 @@ def test_actor_config_is_a_job_config_section(tmp_path):
     assert (preset.kind, preset.path, preset.tokenizer_dir) == ("preset", "tiny-qwen2", None)
     with pytest.raises(ValueError, match="a model preset .* without a tokenizer; give one with tokenizer=DIR"):
         preset.require_tokenizer()
-    (tmp_path / "config.json").write_text('{"torch_dtype": "bfloat16"}')
+    from nemo_lead.models import tiny_hf_config
+
+    (tmp_path / "config.json").write_text(json.dumps({**tiny_hf_config(), "torch_dtype": "bfloat16"}))
     hf = model_source(str(tmp_path))
     assert (hf.kind, hf.path, hf.saved_precision) == ("hf", str(tmp_path.resolve()), "bf16")
     assert [resolve_precision("auto", hf, cuda=c) for c in (False, True)] == ["fp32", "bf16"]
