@@ -15,17 +15,20 @@ if os.environ.get("NEMO_LEAD_GPU_TESTS") != "1":
 # per xdist worker (`--dist loadfile`, scripts/test), the long files start at once and the short ones fill
 # the gaps, instead of one long file starting last and running alone. Order only: every test still runs.
 SLOW_FILES_FIRST = (
-    "training/test_rl_loop.py",
     "training/test_loops.py",
-    "training/test_lag.py",
+    "training/test_rl_loop.py",
     "training/test_rl_tp2.py",
+    "training/test_lag.py",
     "launch/test_slurm_jobs.py",
     "pipeline/test_micro.py",
+    "training/test_faults.py",
     "pipeline/test_demo_smoke.py",
-    "training/test_convert.py",
-    "eval/test_eval_distributed.py",
     "pipeline/test_runner.py",
-    "parallel/test_host_memory.py",
+    "training/test_convert.py",
+    "plan/test_engine_memory.py",
+    "eval/test_eval_distributed.py",
+    "plan/test_plan_command.py",
+    "plan/test_estimates.py",
 )
 
 
