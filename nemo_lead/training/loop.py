@@ -274,7 +274,9 @@ class SaveFailed(JobError):
     and the folder as they were."""
 
 
-_IO_WORDS = ("errno", "no space", "quota", "inline_container", "i/o", "write", "file")
+# what a failed write says; "worker failure": torch's checkpoint writer process failed (megatron-core 0.19 reports
+# only that, its worker printed the cause)
+_IO_WORDS = ("errno", "no space", "quota", "inline_container", "i/o", "write", "file", "worker failure")
 
 
 def save_error_reason(e: BaseException) -> str | None:

@@ -80,6 +80,11 @@ def _flip(path: Path) -> None:
     path.write_bytes(bytes(data))
 
 
+def _shard(folder: Path) -> Path:
+    """The largest shard file of a dist_checkpointing folder (their names depend on the megatron release)."""
+    return sorted(folder.glob("*.distcp"), key=lambda p: p.stat().st_size)[-1]
+
+
 def _truncate(path: Path) -> None:
     path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
 
@@ -88,8 +93,8 @@ DAMAGE = [  # (file of the newest checkpoint, how, what the check says)
     ("model/__0_0.distcp", _flip, "CRC-32 differs"),
     ("model/__0_0.distcp", _truncate, "bytes, the manifest"),
     ("model/metadata.json", _truncate, "bytes, the manifest"),
-    ("optim/__0_0.distcp", _flip, "CRC-32 differs"),
-    ("optim/__0_1.distcp", _truncate, "bytes, the manifest"),
+    ("optim/*.distcp", _flip, "CRC-32 differs"),  # the optimizer's shard files: named by the megatron release
+    ("optim/*.distcp", _truncate, "bytes, the manifest"),
     ("rng/rank_00000.pt", _flip, "CRC-32 differs"),
     ("rng/rank_00000.pt", _truncate, "bytes, the manifest"),
     ("meta.json", _flip, "CRC-32 differs"),
@@ -110,7 +115,10 @@ def test_each_damaged_part_is_found_and_the_resume_takes_the_newest_intact_check
     for i, (rel, damage, said) in enumerate(DAMAGE):
         case = tmp_path / f"case{i}"
         shutil.copytree(run, case)
-        damage(case / "checkpoints" / "step_000004" / rel)
+        ckpt = case / "checkpoints" / "step_000004"
+        target = sorted(ckpt.glob(rel), key=lambda p: p.stat().st_size)[-1] if "*" in rel else ckpt / rel
+        rel = str(target.relative_to(ckpt))
+        damage(target)
         latest, weights_only, damaged = _intact_resume_point(ONE_PROCESS, str(case), 4)
         assert latest == case / "checkpoints" / "step_000002" and not weights_only, (rel, damage)
         [(path, aside, problems)] = damaged
@@ -131,14 +139,15 @@ def test_each_damaged_part_is_found_and_the_resume_takes_the_newest_intact_check
     # `nemo-lead check` reads the same: damaged before a resume, intact (and the one set aside) after
     case = tmp_path / "checked"
     shutil.copytree(run, case)
-    _flip(case / "checkpoints" / "step_000004" / "optim" / "__0_0.distcp")
+    shard = _shard(case / "checkpoints" / "step_000004" / "optim")
+    _flip(shard)
     assert main(["check", str(case)]) == 1
     out = capsys.readouterr().out
-    assert "step_000002: intact" in out and "step_000004: DAMAGED: optim/__0_0.distcp" in out
+    assert "step_000002: intact" in out and f"step_000004: DAMAGED: optim/{shard.name}" in out
     _intact_resume_point(ONE_PROCESS, str(case), 4)
     assert main(["check", str(case)]) == 0 and ".damaged-step_000004: set aside" in capsys.readouterr().out
     # none intact: refused, and again on the next start (the damaged ones stay aside, nothing starts afresh)
-    _truncate(case / "checkpoints" / "step_000002" / "model" / "__0_1.distcp")
+    _truncate(_shard(case / "checkpoints" / "step_000002" / "model"))
     for _ in range(2):
         with pytest.raises(ValueError, match="has no intact checkpoint to resume from"):
             _intact_resume_point(ONE_PROCESS, str(case), 4)
@@ -150,10 +159,11 @@ def test_a_resume_past_a_damaged_checkpoint_ends_as_the_undamaged_run(sft_run, t
     root, run = sft_run
     case = tmp_path / "run"
     shutil.copytree(run, case)
-    _flip(case / "checkpoints" / "step_000004" / "model" / "__0_0.distcp")
+    shard = _shard(case / "checkpoints" / "step_000004" / "model")
+    _flip(shard)
     res = _run(_sft_args(root, case))
     assert res.returncode == 0, res.stderr
-    assert f"{case}/checkpoints/step_000004 is damaged (model/__0_0.distcp" in res.stderr
+    assert f"{case}/checkpoints/step_000004 is damaged (model/{shard.name}" in res.stderr
     assert f"resuming from {case}/checkpoints/step_000002 (step 2 of 4)" in res.stderr
     assert _metrics(case) == _metrics(run)
     model = {k: v for k, v in read_manifest(run / "checkpoints" / "step_000004").items() if k.startswith("model/__")}
