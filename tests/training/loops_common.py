@@ -103,3 +103,9 @@ def close_to(a: dict, b: dict, tol: float) -> bool:
 
 def folder_size(folder: Path) -> int:
     return sum(f.stat().st_size for f in folder.rglob("*") if f.is_file())
+
+
+def assert_same_logs(run: Path, ref: Path) -> None:
+    """An RL run's per-step logs (timing keys aside) equal a reference run's: metrics, validation, per-problem stats."""
+    for name in ("metrics.jsonl", "val.jsonl", "problem_stats.jsonl"):
+        assert strip_timing(read_lines(run, name)) == strip_timing(read_lines(ref, name)), name

@@ -16,7 +16,17 @@ from __future__ import annotations
 import json
 
 import pytest
-from loops_common import PROMPT, RL_ARGS, close_to, interrupt, read_lines, rl_args, run_cli, strip_timing
+from loops_common import (
+    PROMPT,
+    RL_ARGS,
+    assert_same_logs,
+    close_to,
+    interrupt,
+    read_lines,
+    rl_args,
+    run_cli,
+    strip_timing,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -52,8 +62,7 @@ def test_rl_resume_after_kill_equals_uninterrupted_run(data, sft_run, rl_run, tm
     assert len(read_lines(out)) < 6
     res = run_cli(args)
     assert res.returncode == 0, res.stderr
-    for name in ("metrics.jsonl", "val.jsonl", "problem_stats.jsonl"):
-        assert strip_timing(read_lines(out, name)) == strip_timing(read_lines(rl_run, name)), name
+    assert_same_logs(out, rl_run)
     for f in sorted((rl_run / "rollouts").iterdir()):
         assert (out / "rollouts" / f.name).read_text() == f.read_text()
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from loops_common import close_to, interrupt, read_lines, rl_args, run_cli, strip_timing
+from loops_common import assert_same_logs, close_to, interrupt, read_lines, rl_args, run_cli, strip_timing
 
 pytestmark = pytest.mark.slow
 
@@ -64,8 +64,7 @@ def test_rl_resume_after_kill_at_tp2_equals_uninterrupted_tp2(data, sft_run, rl_
     assert len(read_lines(out)) < 6
     res = run_cli(args)
     assert res.returncode == 0, res.stderr
-    for name in ("metrics.jsonl", "val.jsonl", "problem_stats.jsonl"):
-        assert strip_timing(read_lines(out, name)) == strip_timing(read_lines(rl_tp2, name)), name
+    assert_same_logs(out, rl_tp2)
 
 
 def test_rl_offload_during_generation_is_the_same_run(data, sft_run, rl_run, tmp_path):
@@ -79,8 +78,7 @@ def test_rl_offload_during_generation_is_the_same_run(data, sft_run, rl_run, tmp
     res = run_cli(rl_args(root, sft_run / "checkpoints" / "step_000080", out,
                         extra=["actor.offload_during_generation=true"]))
     assert res.returncode == 0, res.stderr
-    for name in ("metrics.jsonl", "val.jsonl", "problem_stats.jsonl"):
-        assert strip_timing(read_lines(out, name)) == strip_timing(read_lines(rl_run, name)), name
+    assert_same_logs(out, rl_run)
     assert any(r["grad_norm"] for r in read_lines(out))  # updates happened between the offloaded generations
     weights = []
     for run in (rl_run, out):
