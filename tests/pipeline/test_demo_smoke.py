@@ -7,9 +7,8 @@ from __future__ import annotations
 import json
 import os
 import shlex
-import subprocess
-import sys
 
+import cli_process
 import pytest
 
 pytestmark = pytest.mark.slow
@@ -25,8 +24,7 @@ def _env() -> dict[str, str]:
 
 def test_demo_recipe_end_to_end(tmp_path):
     out = tmp_path / "demo"
-    done = subprocess.run([sys.executable, "-m", "nemo_lead.cli", "demo", "--out", str(out), *SMOKE],
-                          capture_output=True, text=True, timeout=600, env=_env())
+    done = cli_process.run(["demo", "--out", str(out), *SMOKE], env=_env(), timeout=600)
     assert done.returncode == 0, done.stderr[-4000:]
     summary = json.loads((out / "summary.json").read_text())
     rows = summary["rows"]
@@ -48,8 +46,7 @@ def test_demo_recipe_end_to_end(tmp_path):
     # the row's own command reproduces it
     args = shlex.split(rows[1]["command"])
     assert args[:2] == ["nemo-lead", "eval"]
-    again = subprocess.run([sys.executable, "-m", "nemo_lead.cli", *args[1:], "--out", str(tmp_path / "again")],
-                           capture_output=True, text=True, timeout=300, env=_env())
+    again = cli_process.run([*args[1:], "--out", str(tmp_path / "again")], env=_env(), timeout=300)
     assert again.returncode == 0, again.stderr[-3000:]
     got = json.loads((tmp_path / "again" / "summary.json").read_text())["datasets"]["heldout"]
     assert (got["cons@k"], got["pass@1"], got["mean_length"]) == (rows[1]["cons@k"], rows[1]["pass@1"],
@@ -59,8 +56,7 @@ def test_demo_recipe_end_to_end(tmp_path):
     bare = ["eval", "--model", r["checkpoint"], "--data", r["data"], "--n", str(r["n"]), "--temperature",
             str(r["temperature"]), "--top-p", str(r["top_p"]), "--max-tokens", str(r["max_tokens"]), "--seed",
             str(r["seed"]), "--out", str(tmp_path / "bare"), "limit=6"]
-    again = subprocess.run([sys.executable, "-m", "nemo_lead.cli", *bare], capture_output=True, text=True,
-                           timeout=300, env=_env())
+    again = cli_process.run(bare, env=_env(), timeout=300)
     assert again.returncode == 0, again.stderr[-3000:]
     got = json.loads((tmp_path / "bare" / "summary.json").read_text())["datasets"]["heldout"]
     assert (got["cons@k"], got["pass@1"], got["mean_length"]) == (r["cons@k"], r["pass@1"], r["mean_length"])

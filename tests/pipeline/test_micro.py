@@ -18,6 +18,7 @@ import sys
 import time
 from pathlib import Path
 
+import cli_process
 import pytest
 
 from nemo_lead.models import write_tiny_model
@@ -75,8 +76,7 @@ def _jsonl(path: Path, rows: list[dict]) -> Path:
 
 
 def _run(recipe: Path, out: Path, timeout: int = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([*CLI, "run", str(recipe), "--out", str(out)], capture_output=True, text=True,
-                          timeout=timeout, env=_env())
+    return cli_process.run(["run", str(recipe), "--out", str(out)], env=_env(), timeout=timeout)
 
 
 @pytest.fixture(scope="module")
@@ -95,17 +95,19 @@ def micro(tmp_path_factory):
     recipe.write_text(MICRO.replace("MODEL", str(model)).replace("TRACES", str(traces))
                       .replace("PROBLEMS", str(problems)))
     out = root / "out"
-    proc = subprocess.Popen([*CLI, "run", str(recipe), "--out", str(out)], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True, env=_env(), start_new_session=True)
-    metrics = out / "stages" / "rl" / "metrics.jsonl"
-    deadline = time.monotonic() + 300
-    while proc.poll() is None and time.monotonic() < deadline:
-        if metrics.is_file() and len(metrics.read_text().splitlines()) >= 2:
-            os.killpg(proc.pid, signal.SIGKILL)
-            break
-        time.sleep(0.05)
-    proc.wait(timeout=60)
-    first = {"status": proc.returncode, "sft_metrics": (out / "stages/sft/metrics.jsonl").read_bytes(),
+    proc = cli_process.CLIProcess(["run", str(recipe), "--out", str(out)], env=_env())
+    try:
+        metrics = out / "stages" / "rl" / "metrics.jsonl"
+        deadline = time.monotonic() + 300
+        while proc.poll() is None and time.monotonic() < deadline:
+            if metrics.is_file() and len(metrics.read_text().splitlines()) >= 2:
+                proc.kill_group()
+                break
+            time.sleep(0.05)
+        status = proc.wait(timeout=60)
+    finally:
+        proc.close()
+    first = {"status": status, "sft_metrics": (out / "stages/sft/metrics.jsonl").read_bytes(),
              "state": json.loads((out / "pipeline_state.json").read_text())}
     second = _run(recipe, out)
     third = _run(recipe, out)

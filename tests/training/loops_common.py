@@ -13,6 +13,8 @@ import sys
 import time
 from pathlib import Path
 
+import cli_process
+
 CLI = [sys.executable, "-m", "nemo_lead.cli"]
 
 
@@ -37,8 +39,9 @@ def cli_env():
     return {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
 
 
-def run_cli(args, timeout=240) -> subprocess.CompletedProcess:
-    return subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=timeout, env=cli_env())
+def run_cli(args, timeout=240, env=None, fresh=False) -> subprocess.CompletedProcess:
+    """`nemo-lead ARGS` run to its end in a process of its own (forked from a warm interpreter: cli_process.py)."""
+    return cli_process.run(list(args), env=env or cli_env(), timeout=timeout, fresh=fresh)
 
 
 def read_lines(run: Path, name="metrics.jsonl") -> list[dict]:
@@ -53,8 +56,7 @@ def strip_timing(rows: list[dict]) -> list[dict]:
 def interrupt(args, run: Path, after_lines: int, sig=signal.SIGKILL, timeout=240) -> int:
     """Start the command, send `sig` once metrics.jsonl has `after_lines` lines (at some moment of the next
     step), wait for it to end; its exit status."""
-    proc = subprocess.Popen([*CLI, *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=cli_env(),
-                            start_new_session=True)
+    proc = cli_process.CLIProcess(list(args), env=cli_env())
     deadline = time.monotonic() + timeout
     try:
         metrics = run / "metrics.jsonl"
@@ -69,21 +71,14 @@ def interrupt(args, run: Path, after_lines: int, sig=signal.SIGKILL, timeout=240
                     step_s = 0.0
                 time.sleep(random.Random(after_lines).uniform(0.0, 1.0) * step_s)
                 if sig == signal.SIGKILL:
-                    os.killpg(proc.pid, signal.SIGKILL)
+                    proc.kill_group()
                 else:
                     proc.send_signal(sig)
                 break
             time.sleep(0.005)
         return proc.wait(timeout=max(deadline - time.monotonic(), 1))
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-        else:
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)  # rank processes a killed launcher may leave
-            except ProcessLookupError:
-                pass
+        proc.close()  # also kills the rank processes a killed launcher may leave
 
 
 def sft_args(root, model, out, steps=12, extra=()):

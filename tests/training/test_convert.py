@@ -3,8 +3,8 @@
 
 import json
 import subprocess
-import sys
 
+import cli_process
 import torch
 
 from nemo_lead.checkpoint_meta import read_checkpoint_meta
@@ -13,8 +13,7 @@ from nemo_lead.models import HFReader, load_tokenizer, write_tiny_model
 
 
 def _convert(*args: str, timeout: float = 240) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "nemo_lead.cli", "convert", *args],
-                          capture_output=True, text=True, timeout=timeout)
+    return cli_process.run(["convert", *args], timeout=timeout)
 
 
 def test_convert_round_trip_through_tp2_checkpoint(tmp_path):

@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 from types import SimpleNamespace
 
+import cli_process
 import pytest
 from torch.distributed.checkpoint.api import CheckpointException
 
@@ -48,7 +49,7 @@ def _sft_args(root: Path, out: Path) -> list[str]:
 
 
 def _run(args) -> subprocess.CompletedProcess:
-    return subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=240, env=_env())
+    return cli_process.run(list(args), env=_env(), timeout=240)
 
 
 def _metrics(run: Path) -> list[dict]:
