@@ -1,8 +1,12 @@
 """What the checkpoint manifest's hash costs (`nemo_lead.checkpoint_manifest`): MB/s of CRC-32 (the one it
-uses) beside the standard library's other hashes, over bytes in memory and over a file just written (in
-the page cache, as a rank's own shards are when it hashes them after a save).
+uses) beside the standard library's other hashes (and xxhash's, where that package is installed), over bytes
+in memory and over a file just written (in the page cache, as a rank's own shards are when it hashes them
+after a save), and the seconds that read-back adds to one save of a rank's share of a checkpoint.
 
-    python bench/manifest_hash.py [--mb 256]
+    python bench/manifest_hash.py [--mb 256] [--checkpoint-gib 193 --ranks 8]
+
+193 GiB is `nemo-lead plan lead-14b --gpus 8`'s "checkpoint per save" (R1-Distill-Qwen-14B, bf16 weights,
+fp32 master weights and Adam moments), saved by 8 ranks.
 """
 
 from __future__ import annotations
@@ -15,6 +19,11 @@ import time
 import zlib
 
 from nemo_lead.checkpoint_manifest import file_entry
+
+try:  # optional: not a dependency of nemo-lead (see docs/faults.md); measured when present
+    import xxhash
+except ImportError:
+    xxhash = None
 
 
 def _rate(fn, data: bytes, repeats: int = 3) -> float:
@@ -29,18 +38,34 @@ def _rate(fn, data: bytes, repeats: int = 3) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--mb", type=int, default=256)
+    parser.add_argument("--checkpoint-gib", type=float, default=193.0, help="one save's bytes (nemo-lead plan)")
+    parser.add_argument("--ranks", type=int, default=8, help="the ranks that write it, each its share")
     args = parser.parse_args()
     data = os.urandom(args.mb << 20)
     hashes = {"crc32 (zlib)": zlib.crc32, "sha1": lambda b: hashlib.sha1(b).digest(),
               "blake2b-128": lambda b: hashlib.blake2b(b, digest_size=16).digest(),
               "sha256": lambda b: hashlib.sha256(b).digest()}
+    if xxhash is not None:
+        hashes.update({"xxh3_64": lambda b: xxhash.xxh3_64_digest(b), "xxh64": lambda b: xxhash.xxh64_digest(b)})
     for name, fn in hashes.items():
         print(f"{name:<14} in memory: {_rate(fn, data):7.0f} MB/s")
+    share = args.checkpoint_gib * (1 << 30) / args.ranks
     with tempfile.NamedTemporaryFile(dir=os.environ.get("TMPDIR")) as f:
         f.write(data)
         f.flush()
         best = min(_timed(file_entry, f.name) for _ in range(3))
-        print(f"{'file_entry':<14} page cache: {len(data) / best / 1e6:7.0f} MB/s (CRC-32 in 8 MiB reads)")
+        rate = len(data) / best
+        print(f"{'file_entry':<14} page cache: {rate / 1e6:7.0f} MB/s (CRC-32 in 8 MiB reads)")
+        read = len(data) / min(_timed(_read, f.name) for _ in range(3))
+        print(f"{'read alone':<14} page cache: {read / 1e6:7.0f} MB/s (the floor of any read-back)")
+    print(f"read-back per save: {share / 2**30:.1f} GiB per rank ({args.checkpoint_gib:g} GiB / {args.ranks} ranks) "
+          f"= {share / rate:.0f} s at this CRC-32 rate, {share / read:.0f} s for the reading alone")
+
+
+def _read(path: str) -> None:
+    with open(path, "rb") as f:
+        while f.read(8 << 20):
+            pass
 
 
 def _timed(fn, *args) -> float:

@@ -16,6 +16,7 @@ if os.environ.get("NEMO_LEAD_GPU_TESTS") != "1":
 # the gaps, instead of one long file starting last and running alone. Order only: every test still runs.
 SLOW_FILES_FIRST = (
     "training/test_loops.py",
+    "training/test_stop_signals.py",
     "training/test_rl_loop.py",
     "training/test_rl_tp2.py",
     "training/test_lag.py",

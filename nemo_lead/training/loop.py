@@ -50,7 +50,7 @@ from nemo_lead.tracking import open_tracker
 from .actor import build_actor
 from .checkpoint import load_actor_state, resume_point, save_actor_state
 from .run_folder import RunFolder
-from .run_lock import lock_folder
+from .run_lock import FolderInUse, lock_folder, refuse_if_in_use
 
 LoopState = Union[dict[str, Any], Callable[[], dict[str, Any]]]  # or a function giving it, called when a save is due
 
@@ -99,11 +99,19 @@ class Run:
         self.progress.warn(message)
 
 
-def preflight_if_relaunching(ranks: int, check):
-    """`check` as run_command's preflight only when this process will start `ranks` local ranks: otherwise the
+def preflight_if_relaunching(ranks: int, check, out: Any):
+    """run_command's preflight only when this process will start `ranks` local ranks: the run folder `out`
+    must not be in use (one line naming the holder, before any rank starts), then `check`. Otherwise the
     job runs here (or under torchrun / srun) and makes the same checks itself, so loading the data twice
     would only cost start-up time."""
-    return check if ranks > 1 and detect_launch(os.environ).world_size == 1 else None
+    if ranks <= 1 or detect_launch(os.environ).world_size != 1:
+        return None
+
+    def preflight() -> None:
+        refuse_if_in_use(out)
+        check()
+
+    return preflight
 
 
 def _on_writer_then_share(info, fn) -> Any:
@@ -144,8 +152,14 @@ def start_run(cfg: Any, name: str, total_steps: int, log_names: tuple[str, ...] 
     hashes of the data (RUN/inputs.json). `source`: from `resolve_model`. `layer_spec`: the spec the actor is
     built with where the loop resolves the config's `auto` (SFT's packed traces); the config keeps `auto`."""
     hide_import_noise()
-    if detect_launch(os.environ).rank == 0:
-        lock_folder(cfg.out)  # before anything is read or written: a second start is refused at once
+    launch = detect_launch(os.environ)
+    if launch.rank == 0:
+        try:
+            lock_folder(cfg.out)  # before anything is read or written: a second start is refused at once
+        except FolderInUse as e:
+            if launch.world_size == 1:
+                raise
+            raise JobError(str(e)) from None  # one line from the launcher, not a rank's traceback
     tok_dir = source.require_tokenizer()
     tokenizer = tokenizer if tokenizer is not None else load_tokenizer(tok_dir)
     hf_config = source.hf_config

@@ -315,4 +315,5 @@ def run_rl(cfg: RLConfig) -> int:
     if check_before_start(cfg, "rl"):  # on GPUs: a layout that cannot fit stops here, saying what to change
         return 2
     ranks = cfg.actor.tp * cfg.actor.pp + cfg.rollout.generator_ranks
-    return run_command("rl", rl_job, (cfg,), ranks=ranks, preflight=preflight_if_relaunching(ranks, lambda: _preflight(cfg)))
+    return run_command("rl", rl_job, (cfg,), ranks=ranks,
+                       preflight=preflight_if_relaunching(ranks, lambda: _preflight(cfg), cfg.out))

@@ -10,7 +10,9 @@ a lease: the file names its holder and a thread touches it every `HEARTBEAT_S` s
 `LEASE_S` (its holder died) is taken over.
 
 Taken by the writer (global rank 0) of `nemo-lead sft | rl` (`nemo_lead.training.loop.start_run`) and by
-`nemo-lead run` for its OUT (each stage's SFT / RL folder is then locked by the stage's own run).
+`nemo-lead run` for its OUT (each stage's SFT / RL folder is then locked by the stage's own run); the local
+launcher of a multi-rank run checks it first (`refuse_if_in_use`), so a folder in use is refused before
+any rank starts.
 Standard library only: `nemo-lead run` takes it before torch is loaded.
 """
 
@@ -85,18 +87,49 @@ def lock_folder(folder: str | Path) -> None:
         pass
 
 
-def _take_lease(folder: Path, fd: int) -> None:
-    """No record locks on this file system: a lease (see the module docstring)."""
+def refuse_if_in_use(folder: str | Path) -> None:
+    """Raise FolderInUse, naming the holder, when another process holds `folder`'s lock; take nothing.
+
+    For a launcher that starts the ranks which then lock the folder (`nemo-lead sft --tp 2` as one process):
+    the refusal comes before any rank starts. Creates nothing; a folder this process holds is free to it."""
+    folder = Path(folder)
     path = folder / LOCK_FILE
-    text = os.pread(fd, 4096, 0).decode(errors="replace")
+    if folder.resolve() in _held or not path.is_file():
+        return
+    fd = os.open(path, os.O_RDWR)
+    try:
+        fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # released below, by closing the only descriptor
+    except OSError as e:
+        if e.errno in (errno.EAGAIN, errno.EACCES):
+            raise _refuse(folder, _describe(os.pread(fd, 4096, 0).decode(errors="replace"))) from None
+        if e.errno not in _UNSUPPORTED:
+            raise
+        holder = _live_lease(folder, os.pread(fd, 4096, 0).decode(errors="replace"))
+        if holder:
+            raise _refuse(folder, holder) from None
+    finally:
+        os.close(fd)
+
+
+def _live_lease(folder: Path, text: str) -> str | None:
+    """The holder's description when `folder`'s lease is another process's and fresh, else None."""
     try:
         holder = json.loads(text)
     except ValueError:
         holder = None
-    fresh = time.time() - path.stat().st_mtime < LEASE_S
+    fresh = time.time() - (folder / LOCK_FILE).stat().st_mtime < LEASE_S
     if holder and fresh and (holder.get("host"), holder.get("pid")) != (socket.gethostname(), os.getpid()):
+        return _describe(text) + f"; a lease, as {folder} has no file locks"
+    return None
+
+
+def _take_lease(folder: Path, fd: int) -> None:
+    """No record locks on this file system: a lease (see the module docstring)."""
+    path = folder / LOCK_FILE
+    holder = _live_lease(folder, os.pread(fd, 4096, 0).decode(errors="replace"))
+    if holder:
         os.close(fd)
-        raise _refuse(folder, _describe(text) + f"; a lease, as {folder} has no file locks")
+        raise _refuse(folder, holder)
 
     def heartbeat() -> None:
         while True:

@@ -152,4 +152,4 @@ def run_sft(cfg: SFTConfig) -> int:
         return 2
     ranks = cfg.actor.tp * cfg.actor.pp
     return run_command("sft", sft_job, (cfg,), ranks=ranks,
-                       preflight=preflight_if_relaunching(ranks, lambda: _preflight(cfg)))
+                       preflight=preflight_if_relaunching(ranks, lambda: _preflight(cfg), cfg.out))

@@ -81,6 +81,19 @@ def interrupt(args, run: Path, after_lines: int, sig=signal.SIGKILL, timeout=240
         proc.close()  # also kills the rank processes a killed launcher may leave
 
 
+def processes_with(marker: str) -> list[int]:
+    """Pids of live processes whose environment holds `marker` (every helper inherits its parent's)."""
+    found = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                if marker.encode() in (d / "environ").read_bytes():
+                    found.append(int(d.name))
+            except OSError:  # gone, or not ours to read
+                pass
+    return found
+
+
 def sft_args(root, model, out, steps=12, extra=()):
     return ["sft", "--model", str(model), "--data", str(root / "traces.jsonl"), "--out", str(out), "--steps", str(steps),
             "--save-every", "4", *SFT_ARGS, *extra]

@@ -198,17 +198,24 @@ def _holder(folder: Path) -> subprocess.Popen:
 
 
 def test_a_second_start_on_a_folder_in_use_is_refused_naming_the_holder(sft_run, tmp_path, capsys):
+    """One process and the local launcher of a `--tp 2` run alike: one line naming the holder, exit 2, nothing
+    read or written; the launcher refuses before it starts any rank (no rank's traceback)."""
+    import multiprocessing
+
     root, run = sft_run
     case = tmp_path / "run"
     shutil.copytree(run, case)
     before = (case / "metrics.jsonl").read_text()
     holder = _holder(case)
     try:
-        started = time.monotonic()
-        assert main(_sft_args(root, case)) == 2
-        err = capsys.readouterr().err
-        assert f"is in use by pid {holder.pid} on {socket.gethostname()}" in err and "use another --out" in err
-        assert time.monotonic() - started < 30 and (case / "metrics.jsonl").read_text() == before
+        for layout in ([], ["--tp", "2"]):
+            started = time.monotonic()
+            assert main(_sft_args(root, case) + layout) == 2
+            err = capsys.readouterr().err
+            assert f"is in use by pid {holder.pid} on {socket.gethostname()}" in err and "use another --out" in err
+            assert err.strip().splitlines()[-1].startswith(f"nemo-lead sft: {case} is in use by pid"), err
+            assert "Traceback" not in err and "local ranks" not in err and not multiprocessing.active_children()
+            assert time.monotonic() - started < 30 and (case / "metrics.jsonl").read_text() == before
     finally:
         holder.kill()  # kill -9: the kernel drops the lock with the process
         holder.wait()
@@ -315,9 +322,13 @@ def test_without_file_locks_a_lease_names_the_holder_and_a_stale_one_is_taken_ov
         folder.mkdir()
         (folder / run_lock.LOCK_FILE).write_text(json.dumps({"host": "node7", "pid": 4242, "since": "then",
                                                              "command": "nemo-lead rl"}))
-    with pytest.raises(run_lock.FolderInUse, match="in use by pid 4242 on node7 .*a lease"):
-        run_lock.lock_folder(held)
+    for check in (run_lock.refuse_if_in_use, run_lock.lock_folder):  # the launcher's check, the writer's lock
+        with pytest.raises(run_lock.FolderInUse, match="in use by pid 4242 on node7 .*a lease"):
+            check(held)
     old = time.time() - run_lock.LEASE_S - 5
     os.utime(stale / run_lock.LOCK_FILE, (old, old))  # its holder stopped renewing it: taken over
+    run_lock.refuse_if_in_use(stale)
+    run_lock.refuse_if_in_use(tmp_path / "new")  # no lock file: free, and nothing is created
+    assert not (tmp_path / "new").exists()
     run_lock.lock_folder(stale)
     assert json.loads((stale / run_lock.LOCK_FILE).read_text())["pid"] == os.getpid()
