@@ -13,16 +13,22 @@ preemption.
     deadline.step_done(seconds); deadline.saved(seconds)
     if deadline.next_would_pass(time.time()): ...    # checkpoint, requeue, stop
 
-NEMO_LEAD_TEST_STEP_DELAY_S (tests only) adds that many seconds to every step, so a test can make a step
-long without a large model.
+`nemo-lead eval` (and the distill stage, which runs it) does the same per chunk of problems: the longest
+chunk so far plus the store's last flush must end before the job's end less the margin; otherwise it stops
+with what it wrote kept, requeues and exits 0, and the rerun generates only the missing chunks.
+
+NEMO_LEAD_TEST_STEP_DELAY_S (tests only) adds that many seconds to every step and every eval chunk, so a
+test can make one long without a large model.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Optional
+
+from .requeue import requeue_current_job
 
 END_ENV = "SLURM_JOB_END_TIME"
 MARGIN_ENV = "NEMO_LEAD_DEADLINE_MARGIN_S"
@@ -65,7 +71,18 @@ class Deadline:
         """Whether one more step and a checkpoint after it would end past the job's end less the margin."""
         return now + self.longest_step + self.last_save > self.end - self.margin
 
-    def why(self, now: float, step: int) -> str:
-        return (f"stopping before step {step + 1}: the job ends in {self.end - now:,.0f} s and a step takes up to "
-                f"{self.longest_step:,.0f} s, a checkpoint {self.last_save:,.0f} s, with a margin of "
+    def why(self, now: float, step: int, unit: str = "step", save: str = "a checkpoint") -> str:
+        """Why the loop stops before unit `step + 1` (`unit`: "step", "chunk"; `save`: what each one writes)."""
+        return (f"stopping before {unit} {step + 1}: the job ends in {self.end - now:,.0f} s and a {unit} takes up "
+                f"to {self.longest_step:,.0f} s, {save} {self.last_save:,.0f} s, with a margin of "
                 f"{self.margin:,.0f} s ({END_ENV})")
+
+
+def requeue_or_advise(say: Callable[[str], None], env: Mapping[str, str] = os.environ) -> bool:
+    """After a stop before the job's end: under SLURM ask it to requeue the job (False when it refused: the
+    command must then exit non-zero, so that a chained next stage does not start); outside SLURM say how to
+    resume."""
+    if "SLURM_JOB_ID" in env:
+        return requeue_current_job()
+    say("run the same command again (in a job with more time) to resume")
+    return True
