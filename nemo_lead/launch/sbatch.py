@@ -19,6 +19,8 @@ import shlex
 from dataclasses import dataclass
 from typing import Any, Optional
 
+from nemo_lead.runtime.deadline import END_ENV, LIMIT_ENV, START_ENVS
+
 from .submit_config import SubmitConfig, time_seconds
 
 # name -> (value, why); the user's `env` wins, and so does a value already set in the submitting shell for
@@ -137,6 +139,10 @@ def render_sbatch(cfg: SubmitConfig, plan: JobPlan, run_dir: str, mounts: Option
               "# rendezvous: rank 0 listens on the first node of the allocation, on a port derived from the job id",
               'export MASTER_ADDR="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)"',
               f"export MASTER_PORT={cfg.master_port or '$((20000 + SLURM_JOB_ID % 20000))'}",
+              "",
+              f"# the job's end where SLURM does not export {END_ENV}: its start plus this limit (--time)",
+              f"export {LIMIT_ENV}={limit}",
+              f'export {START_ENVS[1]}="${{{START_ENVS[0]}:-$(date +%s)}}"',
               "",
               "# NCCL / CUDA / host settings"]
     for key, (value, why) in DEFAULT_ENV.items():

@@ -5,6 +5,7 @@ step in flight, so a step longer than the warning (a 14B RL step takes over an h
 the job ends TIMEOUT, is not requeued, and a chained next stage is cancelled. So a loop reads the job's end
 (`SLURM_JOB_END_TIME`, epoch seconds, which SLURM sets in the job's environment) and, before each step,
 checks that the longest step so far plus the last checkpoint's save time still end before the job's end
+(where SLURM does not set SLURM_JOB_END_TIME: the job's start plus the limit `nemo-lead submit` exports)
 less a margin (`NEMO_LEAD_DEADLINE_MARGIN_S`, default 120 s). When they would not, it checkpoints,
 asks SLURM to requeue the job (`nemo_lead.runtime.requeue`) and exits 0 saying why. The USR1 path stays for
 preemption.
@@ -31,9 +32,20 @@ from typing import Optional
 from .requeue import requeue_current_job
 
 END_ENV = "SLURM_JOB_END_TIME"
+# where SLURM does not export its end (older releases): the job's start plus its limit, which the scripts of
+# `nemo-lead submit` export (the limit parsed from --time; the start SLURM's, else the script's first second)
+START_ENVS = ("SLURM_JOB_START_TIME", "NEMO_LEAD_JOB_START_TIME")
+LIMIT_ENV = "NEMO_LEAD_JOB_TIME_LIMIT_S"
 MARGIN_ENV = "NEMO_LEAD_DEADLINE_MARGIN_S"
 DEFAULT_MARGIN_S = 120.0
 TEST_DELAY_ENV = "NEMO_LEAD_TEST_STEP_DELAY_S"
+
+
+def _seconds(env: Mapping[str, str], name: str) -> float:
+    try:
+        return float(env[name])
+    except ValueError:
+        raise ValueError(f"{name}={env[name]!r} is not a number of seconds") from None
 
 
 def test_step_delay(env: Mapping[str, str] = os.environ) -> float:
@@ -50,13 +62,15 @@ class Deadline:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Optional[Deadline]:
-        raw = env.get(END_ENV)
-        if not raw:
-            return None
-        try:
-            end = float(raw)
-        except ValueError:
-            raise ValueError(f"{END_ENV}={raw!r} is not a time in epoch seconds") from None
+        """SLURM_JOB_END_TIME; without it the start (START_ENVS, the first set) plus NEMO_LEAD_JOB_TIME_LIMIT_S;
+        None for a job without a known end."""
+        if env.get(END_ENV):
+            end = _seconds(env, END_ENV)
+        else:
+            start = next((name for name in START_ENVS if env.get(name)), None)
+            if not env.get(LIMIT_ENV) or start is None:
+                return None
+            end = _seconds(env, start) + _seconds(env, LIMIT_ENV)
         if end <= 0:  # SLURM writes 0 for a job without a time limit
             return None
         return cls(end=end, margin=float(env.get(MARGIN_ENV) or DEFAULT_MARGIN_S))
