@@ -81,7 +81,9 @@ class SubmitConfig:
     container_workdir: Optional[str] = None  # None: the run folder
     container_mount_home: bool = False  # pyxis --no-container-mount-home unless true
     # preemption and time limits
-    signal_seconds: int = 300  # SIGUSR1 this many seconds before the time limit (0: none); then checkpoint + requeue
+    # SIGUSR1 this many seconds before the time limit (0: none), then checkpoint + requeue; None: from the plan's
+    # step and checkpoint times (SFT / RL stages: nemo_lead.plan.stop_times), else 300
+    signal_seconds: Optional[int] = None
     requeue: bool = True  # sbatch --requeue (needed by `scontrol requeue` and by preemption with requeue)
     # the job's environment
     executable: Optional[str] = None  # what runs `nemo-lead`; None: `nemo-lead` in a container, else this Python
@@ -102,7 +104,7 @@ class SubmitConfig:
         if self.command is None and not self.target:
             raise ValueError("give a recipe (nemo-lead submit RECIPE) or a command (command=rl [CONFIG_FILE])")
         check_size({k: getattr(self, k) for k in SIZE_KEYS}, "")
-        if self.signal_seconds < 0:
+        if self.signal_seconds is not None and self.signal_seconds < 0:
             raise ValueError(f"signal_seconds must be >= 0, got {self.signal_seconds}")
         if self.cpus_per_task is not None and self.cpus_per_task < 1:
             raise ValueError(f"cpus_per_task must be >= 1, got {self.cpus_per_task}")
