@@ -114,8 +114,8 @@ def render_sbatch(cfg: SubmitConfig, plan: JobPlan, run_dir: str, mounts: Option
     workdir = cfg.container_workdir or run_dir
     limit = time_seconds(plan.time)
     signal = signal_seconds(cfg, plan)
-    if signal and signal >= limit and cfg.signal_seconds is not None:
-        raise ValueError(f"signal_seconds ({cfg.signal_seconds}) must be shorter than the time limit of job "
+    if signal and signal >= limit and (cfg.signal_seconds is not None or not plan.signal_seconds):
+        raise ValueError(f"signal_seconds ({signal}) must be shorter than the time limit of job "
                          f"{plan.name!r} ({plan.time})")
     if signal and signal >= limit:
         raise ValueError(f"job {plan.name!r}: one step, a checkpoint and the margin ({plan.stops}) "
