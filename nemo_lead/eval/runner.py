@@ -260,11 +260,12 @@ def eval_rank(cfg: EvalConfig) -> None:
 
 def _generate_pending(cfg, prep: Prepared, info, pending: list[int], store, grader, progress: EvalProgress) -> bool:
     """Generate, grade and store the pending chunks, `dp` at a time; True when it stopped before the job's
-    end (`_stop_before`), with every finished chunk stored."""
+    end (`_stop_before`), with every finished chunk stored. As in the training loops, the first chunk(s) of
+    a job always run (nothing is measured yet), so that every attempt of a requeued job makes progress."""
     engine = build_engine(engine_config_for(cfg.engine, prep.source), load_policy(prep.source, info, prep.precision))
     deadline = Deadline.from_env(os.environ)  # the same environment on every rank; rank 0 measures and decides
     for start in range(0, len(pending), info.dp):
-        if deadline is not None and _stop_before(deadline, info, start, len(pending), progress):
+        if deadline is not None and start and _stop_before(deadline, info, start, len(pending), progress):
             return True
         began = time.monotonic()
         if test_step_delay():

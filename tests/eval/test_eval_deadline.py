@@ -56,20 +56,22 @@ def test_eval_stops_before_a_chunk_that_would_pass_the_jobs_end(tiny, problems_f
     assert sorted({k[1] for k in kept}) == ["a", "b"] and len(kept) == 2 * N  # chunk (a, b) only
     assert not (out / "summary.json").exists()
 
-    # the distill stage on the same folder, at the job's end: no chunk starts and the stage is stopped
-    # (status 0, resumable) without writing traces; in a job without an end it finishes the samples and goes
-    # on to pick the traces (the random tiny model solves nothing, which the stage reports)
+    # the distill stage on the same folder, at the job's end: only the first pending chunk runs (every attempt
+    # makes progress, as in the training loops) and the stage is stopped (status 0, resumable) without writing
+    # traces; in a job without an end it finishes the samples and goes on to pick the traces (the random tiny
+    # model solves nothing, which the stage reports)
     monkeypatch.setenv("SLURM_JOB_END_TIME", str(time.time()))
+    monkeypatch.delenv("NEMO_LEAD_TEST_STEP_DELAY_S")
     stage = Stage(StageSpec("distill", "distill", {}), tmp_path / "stage",
                   load_config(EvalConfig, [out / "config.yaml"], []))
     stage.folder.mkdir()
-    with pytest.raises(StageStopped, match=r"stopped with 9 samples to go") as stopped:
+    with pytest.raises(StageStopped, match=r"stopped with 3 samples to go") as stopped:
         run_distill(stage)
     assert stopped.value.status == 0 and not (stage.folder / "traces.jsonl").exists()
     assert scontrol.read_text() == "requeue 4242\n" * 2
-    assert len(samples(out)) == 2 * N
+    assert len(samples(out)) == 4 * N  # chunk (c, d) too
 
-    for name in ("SLURM_JOB_END_TIME", "NEMO_LEAD_TEST_STEP_DELAY_S", "SLURM_JOB_ID"):
+    for name in ("SLURM_JOB_END_TIME", "SLURM_JOB_ID"):
         monkeypatch.delenv(name)
     with pytest.raises(ValueError, match="the teacher solved none of the 5 problems"):
         run_distill(stage)
