@@ -20,11 +20,11 @@ from nemo_lead.plan.search import rank_layouts
 from nemo_lead.plan.settings import PlanSettings
 from nemo_lead.plan.timing import gpu_named
 
-# lead-14b before 2026-12-01: the RL stages' KV budget of 70 GB; ablation-7b-*: TP4, no recomputation
-LEAD_BEFORE = {"stage1": {"engine": {"kv_cache_gb": 70}}}
+# lead-14b before 2026-12-01: the RL stages' KV budget of 70 GB (65.2 GiB); ablation-7b-*: TP4, no recomputation
+LEAD_BEFORE = {"stage1": {"engine": {"kv_cache_gib": 65.2}}}
 ABLATION_BEFORE = {"rl": {"actor": {"tp": 4, "recompute_granularity": None, "recompute_method": None,
                                     "recompute_num_layers": None, "optim": {"use_distributed_optimizer": False}},
-                          "engine": {"kv_cache_gb": None}}}
+                          "engine": {"kv_cache_gib": None}}}
 # (model label, conf/model preset, GPUs, GPU, stage, recipe now, recipe before, its overrides)
 ROWS = [
     *[("14B", "r1-distill-qwen-14b", 8, gpu, stage, now, "lead-14b", LEAD_BEFORE)

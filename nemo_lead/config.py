@@ -84,6 +84,13 @@ COMMON_KEYS = {
     "output_dir": ("out",), "save_steps": ("save_every",), "max_steps": ("steps",), "total_steps": ("steps",),
 }
 
+# keys renamed when their unit changed: old leaf -> (the new leaf, how to convert); refused, not mapped, so
+# that a value in the old unit never passes silently
+RENAMED_KEYS = {
+    "kv_cache_gb": ("kv_cache_gib", "GiB (2^30 bytes) like plan.gpu_memory_gb and SLURM's --mem, not GB (1e9): "
+                                    "kv_cache_gib = kv_cache_gb x 0.9313 (77 GB = 71.7 GiB)"),
+}
+
 
 def setting(default: Any = dataclasses.MISSING, *, default_factory: Any = dataclasses.MISSING,
             resume: str | None = None, results: bool | None = None, choices: Sequence[Any] = (),
@@ -250,6 +257,9 @@ def _suggest(key: str, valid: list[str]) -> str:
     """The hint after "unknown key 'KEY'": the key it stands for (`COMMON_KEYS`), else up to three nearest
     keys, ranked by how alike their last parts and then their whole dotted names are."""
     leaf = key.rsplit(".", 1)[-1]
+    if leaf in RENAMED_KEYS:
+        new, how = RENAMED_KEYS[leaf]
+        return f": renamed to '{key[: len(key) - len(leaf)]}{new}', in {how}"
     for meant in COMMON_KEYS.get(leaf, ()):
         if meant in valid:
             return f" (did you mean '{meant}'?)"

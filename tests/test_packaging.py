@@ -45,15 +45,23 @@ def test_wheel_holds_recipes_and_presets(tmp_path):
     presets = {f"nemo_lead/conf/model/{p.name}" for p in (package_data("conf") / "model").glob("*.yaml")}
     assert "nemo_lead/recipes/lead-14b.yaml" in recipes and "nemo_lead/conf/model/r1-distill-qwen-14b.yaml" in presets
     assert recipes <= names and presets <= names, sorted((recipes | presets) - names)
-    # installed without a checkout around it: unpack the wheel alone and read a recipe and a preset from there
-    site = tmp_path / "site"
-    zipfile.ZipFile(wheel).extractall(site)
+    # installed by pip without a checkout around it (the dependencies are this environment's), then used from
+    # another folder: the recipe and the preset come from the installed package
+    site, elsewhere = tmp_path / "site", tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-index", "-q", "--target", str(site),
+                    str(wheel)], check=True, capture_output=True, timeout=120)
     env = {"PYTHONPATH": str(site), "PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
-    where = subprocess.run([sys.executable, "-c", "import nemo_lead; print(nemo_lead.__file__)"], cwd=tmp_path,
+    where = subprocess.run([sys.executable, "-c", "import nemo_lead; print(nemo_lead.__file__)"], cwd=elsewhere,
                            env=env, check=True, capture_output=True, text=True, timeout=60).stdout
-    assert where.startswith(str(site)), where
+    assert where.startswith(str(site / "nemo_lead")), where
+    dry = subprocess.run([str(site / "bin" / "nemo-lead"), "run", "lead-14b", "--dry-run"], cwd=elsewhere, env=env,
+                         capture_output=True, text=True, timeout=120)  # pip's console script
+    assert dry.returncode == 0, dry.stderr[-2000:]
+    assert f"recipe {site / 'nemo_lead' / 'recipes' / 'lead-14b.yaml'} -> runs/lead-14b" in dry.stdout, dry.stdout
+    assert "stage2b" in dry.stdout and "to do" in dry.stdout and not (elsewhere / "runs").exists()
     plan = subprocess.run([sys.executable, "-m", "nemo_lead.cli", "plan", "lead-14b", "--gpus", "8", "--gpu", "h100",
-                           "paths.base_model=r1-distill-qwen-14b"], cwd=tmp_path, env=env, capture_output=True,
+                           "paths.base_model=r1-distill-qwen-14b"], cwd=elsewhere, env=env, capture_output=True,
                           text=True, timeout=120)
     assert plan.returncode == 0, plan.stderr[-2000:]
     assert "stage2b (rl): qwen2 48 layers" in plan.stdout and "fits: yes" in plan.stdout

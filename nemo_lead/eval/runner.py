@@ -25,6 +25,7 @@ with that `<think>` in front, so a response that never closes it has no answer, 
 from __future__ import annotations
 
 import dataclasses
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,7 +48,9 @@ from nemo_lead.models import load_tokenizer
 from nemo_lead.models.policy import load_policy, with_end_tokens
 from nemo_lead.models.source import ModelSource, model_source, resolve_precision
 from nemo_lead.parallel import destroy_parallel, init_parallel
+from nemo_lead.parallel.local import JobError
 from nemo_lead.progress import LoopProgress
+from nemo_lead.runtime.deadline import Deadline, requeue_or_advise, test_step_delay
 from nemo_lead.tracking import open_tracker
 from nemo_lead.verify.extract import THINK_OPEN
 
@@ -117,6 +120,13 @@ def check_prompt_lengths(cfg: EvalConfig, prep: Prepared) -> None:
 
 def missing_samples(store: SampleStore, chunk: Chunk, n: int) -> int:
     return sum(not store.has((chunk.dataset, p.id, s)) for p in chunk.problems for s in range(n))
+
+
+def samples_left(prep: Prepared) -> int:
+    """The samples the run folder still misses (0 once `nemo-lead eval` finished; more after it stopped
+    before the job's end, which exits 0 too)."""
+    store = SampleStore.open(prep.out, prep.settings, write=False, problems=prep.datasets)
+    return sum(missing_samples(store, c, prep.params.n) for c in prep.chunks)
 
 
 # ----------------------------------------------------------------------------- grading (writer rank)
@@ -234,9 +244,10 @@ def eval_rank(cfg: EvalConfig) -> None:
                          f" | n {n}, T {prep.params.temperature:g}, top-p {prep.params.top_p:g}, max_tokens "
                          f"{prep.params.max_tokens} | {len(store.records)} samples already in {prep.out}; {total} to "
                          f"generate in {len(pending)} chunks")
-        if pending:
-            _generate_pending(cfg, prep, info, pending, store, grader, progress)
-        if info.rank == 0:
+        stopped = bool(pending) and _generate_pending(cfg, prep, info, pending, store, grader, progress)
+        if stopped:
+            _requeue_after_stop(info, prep, store, progress)
+        elif info.rank == 0:
             _write_reports(cfg, prep, store, progress.say)
         dist.barrier()
     finally:
@@ -247,12 +258,21 @@ def eval_rank(cfg: EvalConfig) -> None:
         destroy_parallel()
 
 
-def _generate_pending(cfg, prep: Prepared, info, pending: list[int], store, grader, progress: EvalProgress) -> None:
+def _generate_pending(cfg, prep: Prepared, info, pending: list[int], store, grader, progress: EvalProgress) -> bool:
+    """Generate, grade and store the pending chunks, `dp` at a time; True when it stopped before the job's
+    end (`_stop_before`), with every finished chunk stored. As in the training loops, the first chunk(s) of
+    a job always run (nothing is measured yet), so that every attempt of a requeued job makes progress."""
     engine = build_engine(engine_config_for(cfg.engine, prep.source), load_policy(prep.source, info, prep.precision))
+    deadline = Deadline.from_env(os.environ)  # the same environment on every rank; rank 0 measures and decides
     for start in range(0, len(pending), info.dp):
+        if deadline is not None and start and _stop_before(deadline, info, start, len(pending), progress):
+            return True
+        began = time.monotonic()
+        if test_step_delay():
+            time.sleep(test_step_delay())
         batch = pending[start:start + info.dp]  # one chunk per data-parallel replica
         mine = batch[info.dp_rank] if info.dp_rank < len(batch) else None
-        item = None
+        item, flushed = None, 0.0
         if mine is not None:
             chunk = prep.chunks[mine]
             ids = prompt_token_ids(prep.tokenizer, chunk.problems, prep.prompt)
@@ -262,8 +282,38 @@ def _generate_pending(cfg, prep: Prepared, info, pending: list[int], store, grad
             chunk = prep.chunks[index]
             new = [r for r in grader.records(chunk, rollouts)
                    if not store.has((r["dataset"], r["problem_id"], r["sample"]))]
+            flushing = time.monotonic()
             store.append(new)
+            flushed += time.monotonic() - flushing
             progress.update(chunk, new, store, len(prep.datasets[chunk.dataset]))
+        if deadline is not None:  # the batch's time, less the store's flushes (the "save" of a chunk)
+            deadline.step_done(time.monotonic() - began - flushed)
+            deadline.saved(flushed)
+    return False
+
+
+def _stop_before(deadline: Deadline, info, done: int, total: int, progress: EvalProgress) -> bool:
+    """Collective: whether the next chunk(s) and the store's flush would end past the job's end less the
+    margin (rank 0's measurements and clock decide, as in the training loops); says why on rank 0."""
+    now = time.time()
+    why = _broadcast(deadline.why(now, done, unit="chunk", save="the store's flush")
+                     + f" ({done} of {total} pending chunks done)"
+                     if info.rank == 0 and deadline.next_would_pass(now) else "")
+    if why:
+        progress.say(why)
+    return bool(why)
+
+
+def _requeue_after_stop(info, prep: Prepared, store, progress: EvalProgress) -> None:
+    """Collective, after a stop before the job's end: every stored sample is kept; requeue the SLURM job
+    (or say how to resume). A refused requeue is a JobError (exit 1) on every rank."""
+    ok = True
+    if info.rank == 0:
+        progress.say(f"{len(store.records)} samples are in {prep.out}; a rerun generates only the missing ones")
+        ok = requeue_or_advise(progress.say)
+    if not _broadcast(ok):
+        raise JobError(f"the samples so far are in {prep.out}, but the job could not be requeued (see the message "
+                       "above); submit it again to resume")
 
 
 def _write_reports(cfg: EvalConfig, prep: Prepared, store: SampleStore, say) -> dict[str, Any]:

@@ -58,7 +58,7 @@ class EngineConfig:
     # megatron: bytes of K and V cache this rank may hold, in GB (1e9 bytes); None = no budget (the cache grows
     # on demand up to max_batch_size rows). Sequences reserve longest prompt + max_tokens slots at admission
     # and wait for rows when the budget is full (nemo_lead.generation.kv_budget); results do not change
-    kv_cache_gb: Optional[float] = None
+    kv_cache_gib: Optional[float] = None
     # megatron: the engine's model-parallel layout. actor (the default): the engine decodes on the model's own
     # modules, so at its TP / PP (actor.tp / actor.pp; eval and generate: tp / pp); a number equal to that
     # layout means the same. rl only: engine.tp=1 engine.pp=1 over a larger actor layout gives every rank a
@@ -76,8 +76,8 @@ class EngineConfig:
             raise ValueError("max_batch_size and max_prefill_tokens must be >= 1")
         if self.sync_every is not None and self.sync_every < 1:
             raise ValueError(f"sync_every must be >= 1, got {self.sync_every}")
-        if self.kv_cache_gb is not None and not self.kv_cache_gb > 0:
-            raise ValueError(f"engine.kv_cache_gb must be > 0 (or None for no budget), got {self.kv_cache_gb!r}")
+        if self.kv_cache_gib is not None and not self.kv_cache_gib > 0:
+            raise ValueError(f"engine.kv_cache_gib must be > 0 (or None for no budget), got {self.kv_cache_gib!r}")
         for key in ("tp", "pp"):
             value = str(getattr(self, key))
             if value != AT_THE_MODELS_LAYOUT and not (value.isdigit() and int(value) >= 1):
@@ -150,6 +150,6 @@ def build_engine(cfg: EngineConfig, actor: Any, *, release_copy: bool = False) -
         own = has_own_layout(cfg, tp=ps.get_tensor_model_parallel_world_size(),
                              pp=ps.get_pipeline_model_parallel_world_size())
         return MegatronEngine(actor, max_batch_size=cfg.max_batch_size, max_prefill_tokens=cfg.max_prefill_tokens,
-                              sync_every=cfg.sync_every, cuda_graphs=cfg.cuda_graphs, kv_cache_gb=cfg.kv_cache_gb,
+                              sync_every=cfg.sync_every, cuda_graphs=cfg.cuda_graphs, kv_cache_gib=cfg.kv_cache_gib,
                               own_copy=own, refit_bucket_mb=cfg.refit_bucket_mb, release_copy=release_copy)
     return TrtllmEngine(actor, cfg.trtllm)

@@ -1,4 +1,4 @@
-"""What the megatron engine's KV cache costs, and how many sequences a KV budget (`engine.kv_cache_gb`) admits.
+"""What the megatron engine's KV cache costs, and how many sequences a KV budget (`engine.kv_cache_gib`) admits.
 
 The cache is rectangular (`nemo_lead.generation.kv_cache`): every row holds the same number of positions.
 Under a budget the engine reserves at admission: before the first prompt is prefilled it allocates, once,
@@ -14,15 +14,15 @@ the budget, because each sample draws from its own random stream (`nemo_lead.gen
     bytes_per_position = 2 (K and V) x layers on this rank x KV heads on this rank x head_dim x dtype bytes
 
 Example: R1-Distill-Qwen-14B (48 layers, 8 KV heads of 128) at TP8, bf16: 2 x 48 x 1 x 128 x 2 = 24,576
-bytes per position, so one sequence of 14,336 + 512 tokens costs 0.365 GB and 256 of them 93.4 GB.
+bytes per position, so one sequence of 14,336 + 512 tokens costs 0.340 GiB and 256 of them 87.0 GiB.
 """
 
 from __future__ import annotations
 
 import math
 
-BUDGET_KEY = "engine.kv_cache_gb"
-GB = 1e9  # the budget's unit: 1e9 bytes
+BUDGET_KEY = "engine.kv_cache_gib"
+GIB = 2**30  # the budget's unit: GiB (2^30 bytes), as plan.gpu_memory_gb and SLURM's --mem
 
 
 def kv_bytes_per_position(num_layers: int, kv_groups: int, head_dim: int, dtype_bytes: int) -> int:
@@ -30,15 +30,15 @@ def kv_bytes_per_position(num_layers: int, kv_groups: int, head_dim: int, dtype_
     return 2 * num_layers * kv_groups * head_dim * dtype_bytes
 
 
-def budget_rows(kv_cache_gb: float, positions: int, bytes_per_position: int) -> int:
-    """Rows of `positions` slots that fit `kv_cache_gb`; a budget smaller than one row is an error that
+def budget_rows(kv_cache_gib: float, positions: int, bytes_per_position: int) -> int:
+    """Rows of `positions` slots that fit `kv_cache_gib`; a budget smaller than one row is an error that
     names the key and what one sequence needs."""
-    if not kv_cache_gb > 0:
-        raise ValueError(f"{BUDGET_KEY} must be > 0 (or None for no budget), got {kv_cache_gb!r}")
+    if not kv_cache_gib > 0:
+        raise ValueError(f"{BUDGET_KEY} must be > 0 (or None for no budget), got {kv_cache_gib!r}")
     row_bytes = positions * bytes_per_position
-    rows = math.floor(kv_cache_gb * GB / row_bytes)
+    rows = math.floor(kv_cache_gib * GIB / row_bytes)
     if rows < 1:
-        raise ValueError(f"{BUDGET_KEY}={kv_cache_gb} is smaller than one sequence's KV cache: "
+        raise ValueError(f"{BUDGET_KEY}={kv_cache_gib} is smaller than one sequence's KV cache: "
                          f"{positions} positions (longest prompt + max_tokens) x {bytes_per_position} bytes = "
-                         f"{row_bytes / GB:.4g} GB on this rank; raise {BUDGET_KEY} or lower max_tokens")
+                         f"{row_bytes / GIB:.4g} GiB on this rank; raise {BUDGET_KEY} or lower max_tokens")
     return rows

@@ -13,7 +13,7 @@ that gather so generation does not read the previous step's weights.
 
 How a `generate` call runs (every rank of the model-parallel group calls it with the same arguments):
 - Continuous batching. Prompts wait in a queue; up to `max_batch_size` sequences decode together (fewer
-  under a KV budget, `kv_cache_gb`: reserve at admission, see `nemo_lead.generation.kv_budget`). A group of
+  under a KV budget, `kv_cache_gib`: reserve at admission, see `nemo_lead.generation.kv_budget`). A group of
   prompts is prefilled once per prompt (padded to the group's longest, at most `max_prefill_tokens` padded
   tokens) straight into free cache rows, each row copied for the prompt's n samples. A prompt's samples are
   admitted together when they fit; when n exceeds the row limit they go in parts (the prompt is prefilled
@@ -55,7 +55,7 @@ from nemo_lead.parallel import cpu
 
 from .cuda_graphs import DecodeSteps
 from .engine_copy import EngineModel
-from .kv_budget import GB, budget_rows
+from .kv_budget import GIB, budget_rows
 from .kv_cache import KVCache, compaction_order
 from .params import Rollout, SamplingParams, check_prompts
 from .reshard import gather_tp1_weights, shard_table
@@ -188,7 +188,7 @@ class MegatronEngine:
         (bucketed) steps without capture; True with TP or PP > 1 is an error.
     vocab_size: the real vocabulary (default: `model_info(model).arch.vocab_size` from build_gpt); padding columns of
         the output layer are never sampled.
-    kv_cache_gb: bytes of K and V cache this rank may hold, in GB (1e9 bytes); None = no budget (the cache
+    kv_cache_gib: bytes of K and V cache this rank may hold, in GiB (2^30 bytes); None = no budget (the cache
         grows on demand up to max_batch_size rows). Reserve at admission (`nemo_lead.generation.kv_budget`).
     own_copy: decode on a TP1 x PP1 copy of the weights (`nemo_lead.generation.engine_copy`) instead of the
         actor's modules: every rank is then an engine replica of its own (`replicas`: (count, index) over
@@ -208,15 +208,15 @@ class MegatronEngine:
 
     def __init__(self, model: Any, *, max_batch_size: int = 256, max_prefill_tokens: int = 16384,
                  sync_every: int | None = None, vocab_size: int | None = None, cuda_graphs: bool | None = None,
-                 kv_cache_gb: float | None = None, own_copy: bool = False, refit_bucket_mb: float = 512,
+                 kv_cache_gib: float | None = None, own_copy: bool = False, refit_bucket_mb: float = 512,
                  release_copy: bool = False):
         if max_batch_size < 1 or max_prefill_tokens < 1:
             raise ValueError("max_batch_size and max_prefill_tokens must be >= 1")
         if sync_every is not None and sync_every < 1:
             raise ValueError(f"sync_every must be >= 1, got {sync_every}")
-        if kv_cache_gb is not None and not kv_cache_gb > 0:
-            raise ValueError(f"engine.kv_cache_gb must be > 0 (or None for no budget), got {kv_cache_gb!r}")
-        self.kv_cache_gb = kv_cache_gb
+        if kv_cache_gib is not None and not kv_cache_gib > 0:
+            raise ValueError(f"engine.kv_cache_gib must be > 0 (or None for no budget), got {kv_cache_gib!r}")
+        self.kv_cache_gib = kv_cache_gib
         self.last_stats: dict[str, Any] = {}
         self.max_batch_size = max_batch_size
         self.max_prefill_tokens = max_prefill_tokens
@@ -336,10 +336,10 @@ class _Generation:
         self.records: list[tuple[list[_Seq], torch.Tensor]] = []  # unsynced (rows, packed [3, rows])
         self.positions = longest + params.max_tokens  # the most cache positions a sequence of this call reaches
         self.row_limit = min(engine.max_batch_size, len(prompts) * params.n)  # sequences decoding at once
-        if engine.kv_cache_gb is not None:
-            rows = budget_rows(engine.kv_cache_gb, self.positions, self.r.kv_bytes_per_position())
+        if engine.kv_cache_gib is not None:
+            rows = budget_rows(engine.kv_cache_gib, self.positions, self.r.kv_bytes_per_position())
             self.row_limit = self.comm.min_over_group(min(self.row_limit, rows))  # every stage admits alike
-        self.stats = {"kv_budget_bytes": None if engine.kv_cache_gb is None else int(engine.kv_cache_gb * GB),
+        self.stats = {"kv_budget_bytes": None if engine.kv_cache_gib is None else int(engine.kv_cache_gib * GIB),
                       "kv_rows": self.row_limit, "kv_waves": -(-len(prompts) * params.n // self.row_limit),
                       "kv_peak_bytes": 0, "peak_rows": 0, "prefills": 0}
         self.steps = self._decode_steps(engine.cuda_graphs)
@@ -440,7 +440,7 @@ class _Generation:
         """The call's cache with room for `rows` rows and `capacity` positions: allocated once at the row limit
         (under a KV budget: with every position a sequence can reach, never to grow), grown on demand otherwise."""
         if self.cache is None:
-            budget = self.e.kv_cache_gb is not None
+            budget = self.e.kv_cache_gib is not None
             self.cache = KVCache(len(self.r.layers), 0, self.r.groups, self.r.head_dim,
                                  min(capacity, self.positions) if budget else capacity, self.r.dtype, self.device,
                                  reserve_rows=self.row_limit, max_capacity=self.positions if budget else None)

@@ -19,6 +19,8 @@ import shlex
 from dataclasses import dataclass
 from typing import Any, Optional
 
+from nemo_lead.runtime.deadline import END_ENV, LIMIT_ENV, MARGIN_ENV, START_ENVS
+
 from .submit_config import SubmitConfig, time_seconds
 
 # name -> (value, why); the user's `env` wins, and so does a value already set in the submitting shell for
@@ -36,6 +38,8 @@ DEFAULT_ENV: dict[str, tuple[str, str]] = {
     "HF_HUB_OFFLINE": ("1", "models and data come from the shared file system, never from a hub"),
     "TRANSFORMERS_OFFLINE": ("1", "same"),
 }
+
+DEFAULT_SIGNAL_S = 300  # the warning of a job without a plan of its step time (eval, distill, select)
 
 TASK_WRAPPER = ('trap "" USR1; export RANK=$SLURM_PROCID LOCAL_RANK=$SLURM_LOCALID WORLD_SIZE=$SLURM_NTASKS; '
                 'exec "$@"')
@@ -55,6 +59,9 @@ class JobPlan:
     resources: str = ""  # the size in words and where it came from (printed by the dry run)
     mem_gib: Optional[int] = None  # the plan's host memory per node (GiB, SLURM's G)
     cpus_per_task: Optional[int] = None  # the plan's CPU cores per task
+    signal_seconds: Optional[int] = None  # the plan's warning before the limit (nemo_lead.plan.stop_times)
+    margin_s: Optional[int] = None  # the plan's deadline margin (NEMO_LEAD_DEADLINE_MARGIN_S)
+    stops: str = ""  # how the plan sized the two, in words (printed by the dry run)
 
 
 def log_path(log_dir: str, name: str) -> str:
@@ -91,6 +98,14 @@ def srun_line(cfg: SubmitConfig, plan: JobPlan, mounts: list[str], workdir: str)
     return words
 
 
+def signal_seconds(cfg: SubmitConfig, plan: JobPlan) -> int:
+    """SIGUSR1's seconds before the limit: `signal_seconds` when set, else the plan's (SFT / RL stages),
+    else DEFAULT_SIGNAL_S; 0: none."""
+    if cfg.signal_seconds is not None:
+        return cfg.signal_seconds
+    return plan.signal_seconds or DEFAULT_SIGNAL_S
+
+
 def render_sbatch(cfg: SubmitConfig, plan: JobPlan, run_dir: str, mounts: Optional[list[str]] = None) -> str:
     """The complete sbatch script of `plan` (pure: nothing is written or submitted). `run_dir`: the absolute
     run folder (the batch script's working folder, and the container's unless container_workdir says)."""
@@ -98,9 +113,14 @@ def render_sbatch(cfg: SubmitConfig, plan: JobPlan, run_dir: str, mounts: Option
     log_dir = f"{run_dir.rstrip('/')}/slurm"
     workdir = cfg.container_workdir or run_dir
     limit = time_seconds(plan.time)
-    if cfg.signal_seconds and cfg.signal_seconds >= limit:
-        raise ValueError(f"signal_seconds ({cfg.signal_seconds}) must be shorter than the time limit of job "
+    signal = signal_seconds(cfg, plan)
+    if signal and signal >= limit and (cfg.signal_seconds is not None or not plan.signal_seconds):
+        raise ValueError(f"signal_seconds ({signal}) must be shorter than the time limit of job "
                          f"{plan.name!r} ({plan.time})")
+    if signal and signal >= limit:
+        raise ValueError(f"job {plan.name!r}: one step, a checkpoint and the margin ({plan.stops}) "
+                         f"take {signal:,} s, not less than its time limit {plan.time} ({limit:,} s): give it more "
+                         f"time (stage_slurm.{plan.name}.time=...) or set signal_seconds")
     name = f"{cfg.job_name}-{plan.name}"
     sb: list[str] = [f"--job-name={_no_space(name, 'job_name')}", f"--nodes={plan.nodes}",
                      f"--ntasks-per-node={plan.tasks_per_node}"]
@@ -122,8 +142,8 @@ def render_sbatch(cfg: SubmitConfig, plan: JobPlan, run_dir: str, mounts: Option
     sb += [f"--output={log_path(log_dir, plan.name)}", "--open-mode=append", f"--chdir={run_dir}"]
     if cfg.requeue:
         sb.append("--requeue")
-    if cfg.signal_seconds:
-        sb.append(f"--signal=USR1@{cfg.signal_seconds}")
+    if signal:
+        sb.append(f"--signal=USR1@{signal}")
     sb += list(cfg.sbatch_args)
 
     lines = ["#!/bin/bash", f"# nemo-lead job {plan.name!r}, written by `nemo-lead submit`."]
@@ -137,6 +157,12 @@ def render_sbatch(cfg: SubmitConfig, plan: JobPlan, run_dir: str, mounts: Option
               "# rendezvous: rank 0 listens on the first node of the allocation, on a port derived from the job id",
               'export MASTER_ADDR="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)"',
               f"export MASTER_PORT={cfg.master_port or '$((20000 + SLURM_JOB_ID % 20000))'}",
+              "",
+              f"# the job's end where SLURM does not export {END_ENV}: its start plus this limit (--time)",
+              f"export {LIMIT_ENV}={limit}",
+              f'export {START_ENVS[1]}="${{{START_ENVS[0]}:-$(date +%s)}}"',
+              *([f"export {MARGIN_ENV}={plan.margin_s}  # {plan.stops}"]
+                if plan.margin_s and MARGIN_ENV not in cfg.env else []),
               "",
               "# NCCL / CUDA / host settings"]
     for key, (value, why) in DEFAULT_ENV.items():

@@ -34,7 +34,7 @@ def render_jobs(cfg: SubmitConfig) -> tuple[list[tuple[str, str, str]], str]:
     plans, run_dir, needed = plan_jobs(cfg)
     plans = host_sizes(cfg, plans)
     mounts = container_mounts(cfg, needed) if cfg.container_image else []
-    return [(p.name, "; ".join(x for x in (p.note, p.resources) if x), render_sbatch(cfg, p, run_dir, mounts))
+    return [(p.name, "; ".join(x for x in (p.note, p.resources, p.stops) if x), render_sbatch(cfg, p, run_dir, mounts))
             for p in plans], run_dir
 
 

@@ -16,25 +16,37 @@ The dry run prints each job's size and where each value came from.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from nemo_lead.plan.settings import PlanSettings
 
-TIME_RE = re.compile(r"^(?:(\d+)-)?(\d+):(\d{2}):(\d{2})$")
 COMMANDS = ("sft", "rl", "eval", "generate", "convert", "run")
 SIZE_KEYS = ("nodes", "gpus_per_node", "tasks_per_node", "time")
 DEFAULT_SIZE = {"nodes": 1, "gpus_per_node": 8, "tasks_per_node": None, "time": "04:00:00"}  # tasks: one per GPU
 
 
 def time_seconds(value: str, key: str = "time") -> int:
-    """SLURM's [D-]HH:MM:SS as seconds; a ValueError naming `key` otherwise."""
-    m = TIME_RE.match(str(value).strip())
-    if not m:
-        raise ValueError(f"{key} must be HH:MM:SS or D-HH:MM:SS (SLURM's --time), got {value!r}")
-    days, hours, minutes, seconds = (int(g or 0) for g in m.groups())
-    return ((days * 24 + hours) * 60 + minutes) * 60 + seconds
+    """SLURM's --time in any of its forms as seconds: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S (so 90 is 90
+    minutes and 1-12 is a day and a half); a ValueError naming `key` otherwise, and for a limit of 0 or
+    UNLIMITED, which leave the job no end to plan for."""
+    text = str(value).strip()
+    days, dash, rest = text.rpartition("-")
+    fields = rest.split(":")
+    if not all(f.isdigit() for f in fields) or len(fields) > 3 or (dash and not days.isdigit()):
+        raise ValueError(f"{key} must be HH:MM:SS, D-HH:MM:SS or another of SLURM's --time forms (M, M:S, H:M:S, "
+                         f"D-H, D-H:M, D-H:M:S), got {value!r}")
+    numbers = [int(f) for f in fields]
+    if dash:  # D-H, D-H:M, D-H:M:S
+        hours, minutes, seconds = (numbers + [0, 0])[:3]
+    elif len(numbers) == 3:  # H:M:S
+        hours, minutes, seconds = numbers
+    else:  # M, M:S
+        hours, (minutes, seconds) = 0, (numbers + [0])[:2]
+    total = ((int(days or 0) * 24 + hours) * 60 + minutes) * 60 + seconds
+    if total <= 0:
+        raise ValueError(f"{key} {value!r} is no time limit; give the job one (SLURM's --time)")
+    return total
 
 
 @dataclass
@@ -49,7 +61,7 @@ class SubmitConfig:
     nodes: Optional[int] = None  # DEFAULT_SIZE: 1
     gpus_per_node: Optional[int] = None  # GPUs requested per node (--gpus-per-node); 0 on CPU-only partitions; 8
     tasks_per_node: Optional[int] = None  # ranks per node; None: one per GPU
-    time: Optional[str] = None  # wall-clock limit, [D-]HH:MM:SS; 04:00:00
+    time: Optional[str] = None  # wall-clock limit in SLURM's --time forms ([D-]HH:MM:SS, M, D-H, ...); 04:00:00
     stage_slurm: dict[str, Any] = field(default_factory=dict)  # NAME: {nodes, gpus_per_node, tasks_per_node, time}
     stages: list[str] = field(default_factory=list)  # recipe stages to submit (default: all, in order)
     chain: bool = True  # recipes: one job per stage (afterok chain); false: one job runs the whole recipe
@@ -69,7 +81,9 @@ class SubmitConfig:
     container_workdir: Optional[str] = None  # None: the run folder
     container_mount_home: bool = False  # pyxis --no-container-mount-home unless true
     # preemption and time limits
-    signal_seconds: int = 300  # SIGUSR1 this many seconds before the time limit (0: none); then checkpoint + requeue
+    # SIGUSR1 this many seconds before the time limit (0: none), then checkpoint + requeue; None: from the plan's
+    # step and checkpoint times (SFT / RL stages: nemo_lead.plan.stop_times), else 300
+    signal_seconds: Optional[int] = None
     requeue: bool = True  # sbatch --requeue (needed by `scontrol requeue` and by preemption with requeue)
     # the job's environment
     executable: Optional[str] = None  # what runs `nemo-lead`; None: `nemo-lead` in a container, else this Python
@@ -90,7 +104,7 @@ class SubmitConfig:
         if self.command is None and not self.target:
             raise ValueError("give a recipe (nemo-lead submit RECIPE) or a command (command=rl [CONFIG_FILE])")
         check_size({k: getattr(self, k) for k in SIZE_KEYS}, "")
-        if self.signal_seconds < 0:
+        if self.signal_seconds is not None and self.signal_seconds < 0:
             raise ValueError(f"signal_seconds must be >= 0, got {self.signal_seconds}")
         if self.cpus_per_task is not None and self.cpus_per_task < 1:
             raise ValueError(f"cpus_per_task must be >= 1, got {self.cpus_per_task}")

@@ -30,6 +30,7 @@ import yaml
 
 from nemo_lead.config import ConfigError, load_config
 from nemo_lead.plan.settings import PlanSettings
+from nemo_lead.plan.stop_times import stop_times
 
 from .config import RunConfig, load_recipe, resolve_stage
 from .kinds import KINDS, PLANNED_KINDS, schema
@@ -252,7 +253,8 @@ def _submit_run(cfg: Any) -> RunConfig:
 
 def host_sizes(cfg: Any, plans: list[Any]) -> list[Any]:
     """`plans` (`nemo-lead submit`'s JobPlans) with the host memory and CPU cores of each SFT / RL stage's
-    plan (`nemo_lead.plan.host`); a stage whose model cannot be read here keeps SLURM's defaults."""
+    plan (`nemo_lead.plan.host`), and its warning and deadline margin (`nemo_lead.plan.stop_times`); a stage
+    whose model cannot be read here keeps SLURM's defaults."""
     from nemo_lead.plan.check import hf_config_of
     from nemo_lead.plan.host import host_needs
     from nemo_lead.plan.job import job_shape, plan_job
@@ -279,7 +281,11 @@ def host_sizes(cfg: Any, plans: list[Any]) -> list[Any]:
             continue
         plan = plan_job(shape, _gpu(settings), memory_gib=settings.gpu_memory_gb, reserve_gib=settings.value("reserve_gb"))
         h = host_needs(plan, job.config, p.tasks_per_node)
-        out.append(dataclasses.replace(p, mem_gib=math.ceil(h.memory_gib_per_node), cpus_per_task=h.cpus_per_task))
+        p = dataclasses.replace(p, mem_gib=math.ceil(h.memory_gib_per_node), cpus_per_task=h.cpus_per_task)
+        if plan.time is not None:  # the warning and the margin from the step and checkpoint times
+            stops = stop_times(plan.time.total, h.checkpoint_bytes, p.nodes)
+            p = dataclasses.replace(p, signal_seconds=stops.signal_s, margin_s=stops.margin_s, stops=stops.describe())
+        out.append(p)
     return out
 
 

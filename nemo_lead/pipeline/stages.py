@@ -82,15 +82,10 @@ def run_distill(stage: Stage) -> dict[str, str]:
     (`nemo-lead eval`'s job, so it is resumable and runs at any TP x PP), MathVerifier grades them, and one
     correct response per problem (`keep`) becomes its SFT trace: traces.jsonl with id, problem, response
     (the whole assistant text, think block included), answer, and the teacher's tokens and sample index."""
-    from nemo_lead.eval.command import run_eval
-    from nemo_lead.eval.runner import prepare
     from nemo_lead.eval.store import SAMPLES_FILE
 
     cfg = stage.config
-    status = run_eval(cfg)
-    if status:
-        raise StageStopped(f"stage {stage.name!r}: the teacher's sampling exited with status {status}", status)
-    prep = prepare(cfg)
+    prep = _evaluated(stage, cfg, "the teacher's sampling")
     opened = open_think(prep.tokenizer, prep.prompt)
     problems = {(name, p.id): p for name, ps in prep.datasets.items() for p in ps}
     records = read_jsonl(Path(cfg.out) / SAMPLES_FILE, what="a sample line")
@@ -151,15 +146,27 @@ def _set_aside_other_model(folder: Path, model: str) -> None:
     say(f"{folder} held another model's evaluation; moved to {folder.name}.replaced-{n}")
 
 
+def _evaluated(stage: Stage, cfg: Any, what: str):
+    """Run `nemo-lead eval` with `cfg`; its `Prepared` once every sample is in its folder. A failure, or a
+    stop before the job's end (exit 0 with samples still missing), raises StageStopped."""
+    from nemo_lead.eval.command import run_eval
+    from nemo_lead.eval.runner import prepare, samples_left
+
+    status = run_eval(cfg)
+    if status:
+        raise StageStopped(f"stage {stage.name!r}: {what} exited with status {status}", status)
+    prep = prepare(cfg)
+    left = samples_left(prep)
+    if left:
+        raise StageStopped(f"stage {stage.name!r}: {what} stopped with {left} samples to go ({cfg.out})", 0)
+    return prep
+
+
 def run_eval_stage(stage: Stage) -> dict[str, str]:
     """`nemo-lead eval` of every row's model, each into OUT/stages/NAME/<row> (each resumes there)."""
-    from nemo_lead.eval.command import run_eval
-
     for row in stage.models:
         cfg = eval_row_config(stage, row)
         _set_aside_other_model(Path(cfg.out), cfg.model)
         say(f"{stage.name}: evaluating {row!r} ({cfg.model})")
-        status = run_eval(cfg)
-        if status:
-            raise StageStopped(f"stage {stage.name!r}: the evaluation of {row!r} exited with status {status}", status)
+        _evaluated(stage, cfg, f"the evaluation of {row!r}")
     return {"folder": str(stage.folder.resolve())}

@@ -5,7 +5,7 @@ KV cache (`nemo_lead.generation.kv_cache.KVCache`): per layer of this pipeline s
 tensor of [rows, kv_heads / tp, capacity, head_dim] in the parameter dtype, so a row costs
 `kv_slot_bytes` per position. Rows: the engine keeps room for min(max(max_batch_size, n), sequences) rows
 (its continuous batch). How capacity is reached depends on the engine:
-- with a KV budget (`engine.kv_cache_gb`, when the engine has one): each admitted sequence reserves
+- with a KV budget (`engine.kv_cache_gib`, when the engine has one): each admitted sequence reserves
   prompt + max_tokens positions, sequences are admitted while their reservations fit the budget, so the
   cache holds min(budget, rows x (prompt + max_tokens)) (`budget=None`: the whole batch at full length);
 - without one (the engine of 2026-12-01): the cache starts at the longest prompt + sync_every + 16

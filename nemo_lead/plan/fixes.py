@@ -5,7 +5,7 @@ the layers; the rest of the GPUs data-parallel), `actor.sequence_parallel`, acti
 (selective, or full with one layer per chunk), `actor.optim.use_distributed_optimizer` (DP > 1),
 `actor.offload_during_generation` (RL), `actor.logprob_chunk_tokens` (when unchunked), `actor.micro_batch_tokens`
 (down to the longest sequence: a longer one is a micro-batch of its own) and, when only generation does not
-fit, an engine KV budget (`engine.kv_cache_gb`) as large as what is left allows. A candidate
+fit, an engine KV budget (`engine.kv_cache_gib`) as large as what is left allows. A candidate
 fits when every phase does. Ranking: fewest changed settings, then the shortest estimated step; a fix that
 only adds changes to a better-ranked one without a shorter step is left out.
 """
@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .activations import Recompute
-from .job import GPUS_PER_NODE, KV_GB, JobPlan, JobShape, plan_job
+from .job import GPUS_PER_NODE, KV_GIB, JobPlan, JobShape, plan_job
 from .timing import GPU
 
 FULL = Recompute("full", "uniform", 1)
@@ -60,7 +60,7 @@ def changes_of(base: JobShape, s: JobShape) -> dict[str, Any]:
                        ("offload", "actor.offload_during_generation"),
                        ("logprob_chunk_tokens", "actor.logprob_chunk_tokens"),
                        ("micro_batch_tokens", "actor.micro_batch_tokens"), ("max_batch_size", "engine.max_batch_size"),
-                       ("kv_cache_gb", "engine.kv_cache_gb")):
+                       ("kv_cache_gib", "engine.kv_cache_gib")):
         if getattr(s, field) != getattr(base, field):
             out[key] = getattr(s, field)
     if s.engine_tp1 != base.engine_tp1:
@@ -79,17 +79,17 @@ def change_count(changes: dict[str, Any]) -> int:
     return len([k for k in changes if k not in ("actor.recompute_method", "actor.recompute_num_layers", "engine.pp")])
 
 
-def fit_generation(s: JobShape, plan: JobPlan, evaluate, cap_gb: float | None = None) -> JobPlan | None:
-    """`plan` with the largest engine KV budget (`engine.kv_cache_gb`, GB per rank, at most `cap_gb`) that
+def fit_generation(s: JobShape, plan: JobPlan, evaluate, cap_gib: float | None = None) -> JobPlan | None:
+    """`plan` with the largest engine KV budget (`engine.kv_cache_gib`, GiB per rank, at most `cap_gib`) that
     fits what the generation phase leaves (None when nothing fits, or the update does not)."""
     if s.kind != "rl" or plan.left("update") < 0:
         return None
     g = plan.phases["generation"]
-    budget = math.floor((plan.usable_bytes - (plan.total("generation") - g["kv_cache"])) / KV_GB * 10) / 10
-    if cap_gb is not None:
-        budget = min(budget, cap_gb)
+    budget = math.floor((plan.usable_bytes - (plan.total("generation") - g["kv_cache"])) / KV_GIB * 10) / 10
+    if cap_gib is not None:
+        budget = min(budget, cap_gib)
     while budget > 0:
-        fitted = evaluate(dataclasses.replace(s, kv_cache_gb=budget))
+        fitted = evaluate(dataclasses.replace(s, kv_cache_gib=budget))
         if fitted.fits:
             return fitted
         budget = round(budget - 0.5, 1)  # the temporaries grow with the rows the budget admits

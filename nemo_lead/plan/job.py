@@ -40,7 +40,7 @@ from .settings import PlanSettings
 from .timing import GPU, StepTime, generation_seconds, offload_seconds, refit_seconds, update_seconds
 
 GIB = 1 << 30
-KV_GB = 1e9  # engine.kv_cache_gb's unit (`nemo_lead.generation.kv_budget.GB`)
+KV_GIB = 2**30  # engine.kv_cache_gib's unit (`nemo_lead.generation.kv_budget.GIB`)
 # the actor's token budget per micro-batch on a GPU when actor.micro_batch_tokens is None
 # (`nemo_lead.training.actor_config.GPU_MICRO_BATCH_TOKENS`; the plans are for GPUs)
 GPU_MICRO_BATCH_TOKENS = 16384
@@ -80,7 +80,7 @@ class JobShape:
     max_prefill_tokens: int = 16384
     sync_every: int = 8
     cuda_graphs: Optional[bool] = None
-    kv_cache_gb: Optional[float] = None  # engine.kv_cache_gb: GB (1e9 bytes) of KV cache per rank
+    kv_cache_gib: Optional[float] = None  # engine.kv_cache_gib: GiB (2^30 bytes) of KV cache per rank
     top_p: float = 1.0
     response_fraction: float = 1.0
     vocab_divisible_by: int = 128
@@ -124,7 +124,7 @@ def job_shape(cfg: Any, kind: str, hf_config: dict, *, gpus: int, settings: Plan
         entropy=on_policy or cfg.lead.entropy_coeff > 0, temperature=r.temperature, prompts=cfg.prompts_per_step,
         n=r.n, prompt_tokens=prompt_tokens, max_tokens=r.max_tokens, engine=e.kind, max_batch_size=e.max_batch_size,
         max_prefill_tokens=e.max_prefill_tokens, sync_every=e.sync_every or 8, cuda_graphs=e.cuda_graphs,
-        kv_cache_gb=e.kv_cache_gb, top_p=r.top_p,
+        kv_cache_gib=e.kv_cache_gib, top_p=r.top_p,
         response_fraction=settings.value("response_fraction"),
         engine_tp1=e.kind == "megatron" and (a.tp, a.pp) != (1, 1) and _engine_value(e.tp, a.tp) == 1
         and _engine_value(e.pp, a.pp) == 1, refit_bucket_mb=e.refit_bucket_mb,
@@ -227,7 +227,7 @@ def plan_job(s: JobShape, gpu: GPU, *, memory_gib: float | None = None, reserve_
 def _generation(s: JobShape, stage: int, e: int):
     tp, pp, replicas = s.engine_layout
     prompts_per_replica = math.ceil(s.prompts / replicas)
-    budget = int(s.kv_cache_gb * KV_GB) if s.kv_cache_gb is not None else None
+    budget = int(s.kv_cache_gib * KV_GIB) if s.kv_cache_gib is not None else None
     return engine_memory(s.arch, tp=tp, pp=pp, stage=min(stage, pp - 1), e=e, sequences=prompts_per_replica * s.n, n=s.n,
                          prompt_tokens=s.prompt_tokens, max_tokens=s.max_tokens, max_batch_size=s.max_batch_size,
                          max_prefill_tokens=s.max_prefill_tokens, sync_every=s.sync_every, kv_budget_bytes=budget,

@@ -7,7 +7,7 @@ Searched: the layout (`actor.tp` within a node, `actor.pp` dividing the layers, 
 data-parallel: `fixes.layouts_of`), `actor.sequence_parallel` (TP > 1), activation recomputation (none,
 selective, full with one layer per chunk), `actor.optim.use_distributed_optimizer` (DP > 1) and, for RL,
 `actor.offload_during_generation`, each on and off; for the megatron engine each of these also with the
-largest KV budget (`engine.kv_cache_gb`) that fits, at most what all of a replica's rows need at full length,
+largest KV budget (`engine.kv_cache_gib`) that fits, at most what all of a replica's rows need at full length,
 and over an actor at TP or PP > 1 the engine both at the actor's layout and at TP1 x PP1 (engine.tp=1
 engine.pp=1: a copy of the model per GPU, `JobShape.engine_tp1`). The configured settings are a candidate
 of their own (whatever their recomputation method).
@@ -32,7 +32,7 @@ from typing import Any, Optional
 from .activations import Recompute
 from .engine_memory import kv_slot_bytes
 from .fixes import FULL, SELECTIVE, change_count, changes_of, fit_generation, layouts_of
-from .job import KV_GB, JobPlan, JobShape, plan_job
+from .job import KV_GIB, JobPlan, JobShape, plan_job
 from .parameters import DTYPE_BYTES
 from .timing import GPU
 
@@ -90,13 +90,13 @@ def ranking_of(configured: JobPlan, candidates: Iterable[Candidate], limit: int 
     return Ranking(fastest=order[:max(limit, 1)], fitting=len(order), rank=rank, configured=configured)
 
 
-def needed_budget_gb(s: JobShape) -> float:
-    """The KV budget (GB, rounded up to 0.1) that holds all of a replica's rows at full length: a larger one
+def needed_budget_gib(s: JobShape) -> float:
+    """The KV budget (GiB, rounded up to 0.1) that holds all of a replica's rows at full length: a larger one
     admits no more sequences."""
     tp, pp, replicas = s.engine_layout
     rows = min(s.max_batch_size, math.ceil(s.prompts / replicas) * s.n)
     slot = kv_slot_bytes(s.arch, tp=tp, pp=pp, e=DTYPE_BYTES[s.precision])
-    return math.ceil(rows * (s.prompt_tokens + s.max_tokens) * slot / KV_GB * 10) / 10
+    return math.ceil(rows * (s.prompt_tokens + s.max_tokens) * slot / KV_GIB * 10) / 10
 
 
 def shapes_searched(base: JobShape) -> list[JobShape]:
@@ -119,8 +119,8 @@ def _variants(s: JobShape, evaluate: Callable[[JobShape], JobPlan]) -> list[JobP
     """`s` as set, and (megatron engine) with the largest KV budget that fits, when that admits more rows."""
     plan = evaluate(s)
     out = [plan]
-    if s.kind == "rl" and s.engine == "megatron" and not (s.kv_cache_gb is None and plan.fits):
-        fitted = fit_generation(s, plan, evaluate, cap_gb=needed_budget_gb(s))
+    if s.kind == "rl" and s.engine == "megatron" and not (s.kv_cache_gib is None and plan.fits):
+        fitted = fit_generation(s, plan, evaluate, cap_gib=needed_budget_gib(s))
         if fitted is not None and fitted.shape != s:
             out.append(fitted)
     return out

@@ -5,6 +5,7 @@ step in flight, so a step longer than the warning (a 14B RL step takes over an h
 the job ends TIMEOUT, is not requeued, and a chained next stage is cancelled. So a loop reads the job's end
 (`SLURM_JOB_END_TIME`, epoch seconds, which SLURM sets in the job's environment) and, before each step,
 checks that the longest step so far plus the last checkpoint's save time still end before the job's end
+(where SLURM does not set SLURM_JOB_END_TIME: the job's start plus the limit `nemo-lead submit` exports)
 less a margin (`NEMO_LEAD_DEADLINE_MARGIN_S`, default 120 s). When they would not, it checkpoints,
 asks SLURM to requeue the job (`nemo_lead.runtime.requeue`) and exits 0 saying why. The USR1 path stays for
 preemption.
@@ -13,21 +14,38 @@ preemption.
     deadline.step_done(seconds); deadline.saved(seconds)
     if deadline.next_would_pass(time.time()): ...    # checkpoint, requeue, stop
 
-NEMO_LEAD_TEST_STEP_DELAY_S (tests only) adds that many seconds to every step, so a test can make a step
-long without a large model.
+`nemo-lead eval` (and the distill stage, which runs it) does the same per chunk of problems: the longest
+chunk so far plus the store's last flush must end before the job's end less the margin; otherwise it stops
+with what it wrote kept, requeues and exits 0, and the rerun generates only the missing chunks.
+
+NEMO_LEAD_TEST_STEP_DELAY_S (tests only) adds that many seconds to every step and every eval chunk, so a
+test can make one long without a large model.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Optional
 
+from .requeue import requeue_current_job
+
 END_ENV = "SLURM_JOB_END_TIME"
+# where SLURM does not export its end (older releases): the job's start plus its limit, which the scripts of
+# `nemo-lead submit` export (the limit parsed from --time; the start SLURM's, else the script's first second)
+START_ENVS = ("SLURM_JOB_START_TIME", "NEMO_LEAD_JOB_START_TIME")
+LIMIT_ENV = "NEMO_LEAD_JOB_TIME_LIMIT_S"
 MARGIN_ENV = "NEMO_LEAD_DEADLINE_MARGIN_S"
 DEFAULT_MARGIN_S = 120.0
 TEST_DELAY_ENV = "NEMO_LEAD_TEST_STEP_DELAY_S"
+
+
+def _seconds(env: Mapping[str, str], name: str) -> float:
+    try:
+        return float(env[name])
+    except ValueError:
+        raise ValueError(f"{name}={env[name]!r} is not a number of seconds") from None
 
 
 def test_step_delay(env: Mapping[str, str] = os.environ) -> float:
@@ -44,13 +62,15 @@ class Deadline:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Optional[Deadline]:
-        raw = env.get(END_ENV)
-        if not raw:
-            return None
-        try:
-            end = float(raw)
-        except ValueError:
-            raise ValueError(f"{END_ENV}={raw!r} is not a time in epoch seconds") from None
+        """SLURM_JOB_END_TIME; without it the start (START_ENVS, the first set) plus NEMO_LEAD_JOB_TIME_LIMIT_S;
+        None for a job without a known end."""
+        if env.get(END_ENV):
+            end = _seconds(env, END_ENV)
+        else:
+            start = next((name for name in START_ENVS if env.get(name)), None)
+            if not env.get(LIMIT_ENV) or start is None:
+                return None
+            end = _seconds(env, start) + _seconds(env, LIMIT_ENV)
         if end <= 0:  # SLURM writes 0 for a job without a time limit
             return None
         return cls(end=end, margin=float(env.get(MARGIN_ENV) or DEFAULT_MARGIN_S))
@@ -65,7 +85,18 @@ class Deadline:
         """Whether one more step and a checkpoint after it would end past the job's end less the margin."""
         return now + self.longest_step + self.last_save > self.end - self.margin
 
-    def why(self, now: float, step: int) -> str:
-        return (f"stopping before step {step + 1}: the job ends in {self.end - now:,.0f} s and a step takes up to "
-                f"{self.longest_step:,.0f} s, a checkpoint {self.last_save:,.0f} s, with a margin of "
+    def why(self, now: float, step: int, unit: str = "step", save: str = "a checkpoint") -> str:
+        """Why the loop stops before unit `step + 1` (`unit`: "step", "chunk"; `save`: what each one writes)."""
+        return (f"stopping before {unit} {step + 1}: the job ends in {self.end - now:,.0f} s and a {unit} takes up "
+                f"to {self.longest_step:,.0f} s, {save} {self.last_save:,.0f} s, with a margin of "
                 f"{self.margin:,.0f} s ({END_ENV})")
+
+
+def requeue_or_advise(say: Callable[[str], None], env: Mapping[str, str] = os.environ) -> bool:
+    """After a stop before the job's end: under SLURM ask it to requeue the job (False when it refused: the
+    command must then exit non-zero, so that a chained next stage does not start); outside SLURM say how to
+    resume."""
+    if "SLURM_JOB_ID" in env:
+        return requeue_current_job()
+    say("run the same command again (in a job with more time) to resume")
+    return True

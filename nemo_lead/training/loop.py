@@ -42,8 +42,7 @@ from nemo_lead.parallel.local import JobError
 from nemo_lead.procs import die_with_parent
 from nemo_lead.progress import LoopProgress
 from nemo_lead.quiet import backend_note, hide_import_noise
-from nemo_lead.runtime.deadline import Deadline, test_step_delay
-from nemo_lead.runtime.requeue import requeue_current_job
+from nemo_lead.runtime.deadline import Deadline, requeue_or_advise, test_step_delay
 from nemo_lead.runtime.signals import StopRequest, install_stop_handlers
 from nemo_lead.tracking import open_tracker
 
@@ -390,12 +389,9 @@ def _past_deadline(run: Run, loop_state: LoopState) -> bool:
     if run.last_saved != run.step:
         save(run, loop_state)
     run.say(f"{why}; checkpoint at step {run.step}")
-    if "SLURM_JOB_ID" in os.environ:
-        if not _on_writer_then_share(run.info, requeue_current_job):
-            raise JobError(f"step {run.step} is checkpointed in {run.cfg.out}, but the job could not be requeued "
-                           "(see the message above); submit it again to resume")
-    else:
-        run.say("run the same command again (in a job with more time) to resume")
+    if not _on_writer_then_share(run.info, lambda: requeue_or_advise(run.say)):
+        raise JobError(f"step {run.step} is checkpointed in {run.cfg.out}, but the job could not be requeued "
+                       "(see the message above); submit it again to resume")
     return True
 
 

@@ -196,8 +196,8 @@ def _budget_job(hf_dir):
     params = SamplingParams(n=3, temperature=1.0, max_tokens=14, stop_token_ids=list(range(30, 40)), seed=11)
     engine = MegatronEngine(model)
     per_position = engine.runner.kv_bytes_per_position()
-    row_gb = (max(map(len, prompts)) + params.max_tokens) * per_position / 1e9  # one sequence's reservation
-    out = {"per_position": per_position, "row_gb": row_gb}
+    row_gib = (max(map(len, prompts)) + params.max_tokens) * per_position / 2**30  # one sequence's reservation
+    out = {"per_position": per_position, "row_gib": row_gib}
 
     def run(**options):
         e = MegatronEngine(model, **options)
@@ -205,11 +205,11 @@ def _budget_job(hf_dir):
                 for r in e.generate(prompts, params)], e.last_stats
 
     out["unlimited"] = run()
-    out["two_rows"] = run(kv_cache_gb=2.5 * row_gb, max_prefill_tokens=8)
-    out["one_row"] = run(kv_cache_gb=1.2 * row_gb, sync_every=3)
+    out["two_rows"] = run(kv_cache_gib=2.5 * row_gib, max_prefill_tokens=8)
+    out["one_row"] = run(kv_cache_gib=1.2 * row_gib, sync_every=3)
     out["batch_4"] = run(max_batch_size=4)
     try:
-        MegatronEngine(model, kv_cache_gb=0.9 * row_gb).generate(prompts, params)
+        MegatronEngine(model, kv_cache_gib=0.9 * row_gib).generate(prompts, params)
     except ValueError as err:
         out["too_small"] = str(err)
     destroy_parallel()
@@ -233,7 +233,7 @@ def test_kv_budget_runs_in_waves_with_the_unlimited_runs_tokens(tiny):
         if name != "batch_4":  # under a budget: allocated once, rows x every reachable position
             assert stats["kv_peak_bytes"] == rows * positions * out["per_position"] <= stats["kv_budget_bytes"]
     assert out["one_row"][1]["prefills"] == 12  # n = 3 > 1 row: each sample admitted on its own
-    assert "engine.kv_cache_gb" in out["too_small"] and "smaller than one sequence" in out["too_small"]
+    assert "engine.kv_cache_gib" in out["too_small"] and "smaller than one sequence" in out["too_small"]
     assert f"{positions} positions" in out["too_small"]
 
 
@@ -250,7 +250,7 @@ def _layouts_job(hf_dir):
         out[(tp, pp)] = [[(r.token_ids, r.policy_logprobs, r.finish_reason) for r in engine.generate(PROMPTS, p)]
                          for p in params]
         # a KV budget of one sequence per rank (the stages agree on the row limit): the same tokens
-        budget = MegatronEngine(model, kv_cache_gb=(11 + 8) * engine.runner.kv_bytes_per_position() * 1.5e-9)
+        budget = MegatronEngine(model, kv_cache_gib=(11 + 8) * engine.runner.kv_bytes_per_position() * 1.5 / 2**30)
         out[(tp, pp, "budget")] = ([r.token_ids for r in budget.generate(PROMPTS, params[1])], budget.last_stats["kv_rows"])
         destroy_parallel(keep_process_group=True)
     destroy_parallel()
@@ -281,14 +281,15 @@ def test_kv_budget_arithmetic_and_bad_budgets_name_the_key():
     # R1-Distill-Qwen-14B at TP8, bf16: 48 layers x 1 KV head x 128 x 2 (K, V) x 2 bytes
     per_position = kv_bytes_per_position(48, 1, 128, 2)
     assert per_position == 24_576
-    assert budget_rows(40.0, 14_336 + 512, per_position) == int(40e9 // (14_848 * 24_576)) == 109
-    assert budget_rows(0.365, 14_848, per_position) == 1  # one sequence: 364,904,448 bytes
-    with pytest.raises(ValueError, match=r"engine.kv_cache_gb=0.3 is smaller than one sequence's KV cache"):
+    assert budget_rows(40.0, 14_336 + 512, per_position) == int(40 * 2**30 // (14_848 * 24_576)) == 117
+    assert budget_rows(0.34, 14_848, per_position) == 1  # one sequence: 364,904,448 bytes = 0.3398 GiB
+    with pytest.raises(ValueError, match=r"engine.kv_cache_gib=0.3 is smaller than one sequence's KV cache: .* "
+                                         r"= 0.3398 GiB on this rank"):
         budget_rows(0.3, 14_848, per_position)
     for bad in (0.0, -1.0):
-        with pytest.raises(ValueError, match="engine.kv_cache_gb must be > 0"):
-            EngineConfig(kv_cache_gb=bad)
-    assert EngineConfig().kv_cache_gb is None
+        with pytest.raises(ValueError, match="engine.kv_cache_gib must be > 0"):
+            EngineConfig(kv_cache_gib=bad)
+    assert EngineConfig().kv_cache_gib is None
 
 
 def test_every_local_layer_type_is_either_on_the_direct_path_or_handled_by_modules():

@@ -50,7 +50,7 @@ def _job(hf_dir, layouts, run=(PROMPT, MAX_TOKENS, N, PROMPTS, BATCH), budget=No
         grown = KVCache(len(r.layers), 2, r.groups, r.head_dim, 25, r.dtype, r.device)
         for needed in range(26, PROMPT + MAX_TOKENS + 1):
             grown.reserve(needed)
-        engine = MegatronEngine(model, max_batch_size=batch, kv_cache_gb=budget)
+        engine = MegatronEngine(model, max_batch_size=batch, kv_cache_gib=budget)
         prompts = [[3 + i] * prompt for i in range(count)]
         params = SamplingParams(n=n, temperature=1.0, max_tokens=max_tokens, seed=0)  # no stop token: full length
         with LiveTensorBytes() as m:
@@ -68,7 +68,7 @@ def _plan(hf_dir, tp, pp, stage, run=(PROMPT, MAX_TOKENS, N, PROMPTS, BATCH), bu
     return engine_memory(arch_from_hf(read_hf_config(hf_dir)), tp=tp, pp=pp, stage=stage, e=4,
                          sequences=count * n, n=n, prompt_tokens=prompt, max_tokens=max_tokens,
                          max_batch_size=batch, max_prefill_tokens=16384, sync_every=1,
-                         kv_budget_bytes=None if budget is None else int(budget * 1e9), device="cpu")
+                         kv_budget_bytes=None if budget is None else int(budget * 2**30), device="cpu")
 
 
 def _check(hf_dir, results, run=(PROMPT, MAX_TOKENS, N, PROMPTS, BATCH), budget=None):
@@ -92,9 +92,9 @@ def test_engine_cache_and_peak_at_tp2_and_pp2(hf_dir):
 
 
 def test_engine_cache_and_peak_under_a_kv_budget(hf_dir):
-    """engine.kv_cache_gb for 10 rows of prompt + max_tokens positions (1,024 bytes each at 4 layers, 2 KV heads
+    """engine.kv_cache_gib for 10 rows of prompt + max_tokens positions (1,024 bytes each at 4 layers, 2 KV heads
     of 16, fp32): the cache is allocated once at 10 rows and never grows."""
-    budget = 10 * (PROMPT + MAX_TOKENS) * 1024 / 1e9
+    budget = 10 * (PROMPT + MAX_TOKENS) * 1024 / 2**30
     results = run_distributed(_job, 1, hf_dir, [(1, 1)], (PROMPT, MAX_TOKENS, N, PROMPTS, BATCH), budget)
     assert results[0][(1, 1)]["rows"] == 10
     _check(hf_dir, results, budget=budget)

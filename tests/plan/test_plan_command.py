@@ -17,7 +17,7 @@ from nemo_lead.plan.timing import gpu_named
 
 R14B = "paths.base_model=r1-distill-qwen-14b"
 UNFIT = ["stages.stage1.actor.sequence_parallel=false", "stages.stage1.actor.offload_during_generation=false",
-         "stages.stage1.engine.kv_cache_gb=null"]
+         "stages.stage1.engine.kv_cache_gib=null"]
 
 
 def _plan(tmp_path, *args):
@@ -38,11 +38,11 @@ def test_the_14b_recipe_fits_8_h100_and_its_numbers_are_the_hand_computed_ones(t
     update, generation = p["per_gpu_bytes"]["update"], p["per_gpu_bytes"]["generation"]
     assert update["weights"] == 2 * n and update["grads"] == 4 * n  # bf16 parameters, fp32 gradient buffer
     assert update["optimizer"] == 12 * n + 4 * tensors  # fp32 master copy + two moments, a step per tensor
-    # offload during generation: only the weights stay; the KV budget of 77 GB (1e9 bytes) holds whole rows of
+    # offload during generation: only the weights stay; the KV budget of 71.7 GiB (2^30 bytes) holds whole rows of
     # 1,024 + 14,336 positions, each K and V of 48 layers, 1 KV head of 128 per TP rank, bf16
     assert generation["weights"] == 2 * n and generation["grads"] == generation["optimizer"] == 0
     slot = 2 * 48 * 1 * 128 * 2
-    rows = int(77e9 // (15360 * slot))
+    rows = int(71.7 * 2**30 // (15360 * slot))
     assert rows == 203 and generation["kv_cache"] == rows * 15360 * slot
     assert p["per_gpu_bytes"]["update"]["total"] == sum(v for k, v in update.items() if k != "total")
     assert p["left_bytes"]["update"] == p["usable_bytes"] - update["total"] > 0
@@ -51,7 +51,7 @@ def test_the_14b_recipe_fits_8_h100_and_its_numbers_are_the_hand_computed_ones(t
     # without the budget the cache grows by half from 1,024 + 8 + 16 positions: the peak holds the last size
     # and half the one before (`nemo_lead.generation.kv_cache.KVCache.reserve`)
     rc, q = _plan(tmp_path, "lead-14b", "--stage", "stage1", "--gpus", "8", "--gpu-memory-gb", "80", R14B,
-                  "stages.stage1.engine.kv_cache_gb=null", "stages.stage1.engine.max_batch_size=128")
+                  "stages.stage1.engine.kv_cache_gib=null", "stages.stage1.engine.max_batch_size=128")
     previous, final = grown_capacities(1024 + 8 + 16, 1024 + 14336)
     assert q["per_gpu_bytes"]["generation"]["kv_cache"] == 128 * final * slot + 128 * previous * slot // 2
 

@@ -15,7 +15,7 @@ from nemo_lead.models import arch_from_hf, read_hf_config
 from nemo_lead.plan.activations import Recompute
 from nemo_lead.plan.job import JobPlan, JobShape
 from nemo_lead.plan.report import verdict
-from nemo_lead.plan.search import Candidate, needed_budget_gb, ranking_of
+from nemo_lead.plan.search import Candidate, needed_budget_gib, ranking_of
 from nemo_lead.plan.timing import StepTime, gpu_named
 
 R14B = "paths.base_model=r1-distill-qwen-14b"
@@ -28,7 +28,7 @@ def shape():
     return JobShape(kind="rl", arch=arch, gpus=8, tp=8, pp=1, precision="bf16", distributed_optimizer=False,
                     sequence_parallel=True, recompute=Recompute(), micro_batch_tokens=16384,
                     logprob_chunk_tokens=2048, offload=True, longest=15360, sequences=256, prompts=32, n=8,
-                    prompt_tokens=1024, max_tokens=14336, kv_cache_gb=70.0)
+                    prompt_tokens=1024, max_tokens=14336, kv_cache_gib=65.2)
 
 
 def _candidate(shape, changes, seconds, used, **fields):
@@ -69,10 +69,12 @@ def test_the_ranking_is_by_step_time_without_layouts_that_do_not_fit(shape):
 
 def test_the_largest_useful_kv_budget_holds_a_replicas_rows_at_full_length(shape):
     # TP8 DP1: min(256, 32 x 8) rows of 1,024 + 14,336 positions, K and V of 48 layers x 1 KV head x 128, bf16
-    assert needed_budget_gb(shape) == 96.7  # 256 x 15360 x 24576 = 96.64e9 bytes, rounded up
+    assert needed_budget_gib(shape) == 90.0  # 256 x 15360 x 24576 = 90 x 2^30 bytes
     # TP1 DP8: a replica's 4 prompts x 8 rows, 8 KV heads per rank
-    assert needed_budget_gb(dataclasses.replace(shape, tp=1)) == 96.7  # 32 x 15360 x 196608
-    assert needed_budget_gb(dataclasses.replace(shape, tp=2, max_batch_size=16)) == 24.2  # 16 x 15360 x 98304
+    assert needed_budget_gib(dataclasses.replace(shape, tp=1)) == 90.0  # 32 x 15360 x 196608
+    assert needed_budget_gib(dataclasses.replace(shape, tp=2, max_batch_size=16)) == 22.5  # 16 x 15360 x 98304
+    # rounded up to 0.1 GiB: 17 rows of the last are 23.9 GiB (25,669,140,480 bytes / 2^30 = 23.906)
+    assert needed_budget_gib(dataclasses.replace(shape, tp=2, max_batch_size=17)) == 24.0
 
 
 def _plan(tmp_path, *args):
@@ -92,14 +94,14 @@ def test_the_14b_stage_on_8_h200_ranks_the_engine_at_tp1_first_and_says_how_much
     # so its update is slower); the KV budget holds all 32 of a replica's rows either way
     assert best["fits"] and best["engine_layout"] == {"tp": 1, "pp": 1, "replicas": 8} and best["layout"]["tp"] > 1
     assert best["changes"]["engine.tp"] == best["changes"]["engine.pp"] == 1
-    assert best["changes"]["engine.kv_cache_gb"] == 96.7
+    assert best["changes"]["engine.kv_cache_gib"] == 90.0
     totals = [f["step_seconds"]["total"] for f in r["fastest"]]
     assert totals == sorted(totals) and all(f["fits"] for f in r["fastest"])
     assert not any(f["layout"]["tp"] == 1 and "actor.optim.use_distributed_optimizer" not in f["changes"]
                    for f in r["fastest"])
     # the configured TP8 with the engine at TP1: the same generation as TP1 / DP8, TP8's update
     tp8 = next(f for f in r["fastest"] if f["layout"]["tp"] == 8 and set(f["changes"]) == {
-        "engine.kv_cache_gb", "engine.tp", "engine.pp"})
+        "engine.kv_cache_gib", "engine.tp", "engine.pp"})
     tp1 = next(f for f in r["fastest"] if f["layout"]["tp"] == 1)
     assert tp8["step_seconds"]["generation"] == pytest.approx(tp1["step_seconds"]["generation"])
     assert tp8["step_seconds"]["update"] == pytest.approx(p["step_seconds"]["update"])
@@ -131,14 +133,14 @@ def test_the_14b_stage_on_8_h200_ranks_the_engine_at_tp1_first_and_says_how_much
 def test_the_14b_recipe_on_8_h100_is_within_5_percent_of_the_fastest_layout(tmp_path, capsys):
     # TP1 and TP2 / DP4 do not fit 80 GB. The fastest: the engine at TP1 over TP4 / PP2 (the copy leaves a
     # smaller KV budget, so its generation gains less than on 141 GB); at the actor's layout TP8's fastest
-    # KV budget is rounded down to whole GB in the recipe (0.4 GiB more room)
+    # KV budget is rounded down to 71.7 GiB in the recipe
     rc, p = _plan(tmp_path, *STAGE1, "--gpu", "h100", "--fastest", "12")
     r = p["ranking"]
     best = r["fastest"][0]
     assert rc == 0 and p["layout"] == {"tp": 8, "pp": 1, "dp": 1} and best["engine_layout"]["tp"] == 1
     at_actor = [f for f in r["fastest"] if "engine.tp" not in f["changes"]]
-    assert at_actor[0]["layout"] == p["layout"] and set(at_actor[0]["changes"]) == {"engine.kv_cache_gb"}
-    assert 77 <= at_actor[0]["changes"]["engine.kv_cache_gb"] < 78
+    assert at_actor[0]["layout"] == p["layout"] and set(at_actor[0]["changes"]) == {"engine.kv_cache_gib"}
+    assert 71.7 <= at_actor[0]["changes"]["engine.kv_cache_gib"] < 72.7
     assert 1 <= r["slower_than_fastest"] < 1.06 and "slower than tp 4 pp 2 dp 1" in capsys.readouterr().out
     assert not any(f["layout"]["tp"] < 4 and f["layout"]["pp"] == 1 for f in r["fastest"])
 

@@ -5,19 +5,17 @@
 - SIGTERM to one process, and SIGHUP (a closed terminal) to the local launcher of a 2-rank `--tp 2` run: the
   step finishes, a checkpoint is written, exit 0, and the rerun completes it (at TP2 equal to the TP1
   reference to float tolerance: test_rl_tp2.py shows the layouts agree).
-- The job's end (SLURM_JOB_END_TIME): the run checkpoints and stops before a step that would pass it.
 
-One 12-step reference run serves every comparison. A killed `torchrun` agent: test_torchrun_orphans.py.
+One 12-step reference run serves every comparison. A killed `torchrun` agent: test_torchrun_orphans.py; the job's end
+(a SLURM time limit): tests/launch/test_slurm_deadline.py.
 """
 
 from __future__ import annotations
 
 import signal
-import subprocess
-import time
 
 import pytest
-from loops_common import CLI, cli_env, close_to, interrupt, read_lines, run_cli, sft_args, strip_timing
+from loops_common import close_to, interrupt, read_lines, run_cli, sft_args, strip_timing
 
 pytestmark = pytest.mark.slow
 
@@ -60,25 +58,3 @@ def test_a_stop_signal_checkpoints_the_step_and_exits_0(data, sft_ref, tmp_path,
     else:  # TP2 sums in another order than TP1: equal steps, data and counts, losses to float tolerance
         assert [r["step"] for r in rows] == list(range(1, 13))
         assert all(close_to(a, b, 1e-4) for a, b in zip(rows, want)), (rows, want)
-
-
-def test_sft_stops_before_a_step_that_would_pass_the_jobs_end(data, sft_ref, tmp_path):
-    """Outside SLURM with SLURM_JOB_END_TIME set, and each step slowed to > 6 s by the test hook: the loop
-    checkpoints and exits 0 before the job's end, saying why, and the rerun ends equal to an uninterrupted run."""
-    root, model = data
-    out = tmp_path / "deadline"
-    end = time.time() + 60  # 12 steps of > 6 s cannot fit; a loaded machine's slow start-up leaves a step or more
-    env = {**cli_env(), "SLURM_JOB_END_TIME": str(int(end)), "NEMO_LEAD_DEADLINE_MARGIN_S": "0",
-           "NEMO_LEAD_TEST_STEP_DELAY_S": "6"}
-    env.pop("SLURM_JOB_ID", None)
-    res = subprocess.run([*CLI, *sft_args(root, model, out)], capture_output=True, text=True, timeout=240, env=env)
-    ended = time.time()
-    assert res.returncode == 0, res.stderr
-    stopped_at = len(read_lines(out))
-    assert 1 <= stopped_at < 12 and (out / "checkpoints" / f"step_{stopped_at:06d}").is_dir()
-    assert not (out / "done.json").exists()
-    assert f"stopping before step {stopped_at + 1}: the job ends in" in res.stderr + res.stdout
-    assert ended < end + 10  # the next step (> 6 s) was not started; the checkpoint and the exit took the rest
-    res = run_cli(sft_args(root, model, out))
-    assert res.returncode == 0, res.stderr
-    assert strip_timing(read_lines(out)) == strip_timing(read_lines(sft_ref))
