@@ -43,9 +43,9 @@ def _plans(recipe: str, model: str, gpus: int, gpu: str, stage: str, stages: dic
                      plan=PlanSettings(gpu=gpu))
     (job,) = jobs_of(cfg)
     hf_config, divisible = hf_config_of(job.config.actor.model)
-    shape = job_shape(job.config, job.kind, hf_config, gpus=gpus, settings=job.config.plan.merged(cfg.plan),
-                      vocab_divisible_by=divisible)
     g = gpu_named(gpu)
+    shape = job_shape(job.config, job.kind, hf_config, gpus=gpus, settings=job.config.plan.merged(cfg.plan),
+                      vocab_divisible_by=divisible, gpu=g)
     return plan_job(shape, g, reserve_gib=3.0), rank_layouts(shape, g, memory_gib=None, reserve_gib=3.0, limit=1)
 
 
