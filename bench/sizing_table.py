@@ -20,11 +20,12 @@ from nemo_lead.plan.search import rank_layouts
 from nemo_lead.plan.settings import PlanSettings
 from nemo_lead.plan.timing import gpu_named
 
-# lead-14b before 2026-12-01: the RL stages' KV budget of 70 GB; ablation-7b-*: TP4, no recomputation
+# lead-14b before 2026-12-01: the RL stages' KV budget of 70 GB; ablation-7b-*: TP4, no recomputation, the
+# engine on the actor's modules (engine.tp=actor, the default then)
 LEAD_BEFORE = {"stage1": {"engine": {"kv_cache_gb": 70}}}
 ABLATION_BEFORE = {"rl": {"actor": {"tp": 4, "recompute_granularity": None, "recompute_method": None,
                                     "recompute_num_layers": None, "optim": {"use_distributed_optimizer": False}},
-                          "engine": {"kv_cache_gb": None}}}
+                          "engine": {"kv_cache_gb": None, "tp": "actor", "pp": "actor"}}}
 # (model label, conf/model preset, GPUs, GPU, stage, recipe now, recipe before, its overrides)
 ROWS = [
     *[("14B", "r1-distill-qwen-14b", 8, gpu, stage, now, "lead-14b", LEAD_BEFORE)

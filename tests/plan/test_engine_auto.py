@@ -13,13 +13,11 @@ from types import SimpleNamespace
 import pytest
 
 from nemo_lead.config import load_config
-from nemo_lead.models import arch_from_hf, read_hf_config
-from nemo_lead.plan.activations import Recompute
+from nemo_lead.models import read_hf_config
 from nemo_lead.plan.check import resolve_engine_auto
 from nemo_lead.plan.job import (
     GIB,
     JobPlan,
-    JobShape,
     auto_engine_tp1,
     engine_options,
     faster_plan,
@@ -33,13 +31,20 @@ from nemo_lead.training.rl_config import RLConfig
 H100 = gpu_named("h100")
 
 
+HF14B = read_hf_config("r1-distill-qwen-14b")
+# the 14B RL stage's shape on 8 GPUs at TP8 (the lead-14b recipe's, with a 30 GB KV budget)
+R14B = ["out=x", "data.path=x", "steps=1", "actor.model=r1-distill-qwen-14b", "actor.tp=8", "rollout.n=8",
+        "prompts_per_step=32", "rollout.max_tokens=14336", "actor.offload_during_generation=true",
+        "engine.kv_cache_gb=30", "actor.sequence_parallel=true"]
+
+
+def _shape(*extra, gpu=None):
+    return job_shape(load_config(RLConfig, [], [*R14B, *extra]), "rl", HF14B, gpus=8, settings=PlanSettings(), gpu=gpu)
+
+
 @pytest.fixture(scope="module")
 def shape():
-    arch = arch_from_hf(read_hf_config("r1-distill-qwen-14b"))
-    return JobShape(kind="rl", arch=arch, gpus=8, tp=8, pp=1, precision="bf16", distributed_optimizer=False,
-                    sequence_parallel=True, recompute=Recompute(), micro_batch_tokens=16384,
-                    logprob_chunk_tokens=2048, offload=True, longest=15360, sequences=256, prompts=32, n=8,
-                    prompt_tokens=1024, max_tokens=14336, kv_cache_gb=30.0)
+    return _shape("engine.tp=actor", "engine.pp=actor")
 
 
 def _plan(shape, seconds, used, **fields):
@@ -89,18 +94,10 @@ def test_the_14b_job_on_8_h100_takes_the_tp1_replicas_the_plan_finds_faster(shap
 
 
 def test_job_shape_resolves_auto_on_a_gpu_and_keeps_the_actors_layout_without_one():
-    hf = read_hf_config("r1-distill-qwen-14b")
-    base = ["out=x", "data.path=x", "steps=1", "actor.model=r1-distill-qwen-14b", "actor.tp=8",
-            "rollout.n=8", "prompts_per_step=32", "rollout.max_tokens=14336", "actor.offload_during_generation=true",
-            "engine.kv_cache_gb=30", "actor.sequence_parallel=true"]
-
-    def tp1(*extra, gpu=H100):
-        cfg = load_config(RLConfig, [], [*base, *extra])
-        return job_shape(cfg, "rl", hf, gpus=8, settings=PlanSettings(), gpu=gpu).engine_tp1
-
-    assert load_config(RLConfig, [], base).engine.tp == "auto"  # the default
-    assert tp1() and not tp1(gpu=None)
-    assert not tp1("engine.tp=actor", "engine.pp=actor") and tp1("engine.tp=1", "engine.pp=1", gpu=None)
+    assert load_config(RLConfig, [], R14B).engine.tp == "auto"  # the default
+    assert _shape(gpu=H100).engine_tp1 and not _shape().engine_tp1
+    assert not _shape("engine.tp=actor", "engine.pp=actor", gpu=H100).engine_tp1
+    assert _shape("engine.tp=1", "engine.pp=1").engine_tp1
 
 
 def test_resolve_before_start_without_a_gpu_keeps_the_actors_layout_and_says_so(capsys, monkeypatch):
@@ -114,3 +111,17 @@ def test_resolve_before_start_without_a_gpu_keeps_the_actors_layout_and_says_so(
     assert "engine.tp=1 engine.pp=auto -> engine.tp=1 engine.pp=1" in capsys.readouterr().err
     one = resolve_engine_auto(load_config(RLConfig, [], base))
     assert (one.engine.tp, one.engine.pp) == ("actor", "actor") and capsys.readouterr().err == ""
+
+
+def test_resolve_before_start_on_a_gpu_takes_the_plans_choice(capsys, monkeypatch):
+    """The GPU branch, with this machine's GPU said to be an H100 of 80 GiB, then one of too little memory for
+    the copy: TP1 x PP1 replicas, then the actor's layout."""
+    import nemo_lead.plan.check as check
+
+    monkeypatch.delenv("RANK", raising=False)
+    monkeypatch.setattr(check.torch.cuda, "is_available", lambda: True)
+    for memory, want in ((80.0, "1"), (58.0, "actor")):
+        monkeypatch.setattr(check, "device_gpu", lambda settings, memory=memory: (H100, memory))
+        cfg = resolve_engine_auto(load_config(RLConfig, [], R14B))
+        assert (cfg.engine.tp, cfg.engine.pp) == (want, want)
+        assert f"-> engine.tp={want} engine.pp={want} (the plan's faster that fits on this GPU)" in capsys.readouterr().err
