@@ -20,11 +20,12 @@ from nemo_lead.plan.search import rank_layouts
 from nemo_lead.plan.settings import PlanSettings
 from nemo_lead.plan.timing import gpu_named
 
-# lead-14b before 2026-12-01: the RL stages' KV budget of 70 GB (65.2 GiB); ablation-7b-*: TP4, no recomputation
+# lead-14b before 2026-12-01: the RL stages' KV budget of 70 GB (65.2 GiB); ablation-7b-*: TP4, no recomputation,
+# the engine on the actor's modules (engine.tp=actor, the default then)
 LEAD_BEFORE = {"stage1": {"engine": {"kv_cache_gib": 65.2}}}
 ABLATION_BEFORE = {"rl": {"actor": {"tp": 4, "recompute_granularity": None, "recompute_method": None,
                                     "recompute_num_layers": None, "optim": {"use_distributed_optimizer": False}},
-                          "engine": {"kv_cache_gib": None}}}
+                          "engine": {"kv_cache_gib": None, "tp": "actor", "pp": "actor"}}}
 # (model label, conf/model preset, GPUs, GPU, stage, recipe now, recipe before, its overrides)
 ROWS = [
     *[("14B", "r1-distill-qwen-14b", 8, gpu, stage, now, "lead-14b", LEAD_BEFORE)
@@ -43,9 +44,9 @@ def _plans(recipe: str, model: str, gpus: int, gpu: str, stage: str, stages: dic
                      plan=PlanSettings(gpu=gpu))
     (job,) = jobs_of(cfg)
     hf_config, divisible = hf_config_of(job.config.actor.model)
-    shape = job_shape(job.config, job.kind, hf_config, gpus=gpus, settings=job.config.plan.merged(cfg.plan),
-                      vocab_divisible_by=divisible)
     g = gpu_named(gpu)
+    shape = job_shape(job.config, job.kind, hf_config, gpus=gpus, settings=job.config.plan.merged(cfg.plan),
+                      vocab_divisible_by=divisible, gpu=g)
     return plan_job(shape, g, reserve_gib=3.0), rank_layouts(shape, g, memory_gib=None, reserve_gib=3.0, limit=1)
 
 

@@ -20,6 +20,7 @@ SLOW_FILES_FIRST = (
     "training/test_rl_loop.py",
     "training/test_rl_tp2.py",
     "training/test_lag.py",
+    "training/test_engine_layout_runs.py",  # ~5 min on 2 loaded cores (2026-12-02): 5 RL runs, 2 converts
     "launch/test_slurm_jobs.py",
     "pipeline/test_micro.py",
     "training/test_faults.py",

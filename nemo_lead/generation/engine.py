@@ -24,6 +24,9 @@ from .trtllm_engine import TrtllmEngine
 
 ENGINE_KINDS = ("megatron", "trtllm")
 AT_THE_MODELS_LAYOUT = "actor"  # engine.tp / engine.pp: the engine decodes on the model's own modules
+# engine.tp / engine.pp: chosen when a job starts (`nemo_lead.plan.check.resolve_engine_auto`); a config
+# that still holds it decodes at the model's own layout
+AUTO = "auto"
 
 
 @dataclass
@@ -59,13 +62,15 @@ class EngineConfig:
     # on demand up to max_batch_size rows). Sequences reserve longest prompt + max_tokens slots at admission
     # and wait for rows when the budget is full (nemo_lead.generation.kv_budget); results do not change
     kv_cache_gib: Optional[float] = None
-    # megatron: the engine's model-parallel layout. actor (the default): the engine decodes on the model's own
-    # modules, so at its TP / PP (actor.tp / actor.pp; eval and generate: tp / pp); a number equal to that
-    # layout means the same. rl only: engine.tp=1 engine.pp=1 over a larger actor layout gives every rank a
-    # TP1 copy of the weights, rebuilt in memory after every update, each rank an engine replica generating
-    # its share of the prompts (docs/engine-layout.md). Other engine layouts are not implemented yet
-    tp: str = AT_THE_MODELS_LAYOUT
-    pp: str = AT_THE_MODELS_LAYOUT
+    # megatron: the engine's model-parallel layout. actor: the engine decodes on the model's own modules, so
+    # at its TP / PP (actor.tp / actor.pp; eval and generate: tp / pp); a number equal to that layout means
+    # the same. rl only: engine.tp=1 engine.pp=1 over a larger actor layout gives every rank a TP1 copy of
+    # the weights, rebuilt in memory after every update, each rank an engine replica generating its share
+    # of the prompts. auto (the default): rl on GPUs takes whichever of the two the plan finds faster among
+    # those that fit, printed at start; without a GPU, and in eval / generate, the actor's
+    # (docs/engine-layout.md). Other engine layouts are not implemented yet
+    tp: str = AUTO
+    pp: str = AUTO
     refit_bucket_mb: float = 512  # megatron, engine layout of its own: weights gathered per collective, in MB
     trtllm: TrtllmConfig = field(default_factory=TrtllmConfig)
 
@@ -80,22 +85,32 @@ class EngineConfig:
             raise ValueError(f"engine.kv_cache_gib must be > 0 (or None for no budget), got {self.kv_cache_gib!r}")
         for key in ("tp", "pp"):
             value = str(getattr(self, key))
-            if value != AT_THE_MODELS_LAYOUT and not (value.isdigit() and int(value) >= 1):
-                raise ValueError(f"engine.{key} must be {AT_THE_MODELS_LAYOUT} or a number >= 1 (the model's "
-                                 f"{key.upper()}, or 1 for a TP1 x PP1 engine), got {value!r}: choosing the "
-                                 "layout the plan finds fastest (auto) is not implemented yet")
+            if value not in (AUTO, AT_THE_MODELS_LAYOUT) and not (value.isdigit() and int(value) >= 1):
+                raise ValueError(f"engine.{key} must be {AUTO}, {AT_THE_MODELS_LAYOUT} or a number >= 1 (the "
+                                 f"plan's choice, the model's {key.upper()}, or 1 for a TP1 x PP1 engine), got "
+                                 f"{value!r}")
         if not self.refit_bucket_mb > 0:
             raise ValueError(f"engine.refit_bucket_mb must be > 0, got {self.refit_bucket_mb!r}")
 
 
 def engine_layout(cfg: EngineConfig, *, tp: int, pp: int) -> tuple[int, int]:
-    """The engine's (TP, PP) over a model at `tp` x `pp` (`actor` resolved to the model's value)."""
-    return tuple(own if str(v) == AT_THE_MODELS_LAYOUT else int(v) for v, own in ((cfg.tp, tp), (cfg.pp, pp)))
+    """The engine's (TP, PP) over a model at `tp` x `pp` (`actor`, and `auto` not yet chosen, resolved to the
+    model's value)."""
+    return tuple(own if str(v) in (AUTO, AT_THE_MODELS_LAYOUT) else int(v) for v, own in ((cfg.tp, tp), (cfg.pp, pp)))
 
 
 def has_own_layout(cfg: EngineConfig, *, tp: int, pp: int) -> bool:
     """The engine decodes on a TP1 x PP1 copy of its own (`engine.tp=1 engine.pp=1` over a larger layout)."""
     return cfg.kind == "megatron" and engine_layout(cfg, tp=tp, pp=pp) != (tp, pp)
+
+
+def auto_layouts(cfg: EngineConfig, *, tp: int, pp: int) -> list[tuple[int, int]]:
+    """The (TP, PP) layouts `auto` may become over a model at `tp` x `pp`: the model's own and TP1 x PP1,
+    those that agree with a key set explicitly (engine.tp=auto engine.pp=1 over PP2: TP1 x PP1 only)."""
+    fixed = [None if str(v) == AUTO else own if str(v) == AT_THE_MODELS_LAYOUT else int(v)
+             for v, own in ((cfg.tp, tp), (cfg.pp, pp))]
+    return [layout for layout in dict.fromkeys([(tp, pp), (1, 1)])
+            if all(f is None or f == x for f, x in zip(fixed, layout))]
 
 
 def check_engine_layout(cfg: EngineConfig, *, tp: int, pp: int, prefix: str = "actor.", own_layout: bool = True) -> None:
@@ -105,16 +120,21 @@ def check_engine_layout(cfg: EngineConfig, *, tp: int, pp: int, prefix: str = "a
     engine.kind=trtllm they must stay at `actor`."""
     for key in ("tp", "pp"):
         value = str(getattr(cfg, key))
-        if value != AT_THE_MODELS_LAYOUT and cfg.kind != "megatron":
+        if value not in (AUTO, AT_THE_MODELS_LAYOUT) and cfg.kind != "megatron":
             raise ValueError(f"engine.{key}={value} sets the megatron engine's layout; engine.kind={cfg.kind} runs "
                              f"one TP1 copy of the model per GPU: leave engine.{key}={AT_THE_MODELS_LAYOUT}")
+    if own_layout and AUTO in (str(cfg.tp), str(cfg.pp)):
+        if not auto_layouts(cfg, tp=tp, pp=pp):
+            raise ValueError(f"engine.tp={cfg.tp} engine.pp={cfg.pp} over {prefix}tp={tp} {prefix}pp={pp}: auto "
+                             f"chooses the model's layout or TP1 x PP1, and neither agrees with the value set")
+        return
     layout = engine_layout(cfg, tp=tp, pp=pp)
     if layout in ((tp, pp), (1, 1)) and (own_layout or layout == (tp, pp)):
         return
     for key, own, mine in (("tp", tp, layout[0]), ("pp", pp, layout[1])):
         if mine != own:
             value = str(getattr(cfg, key))
-            said = f"engine.{key}={value}" + (f" ({mine})" if value == AT_THE_MODELS_LAYOUT else "")
+            said = f"engine.{key}={value}" + (f" ({mine})" if value in (AUTO, AT_THE_MODELS_LAYOUT) else "")
             if not own_layout:
                 raise ValueError(f"{said} differs from {prefix}{key}={own}: here the engine decodes on the "
                                  f"model's own modules at {prefix}{key} (an engine layout of its own is implemented "

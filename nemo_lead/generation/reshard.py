@@ -97,6 +97,21 @@ def _tp1(kind: str, pieces: list[torch.Tensor]) -> torch.Tensor:
     raise AssertionError(kind)
 
 
+def engine_tp_shards(kind: str, pieces: list[torch.Tensor], engine_tp: int) -> list[torch.Tensor]:
+    """One parameter's shards at engine TP `engine_tp` from its actor TP shards (`pieces`, in TP rank order),
+    `engine_tp` dividing the actor's TP: engine rank j holds actor ranks j*m .. (j+1)*m - 1 (m = actor TP /
+    engine TP), re-fused as `_tp1` does for a whole model. That is the engine's own fused order, because
+    every split here is by whole consecutive blocks: QKV by query groups, gate / up each by rows, vocabulary
+    rows (padded to the same size at any TP, `nemo_lead.models.hf_config.padded_vocab_size`), column / row
+    blocks. engine_tp=1 is the TP1 tensor; engine_tp = the actor's TP gives the shards back. Tested against
+    the HF tensors (tests/generation/test_reshard_tp.py). No engine runs at a TP between 1 and the actor's
+    yet: this is the slicing such an engine's refit would do on each bucket."""
+    if engine_tp < 1 or len(pieces) % engine_tp:
+        raise ValueError(f"engine.tp={engine_tp} must divide the actor's TP ({len(pieces)} shards)")
+    m = len(pieces) // engine_tp
+    return [_tp1(kind, pieces[j * m:(j + 1) * m]) for j in range(engine_tp)]
+
+
 @torch.no_grad()
 def gather_tp1_weights(model, bucket_bytes: float, table=None) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
     """Every parameter of the whole model in the TP1 layout, on every rank (module docstring). Collective

@@ -191,9 +191,9 @@ def run_plan(cfg: PlanConfig) -> int:
         for job in jobs:
             settings = job.config.plan.merged(cfg.plan)
             hf_config, divisible = hf_config_of(job.config.actor.model)
-            shape = job_shape(job.config, job.kind, hf_config, gpus=cfg.gpus, settings=settings,
-                              vocab_divisible_by=divisible)
             memory, reserve = settings.gpu_memory_gb, settings.value("reserve_gb")
+            shape = job_shape(job.config, job.kind, hf_config, gpus=cfg.gpus, settings=settings,
+                              vocab_divisible_by=divisible, gpu=gpu, memory_gib=memory)
             plan = plan_job(shape, gpu, memory_gib=memory, reserve_gib=reserve)
             fixes = find_fixes(shape, gpu, memory_gib=memory, reserve_gib=reserve, limit=cfg.fixes)
             ranking = (rank_layouts(shape, gpu, memory_gib=memory, reserve_gib=reserve, limit=cfg.fastest)
@@ -275,7 +275,7 @@ def host_sizes(cfg: Any, plans: list[Any]) -> list[Any]:
         try:
             hf_config, divisible = hf_config_of(job.config.actor.model)
             shape = job_shape(job.config, job.kind, hf_config, gpus=p.nodes * p.tasks_per_node, settings=settings,
-                              vocab_divisible_by=divisible)
+                              vocab_divisible_by=divisible, gpu=_gpu(settings), memory_gib=settings.gpu_memory_gb)
         except (ValueError, OSError, KeyError):
             out.append(p)
             continue

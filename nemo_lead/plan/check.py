@@ -9,6 +9,7 @@ on; `plan.check=off` skips it). Jobs on CPUs are not checked: their memory is th
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import sys
@@ -21,7 +22,7 @@ from nemo_lead.models.hf_config import read_hf_config
 from nemo_lead.parallel import detect_launch
 
 from .fixes import find_fixes
-from .job import GIB, job_shape, plan_job
+from .job import GIB, engine_options, job_shape, plan_job
 from .report import describe
 from .settings import PlanSettings
 from .timing import GPU, gpu_named
@@ -62,7 +63,8 @@ def check_job(name: str, cfg: Any, kind: str, *, gpus: int, gpu: GPU, memory_gib
               settings: PlanSettings, prefix: str = "") -> str | None:
     """None when `cfg` fits; else the plan's text naming what does not fit and the ranked fixes."""
     hf_config, divisible = hf_config_of(cfg.actor.model)
-    shape = job_shape(cfg, kind, hf_config, gpus=gpus, settings=settings, vocab_divisible_by=divisible)
+    shape = job_shape(cfg, kind, hf_config, gpus=gpus, settings=settings, vocab_divisible_by=divisible, gpu=gpu,
+                      memory_gib=memory_gib)
     reserve = settings.value("reserve_gb")
     plan = plan_job(shape, gpu, memory_gib=memory_gib, reserve_gib=reserve)
     if plan.fits:
@@ -90,3 +92,31 @@ def check_before_start(cfg: Any, kind: str) -> int:
     gpu, memory = device_gpu(settings)
     failure = check_job(kind, cfg, kind, gpus=gpus_of_job(cfg), gpu=gpu, memory_gib=memory, settings=settings)
     return report_failures(kind, [failure] if failure else [], settings.check or "error")
+
+
+def resolve_engine_auto(cfg: Any, kind: str = "rl") -> Any:
+    """`cfg` with engine.tp / engine.pp `auto` replaced by the layout chosen for this job (printed once):
+    on GPUs the plan's faster of the engine at the actor's layout and TP1 x PP1 replicas among those that
+    fit (`nemo_lead.plan.job.auto_engine_tp1`); without a GPU, the split layout, engine.kind=trtllm or an
+    actor at TP1 x PP1, the actor's (a CPU job's memory is the host's: the copy is asked for explicitly)."""
+    e = cfg.engine
+    if "auto" not in (str(e.tp), str(e.pp)):
+        return cfg
+    settings = getattr(cfg, "plan", None) or PlanSettings()
+    options = engine_options(e, tp=cfg.actor.tp, pp=cfg.actor.pp, generator_ranks=cfg.rollout.generator_ranks)
+    shape, tp1 = None, options == [True]
+    if len(options) > 1 and torch.cuda.is_available():
+        gpu, memory = device_gpu(settings)
+        hf_config, divisible = hf_config_of(cfg.actor.model)
+        shape = job_shape(cfg, kind, hf_config, gpus=gpus_of_job(cfg), settings=settings,
+                          vocab_divisible_by=divisible, gpu=gpu, memory_gib=memory)
+        tp1 = shape.engine_tp1
+    value = "1" if tp1 else "actor"
+    cfg.engine = dataclasses.replace(e, tp=value if str(e.tp) == "auto" else e.tp,
+                                     pp=value if str(e.pp) == "auto" else e.pp)
+    if detect_launch(os.environ).rank == 0 and (cfg.actor.tp, cfg.actor.pp) != (1, 1):
+        why = ("the plan's faster that fits on this GPU" if shape is not None else
+               "no GPU: the actor's layout" if len(options) > 1 else "the only layout auto takes here")
+        print(f"nemo-lead {kind}: engine.tp={e.tp} engine.pp={e.pp} -> engine.tp={cfg.engine.tp} "
+              f"engine.pp={cfg.engine.pp} ({why})", file=sys.stderr, flush=True)
+    return cfg

@@ -100,8 +100,10 @@ class JobShape:
 
 
 def job_shape(cfg: Any, kind: str, hf_config: dict, *, gpus: int, settings: PlanSettings,
-              vocab_divisible_by: int = 128) -> JobShape:
-    """The plan's view of an `SFTConfig` (kind "sft") or `RLConfig` ("rl") on `gpus` GPUs."""
+              vocab_divisible_by: int = 128, gpu: GPU | None = None, memory_gib: float | None = None) -> JobShape:
+    """The plan's view of an `SFTConfig` (kind "sft") or `RLConfig` ("rl") on `gpus` GPUs. engine.tp /
+    engine.pp `auto` become `auto_engine_tp1`'s choice on `gpu` (with `memory_gib` each), or the actor's
+    layout without a `gpu`."""
     a = cfg.actor
     check_layout(gpus, a.tp, a.pp, **model_shape(hf_config))
     common = dict(
@@ -118,7 +120,7 @@ def job_shape(cfg: Any, kind: str, hf_config: dict, *, gpus: int, settings: Plan
     r, e = cfg.rollout, cfg.engine
     prompt_tokens = settings.value("prompt_tokens")
     on_policy = cfg.old_logprobs == "auto" and cfg.ppo_epochs == 1 and cfg.minibatches == 1
-    return JobShape(
+    shape = JobShape(
         **common, longest=prompt_tokens + r.max_tokens, sequences=cfg.prompts_per_step * r.n,
         minibatches=cfg.minibatches, passes=cfg.ppo_epochs, old_logprob_pass=not on_policy,
         entropy=on_policy or cfg.lead.entropy_coeff > 0, temperature=r.temperature, prompts=cfg.prompts_per_step,
@@ -129,11 +131,46 @@ def job_shape(cfg: Any, kind: str, hf_config: dict, *, gpus: int, settings: Plan
         engine_tp1=e.kind == "megatron" and (a.tp, a.pp) != (1, 1) and _engine_value(e.tp, a.tp) == 1
         and _engine_value(e.pp, a.pp) == 1, refit_bucket_mb=e.refit_bucket_mb,
     )
+    options = engine_options(e, tp=a.tp, pp=a.pp, generator_ranks=r.generator_ranks)
+    if len(options) > 1:
+        return dataclasses.replace(shape, engine_tp1=auto_engine_tp1(
+            shape, gpu, memory_gib=memory_gib, reserve_gib=settings.value("reserve_gb")) if gpu else False)
+    return dataclasses.replace(shape, engine_tp1=options[0]) if options else shape
 
 
 def _engine_value(value: Any, own: int) -> int:
-    """engine.tp / engine.pp as a number (`actor`: the actor's)."""
-    return own if str(value) == "actor" else int(value)
+    """engine.tp / engine.pp as a number (`actor`, or `auto` until chosen: the actor's)."""
+    return own if str(value) in ("actor", "auto") else int(value)
+
+
+def engine_options(engine: Any, *, tp: int, pp: int, generator_ranks: int = 0) -> list[bool]:
+    """The `engine_tp1` values engine.tp / engine.pp `auto` may take over an actor at `tp` x `pp`: both where
+    the megatron engine runs colocated over an actor at TP or PP > 1 and no key set explicitly rules TP1 x
+    PP1 or the actor's layout out, else those the keys allow ([]: no `auto` key, or none allowed)."""
+    keys = {str(engine.tp), str(engine.pp)}
+    if "auto" not in keys:
+        return []
+    if engine.kind != "megatron" or (tp, pp) == (1, 1) or generator_ranks:
+        return [False]
+    fixed = [(str(v), own) for v, own in ((engine.tp, tp), (engine.pp, pp)) if str(v) != "auto"]
+    return [tp1 for tp1 in (False, True)
+            if all((1 if tp1 else own) == (own if v == "actor" else int(v)) for v, own in fixed)]
+
+
+def faster_plan(plans: list[JobPlan]) -> JobPlan | None:
+    """The plan with the shortest step among those that fit, the first on a tie (None when none fits)."""
+    fitting = [p for p in plans if p.fits and p.time is not None]
+    return min(fitting, key=lambda p: p.time.total) if fitting else None
+
+
+def auto_engine_tp1(s: JobShape, gpu: GPU, *, memory_gib: float | None, reserve_gib: float) -> bool:
+    """engine.tp=auto engine.pp=auto on `gpu`: True (TP1 x PP1 replicas) when that plan fits and its step is
+    shorter than the engine's at the actor's layout (or that one does not fit); the actor's layout when
+    neither fits (the check before start then says what to change)."""
+    plans = [plan_job(dataclasses.replace(s, engine_tp1=tp1), gpu, memory_gib=memory_gib, reserve_gib=reserve_gib)
+             for tp1 in (False, True)]
+    best = faster_plan(plans)
+    return best is not None and best.shape.engine_tp1
 
 
 @dataclass(frozen=True)

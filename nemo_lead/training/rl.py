@@ -54,7 +54,7 @@ from nemo_lead.data import load_problems
 from nemo_lead.eval.metrics import CONS_AT_K, MEAN_LENGTH, PASS_AT_1, cons_at_k, mean_length, pass_at_k
 from nemo_lead.generation import SamplingParams
 from nemo_lead.parallel.local import run_command
-from nemo_lead.plan.check import check_before_start
+from nemo_lead.plan.check import check_before_start, resolve_engine_auto
 
 from .actor import compute_logprobs, policy_train_step
 from .data_order import DataOrder
@@ -312,6 +312,7 @@ def _preflight(cfg: RLConfig) -> None:
 
 def run_rl(cfg: RLConfig) -> int:
     """`nemo-lead rl`: the exit status (0 done or stopped by a signal after a checkpoint)."""
+    cfg = resolve_engine_auto(cfg, "rl")  # engine.tp / engine.pp auto: the plan's choice, printed
     if check_before_start(cfg, "rl"):  # on GPUs: a layout that cannot fit stops here, saying what to change
         return 2
     ranks = cfg.actor.tp * cfg.actor.pp + cfg.rollout.generator_ranks

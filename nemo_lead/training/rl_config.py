@@ -42,8 +42,9 @@ class RolloutConfig:
     # off-policy by a fixed lag k (nemo_lead.training.lag): step t trains on samples of the weights after step
     # max(0, t - 1 - k); 0 is the paper's on-policy loop. k > 0 needs lead.rollout_correction (decoupled PPO)
     lag: int = 0
-    # split layout (nemo_lead.training.split): the last G ranks generate, the others train; G = actor.tp x
-    # actor.pp (one model replica); 0 = every rank trains and generates (colocated). The same run either way
+    # split layout (nemo_lead.training.split): the last G ranks generate, the others train; G = a multiple of
+    # actor.tp x actor.pp (that many generator replicas, each decoding a share of every batch); 0 = every rank
+    # trains and generates (colocated). The same samples either way
     generator_ranks: int = 0
     weight_bucket_mb: float = setting(256.0, resume="free", results=False)  # split: weights sent in buckets of this size
 
@@ -123,9 +124,13 @@ class RLConfig(RunSettings):
                              "(tis, seq_tis or mis) for decoupled PPO's importance weights pi_prox / mu (NeMo-RL "
                              "requires its importance-sampling correction for asynchronous GRPO as well)")
         replica = self.actor.tp * self.actor.pp
-        if r.generator_ranks not in (0, replica):
-            raise ValueError(f"rollout.generator_ranks={r.generator_ranks}: the generators hold one model replica, so "
-                             f"it must be actor.tp x actor.pp = {replica} (or 0: no split)")
+        if r.generator_ranks < 0 or r.generator_ranks % replica:
+            raise ValueError(f"rollout.generator_ranks={r.generator_ranks}: the generators hold whole model replicas, "
+                             f"so it must be a multiple of actor.tp x actor.pp = {replica} (or 0: no split)")
+        if r.generator_ranks > replica and self.engine.kind != "megatron":
+            raise ValueError(f"rollout.generator_ranks={r.generator_ranks} (several generator replicas) needs "
+                             f"engine.kind=megatron (per-sample streams across replicas); engine.kind={self.engine.kind} "
+                             f"runs one replica: rollout.generator_ranks={replica}")
         if not r.weight_bucket_mb > 0:
             raise ValueError(f"rollout.weight_bucket_mb must be > 0, got {r.weight_bucket_mb}")
 

@@ -4,7 +4,8 @@
     batch = training_batch(selected)                  # the actor's SequenceBatch of the kept responses
 
 Data parallelism: each DP replica generates a contiguous share of the prompts with its own seed (derived
-from the call's seed and its DP rank), then the rollouts are all-gathered, so every rank holds the whole
+from the call's seed and its DP rank; the split layout's generator replicas instead keep the streams of
+one replica, `RolloutContext.one_stream`), then the rollouts are all-gathered, so every rank holds the whole
 step's rollouts in prompt order. An engine with a TP1 copy on every rank (engine.tp=1 engine.pp=1 over a
 larger actor layout) splits each DP share further over the actor replica's ranks, every sample keeping the
 random stream it has at the actor's layout: the same tokens, given the same logits. Grading runs on global rank 0 only (one `MathVerifier` worker pool per
@@ -62,6 +63,10 @@ class RolloutContext:
     verifier: Any  # MathVerifier on global rank 0, None elsewhere
     think_open: bool  # the prompt ends inside an open <think> block: the grader sees it prepended
     check_repetition: bool = False
+    # DP replicas draw each sample from the stream one replica's call would give it (the call's seed and
+    # `prompt_offset`), not from a seed of their own: the split layout's generator replicas, whose samples
+    # are then one generator's whatever their number
+    one_stream: bool = False
 
 
 def _dp_share(n: int, dp: int, rank: int) -> range:
@@ -70,7 +75,8 @@ def _dp_share(n: int, dp: int, rank: int) -> range:
     return range(start, start + per + (rank < extra))
 
 
-def _replica_share(ctx: RolloutContext, prompt_ids: list[list[int]], share: range, params) -> list[list[Any]]:
+def _replica_share(ctx: RolloutContext, prompt_ids: list[list[int]], share: range, params,
+                   offset: int = 0) -> list[list[Any]]:
     """This rank's part of its DP replica's `share`, when the engine has replicas of its own inside the actor
     replica (`MegatronEngine.replicas`: a TP1 copy on each of its ranks): a contiguous part per engine
     replica, each sample drawing from the stream the whole share's call would give it (`prompt_offset`),
@@ -81,7 +87,7 @@ def _replica_share(ctx: RolloutContext, prompt_ids: list[list[int]], share: rang
     part = _dp_share(len(share), count, index)
     mine: list[list[Any]] = [[] for _ in part]
     if len(part):
-        for r in ctx.engine.generate([prompt_ids[share[i]] for i in part], params, prompt_offset=part.start):
+        for r in ctx.engine.generate([prompt_ids[share[i]] for i in part], params, prompt_offset=offset + part.start):
             mine[r.prompt_index].append(r)
     gathered: list[Any] = [None] * count
     dist.all_gather_object(gathered, mine, group=ps.get_model_parallel_group())
@@ -92,14 +98,17 @@ def generate_all(ctx: RolloutContext, prompt_ids: list[list[int]], params) -> li
     """Per prompt, its n rollouts (every rank gets all of them; see the module docstring). Collective."""
     info = ctx.info
     share = _dp_share(len(prompt_ids), info.dp, info.dp_rank)
-    seed = params.seed if info.dp == 1 else (params.seed * 1_000_003 + info.dp_rank) % (2**63)
+    one = ctx.one_stream and info.dp > 1
+    seed = params.seed if info.dp == 1 or one else (params.seed * 1_000_003 + info.dp_rank) % (2**63)
     params = dataclasses.replace(params, seed=seed)
+    offset = share.start if one else 0
     if getattr(ctx.engine, "replicas", None):
-        mine = _replica_share(ctx, prompt_ids, share, params)
+        mine = _replica_share(ctx, prompt_ids, share, params, offset)
     else:
         mine = [[] for _ in share]
         if len(share):
-            for r in ctx.engine.generate([prompt_ids[i] for i in share], params):
+            more = {"prompt_offset": offset} if one else {}
+            for r in ctx.engine.generate([prompt_ids[i] for i in share], params, **more):
                 mine[r.prompt_index].append(r)
     if info.dp == 1:
         return mine

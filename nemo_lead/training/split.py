@@ -5,8 +5,11 @@ with `rollout.lag=k` generation of step t+k+1 overlaps training of step t.
     generator ranks: generator_job(cfg, link)       # sample B_j with the weights received, send it; repeat
     trainer ranks:   s.batches = link.trainer_queue(s, queued)  # take() receives B_t; after_update() sends W_t
 
-G = actor.tp x actor.pp: one model replica, at the trainers' TP x PP (so every trainer shard has one
-generator shard to go to); the trainers are the other ranks (DP = their number / (TP x PP)). Each side has
+G = m x actor.tp x actor.pp: m generator replicas (DP m on the generators' side), at the trainers' TP x PP
+(so every trainer shard has one generator shard per replica to go to); the trainers are the other ranks
+(DP = their number / (TP x PP)). The replicas split each batch's prompts into contiguous shares, every
+sample drawn from the stream one generator would give it (`RolloutContext.one_stream`), and gather the
+rollouts over their DP group: the batch is the one generator's, for any m. Each side has
 its own default world and megatron parallel state; two gloo groups over the whole job join them
 (`nemo_lead.parallel.bridge`, whose docstring says why). The trainers validate on their own weights, with
 the rollout engine they would use without the split.
@@ -16,7 +19,8 @@ What goes over the bridge, in order (job ranks; trainer t0 = the step the run st
 - start: trainer 0 -> every generator {first batch to make, t0, N, the data order's state}; then every
   trainer of DP rank 0 sends its weight shard W_t0 to the generator of the same (TP, PP) position;
 - weights: after step s, for t0 < s <= N - k - 1 (the versions some batch needs), the same pairs send W_s:
-  a header [1, s], then the parameters in buckets of `rollout.weight_bucket_mb` (copied into host buffers, so
+  a header [1, s], then the parameters in buckets of `rollout.weight_bucket_mb` (to each replica in turn;
+  copied into host buffers, so
   training goes on while they travel; at most max(k, 1) versions in flight: before sending W_s a trainer
   waits until W_(s-max(k,1)) arrived); a header [0, s] tells the generators to stop early;
 - batches: generator 0 -> every trainer: B_j for j = first .. N in order, with its version, its sampling
@@ -97,14 +101,15 @@ class Link:
     def is_generator(self) -> bool:
         return self.sides.is_generator
 
-    def weight_peer(self, info: Any) -> int | None:
-        """The job rank this rank exchanges weights with: for a trainer of DP rank 0 the generator of the same
-        (TP, PP) position; for a generator that trainer; None for other trainers. Collective over the job."""
+    def weight_peers(self, info: Any) -> list[int]:
+        """The job ranks this rank exchanges weights with: for a trainer of DP rank 0 the generators of the
+        same (TP, PP) position, one per generator replica; for a generator that trainer; none for other
+        trainers. Collective over the job."""
         rows = gather_ints(self.sides.bridge_weights, [int(self.is_generator), info.tp_rank, info.pp_rank, info.dp_rank])
         if not self.is_generator and info.dp_rank != 0:
-            return None
+            return []
         want = (int(not self.is_generator), info.tp_rank, info.pp_rank)
-        return next(r for r, (g, tp, pp, dp) in enumerate(rows) if (g, tp, pp) == want and dp == 0)
+        return [r for r, (g, tp, pp, dp) in enumerate(rows) if (g, tp, pp) == want and (g or dp == 0)]
 
     def trainer_queue(self, s: Any, queued: list[Batch]) -> SplitQueue:
         return SplitQueue(s, self, queued)
@@ -127,7 +132,7 @@ class SplitQueue(BatchQueue):
         k = s.cfg.rollout.lag
         super().__init__(k, s.run.step + 1, queued, produce=self._receive, ahead=0)
         self.s, self.link, self.start = s, link, s.run.step
-        self.peer = link.weight_peer(s.run.info)
+        self.peers = link.weight_peers(s.run.info)
         self.params = _parameters(s.run.actor.model)
         self.plan = bucket_plan(self.params, s.cfg.rollout.weight_bucket_mb * 1e6)
         self.in_flight: deque[Pending] = deque()
@@ -149,14 +154,18 @@ class SplitQueue(BatchQueue):
         return batch
 
     def _send(self, kind: int, version: int) -> None:
-        if self.peer is None:
+        if not self.peers:
             return
         while len(self.in_flight) >= max(self.k, 1):  # at most max(k, 1) versions on their way
             self.in_flight.popleft().wait()
-        header = send_object(self.link.sides.bridge_weights, [kind, version], self.peer, TAG_WEIGHTS)  # first
-        sent = send_tensors(self.link.sides.bridge_weights, self.params, self.plan, self.peer, TAG_WEIGHTS) \
-            if kind == WEIGHTS else Pending([], [])
-        self.in_flight.append(Pending(header.works + sent.works, header.buffers + sent.buffers))
+        works, buffers = [], []
+        for peer in self.peers:  # each generator replica's shard, header first
+            header = send_object(self.link.sides.bridge_weights, [kind, version], peer, TAG_WEIGHTS)
+            sent = send_tensors(self.link.sides.bridge_weights, self.params, self.plan, peer, TAG_WEIGHTS) \
+                if kind == WEIGHTS else Pending([], [])
+            works += header.works + sent.works
+            buffers += header.buffers + sent.buffers
+        self.in_flight.append(Pending(works, buffers))
 
     def take(self, s: Any, step: int) -> Batch:
         batch = super().take(s, step)
@@ -224,11 +233,12 @@ def generator_job(cfg: Any, link: Link) -> None:
         model = _generator_model(cfg, source, info)
         tok_dir = source.require_tokenizer()
         ctx, ends = rollout_context(cfg, source, info, model, load_tokenizer(tok_dir), tok_dir)
+        ctx.one_stream = True  # the samples of one generator replica, whatever their number
         s = RLState(run=GeneratorRun(cfg), ctx=ctx, problems=problems, order=DataOrder(len(problems), cfg.seed, d.shuffle),
                     val_problems=[], end_tokens=ends)
         params = _parameters(model)
         plan = bucket_plan(params, cfg.rollout.weight_bucket_mb * 1e6)
-        peer = link.weight_peer(info)
+        (peer,) = link.weight_peers(info)
         start = recv_object(link.sides.bridge_batches, 0, TAG_START)
         if start["data"]:
             s.order.load_state_dict(start["data"])

@@ -2,7 +2,7 @@
 nemo_lead.training.split, nemo_lead.parallel.bridge):
 
 - the settings refuse a negative lag, a lag without a rollout correction, and a generator count that is not
-  one model replica, naming the keys;
+  a multiple of one model replica, naming the keys;
 - the serial queue samples B_j with the weights W_max(0, j-1-k) (from a start at t0: W_max(t0, j-1-k)), at
   most k steps old, and the split layout's generators reach the same version for every batch from the
   weights the trainers send; a stopped run drains exactly the batches the generators can still make;
@@ -44,8 +44,11 @@ def test_settings_refuse_what_cannot_work():
         _cfg(lag=-1)
     with pytest.raises(ValueError, match=r"rollout.lag=1 .* set lead.rollout_correction.mode"):
         _cfg(lag=1)
-    with pytest.raises(ValueError, match=r"rollout.generator_ranks=1: .* actor.tp x actor.pp = 2"):
+    with pytest.raises(ValueError, match=r"rollout.generator_ranks=1: .* multiple of actor.tp x actor.pp = 2"):
         _cfg(generator_ranks=1, tp=2)
+    with pytest.raises(ValueError, match=r"rollout.generator_ranks=3: .* multiple of actor.tp x actor.pp = 2"):
+        _cfg(generator_ranks=3, tp=2)
+    assert _cfg(generator_ranks=4, tp=2).rollout.generator_ranks == 4  # two generator replicas
     cfg = _cfg(lag=2, generator_ranks=2, tp=2, lead=tis)
     assert (cfg.rollout.lag, cfg.rollout.generator_ranks) == (2, 2)
 

@@ -1,0 +1,127 @@
+"""engine.tp=auto / engine.pp=auto: the plan's faster of the engine at the actor's layout and TP1 x PP1
+replicas among those that fit (`nemo_lead.plan.job`), the actor's without a GPU; resolved before an rl job
+starts (`nemo_lead.plan.check.resolve_engine_auto`) and printed.
+
+The picking rule on plans whose times and memory are set by hand; then the 14B shape on 8 x H100 at TP8
+with a 30 GB KV budget, whose generation times are `nemo-lead plan`'s (TP1 x 8 replicas ~5,240 s against
+~7,670 s at TP8), and on a GPU whose memory holds the actor's layout but not the copy.
+"""
+
+import dataclasses
+from types import SimpleNamespace
+
+import pytest
+
+from nemo_lead.config import load_config
+from nemo_lead.models import read_hf_config
+from nemo_lead.plan.check import resolve_engine_auto
+from nemo_lead.plan.job import (
+    GIB,
+    JobPlan,
+    auto_engine_tp1,
+    engine_options,
+    faster_plan,
+    job_shape,
+    plan_job,
+)
+from nemo_lead.plan.settings import PlanSettings
+from nemo_lead.plan.timing import StepTime, gpu_named
+from nemo_lead.training.rl_config import RLConfig
+
+H100 = gpu_named("h100")
+
+
+HF14B = read_hf_config("r1-distill-qwen-14b")
+# the 14B RL stage's shape on 8 GPUs at TP8 (the lead-14b recipe's, with a 28 GiB KV budget)
+R14B = ["out=x", "data.path=x", "steps=1", "actor.model=r1-distill-qwen-14b", "actor.tp=8", "rollout.n=8",
+        "prompts_per_step=32", "rollout.max_tokens=14336", "actor.offload_during_generation=true",
+        "engine.kv_cache_gib=28", "actor.sequence_parallel=true"]
+
+
+def _shape(*extra, gpu=None):
+    return job_shape(load_config(RLConfig, [], [*R14B, *extra]), "rl", HF14B, gpus=8, settings=PlanSettings(), gpu=gpu)
+
+
+@pytest.fixture(scope="module")
+def shape():
+    return _shape("engine.tp=actor", "engine.pp=actor")
+
+
+def _plan(shape, seconds, used, **fields):
+    return JobPlan(shape=dataclasses.replace(shape, **fields), gpu=H100, memory_bytes=100, usable_bytes=100,
+                   phases={"update": {"weights": used}}, stages={"update": 0}, tokens_per_microbatch=1,
+                   microbatches=1, engine_rows=1, time=StepTime(seconds, 0.0, 0.0))
+
+
+def test_the_faster_plan_that_fits_is_picked(shape):
+    actor, copy = _plan(shape, 30.0, 60), _plan(shape, 10.0, 90, engine_tp1=True)
+    assert faster_plan([actor, copy]) is copy
+    too_big = _plan(shape, 10.0, 101, engine_tp1=True)  # faster, one byte over
+    assert faster_plan([actor, too_big]) is actor
+    assert faster_plan([_plan(shape, 10.0, 101), too_big]) is None
+    tie = _plan(shape, 30.0, 10, engine_tp1=True)
+    assert faster_plan([actor, tie]) is actor  # equal steps: the first (the actor's layout, no copy)
+
+
+def test_auto_may_take_what_the_keys_set_explicitly_allow(shape):
+    def options(engine_tp, engine_pp, kind="megatron", generators=0, tp=shape.tp, pp=shape.pp):
+        return engine_options(SimpleNamespace(tp=engine_tp, pp=engine_pp, kind=kind), tp=tp, pp=pp,
+                              generator_ranks=generators)
+
+    assert options("auto", "auto") == [False, True]
+    assert options("1", "1") == []  # nothing to choose
+    assert options("auto", "1") == [False, True]  # PP1 actor: pp=1 is both layouts' PP
+    assert options("auto", "1", tp=4, pp=2) == [True]
+    assert options("actor", "auto", tp=4, pp=2) == [False]
+    assert options("auto", "2", tp=4, pp=1) == []  # neither layout has PP2 (the config check names it)
+    assert options("1", "auto", tp=2, pp=1) == [True]
+    assert options("auto", "auto", kind="trtllm") == [False]
+    assert options("auto", "auto", generators=8) == [False]  # the split layout: the actor's
+    assert options("auto", "auto", tp=1, pp=1) == [False]
+
+
+def test_the_14b_job_on_8_h100_takes_the_tp1_replicas_the_plan_finds_faster(shape):
+    actor, copy = (plan_job(dataclasses.replace(shape, engine_tp1=tp1), H100) for tp1 in (False, True))
+    assert actor.fits and copy.fits
+    # nemo-lead plan's figures at a 30 GB KV budget: TP1 x 8 replicas decode ~1.46 x faster than TP8
+    assert 7_500 < actor.time.generation < 7_800 and 5_100 < copy.time.generation < 5_400
+    assert auto_engine_tp1(shape, H100, memory_gib=None, reserve_gib=3.0)
+    # memory for the actor's layout and 1 GiB more: the copy (29.6 GB of bf16 weights) does not fit
+    tight = (max(actor.total(p) for p in actor.phases) + 3 * GIB) / GIB + 1
+    assert plan_job(shape, H100, memory_gib=tight).fits
+    assert not plan_job(dataclasses.replace(shape, engine_tp1=True), H100, memory_gib=tight).fits
+    assert not auto_engine_tp1(shape, H100, memory_gib=tight, reserve_gib=3.0)
+
+
+def test_job_shape_resolves_auto_on_a_gpu_and_keeps_the_actors_layout_without_one():
+    assert load_config(RLConfig, [], R14B).engine.tp == "auto"  # the default
+    assert _shape(gpu=H100).engine_tp1 and not _shape().engine_tp1
+    assert not _shape("engine.tp=actor", "engine.pp=actor", gpu=H100).engine_tp1
+    assert _shape("engine.tp=1", "engine.pp=1").engine_tp1
+
+
+def test_resolve_before_start_without_a_gpu_keeps_the_actors_layout_and_says_so(capsys, monkeypatch):
+    monkeypatch.delenv("RANK", raising=False)
+    base = ["out=x", "data.path=x", "steps=1", "actor.model=tiny-qwen2"]
+    cfg = resolve_engine_auto(load_config(RLConfig, [], [*base, "actor.tp=2"]))
+    assert (cfg.engine.tp, cfg.engine.pp) == ("actor", "actor")
+    assert "engine.tp=auto engine.pp=auto -> engine.tp=actor engine.pp=actor (no GPU" in capsys.readouterr().err
+    mixed = resolve_engine_auto(load_config(RLConfig, [], [*base, "actor.tp=2", "engine.tp=1"]))
+    assert (mixed.engine.tp, mixed.engine.pp) == ("1", "1")  # pp=auto completes the layout asked for
+    assert "engine.tp=1 engine.pp=auto -> engine.tp=1 engine.pp=1" in capsys.readouterr().err
+    one = resolve_engine_auto(load_config(RLConfig, [], base))
+    assert (one.engine.tp, one.engine.pp) == ("actor", "actor") and capsys.readouterr().err == ""
+
+
+def test_resolve_before_start_on_a_gpu_takes_the_plans_choice(capsys, monkeypatch):
+    """The GPU branch, with this machine's GPU said to be an H100 of 80 GiB, then one of too little memory for
+    the copy: TP1 x PP1 replicas, then the actor's layout."""
+    import nemo_lead.plan.check as check
+
+    monkeypatch.delenv("RANK", raising=False)
+    monkeypatch.setattr(check.torch.cuda, "is_available", lambda: True)
+    for memory, want in ((80.0, "1"), (58.0, "actor")):
+        monkeypatch.setattr(check, "device_gpu", lambda settings, memory=memory: (H100, memory))
+        cfg = resolve_engine_auto(load_config(RLConfig, [], R14B))
+        assert (cfg.engine.tp, cfg.engine.pp) == (want, want)
+        assert f"-> engine.tp={want} engine.pp={want} (the plan's faster that fits on this GPU)" in capsys.readouterr().err
