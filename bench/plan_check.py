@@ -11,7 +11,7 @@ GPU (`--gpu`): the R1-Distill-Qwen-1.5B shape (random bf16 weights, local layer 
    steps: CUDA graphs keep a memory pool of their own that the plan does not model);
 4. offload: the memory `actor.offload_during_generation` frees against the plan's gradient buffer + optimizer.
 Each row gives planned and measured GiB and their ratio; the figures go to bench/RESULTS.md (`plan:gpu`).
-The allocator's reserved-but-unused memory is not counted on either side (the plan's `plan.reserve_gb`).
+The allocator's reserved-but-unused memory is not counted on either side (the plan's `plan.reserve_gib`).
 
     python bench/plan_check.py --gpu --record --out /tmp/plan_check.json      (bench/gpu_session.sh)
     .venv/bin/python bench/plan_check.py --gpu --dry-run                       # the code path on the CPU

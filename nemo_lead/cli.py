@@ -116,14 +116,14 @@ COMMANDS: dict[str, Command] = {
         "or weights needed).",
         schema="nemo_lead.pipeline.plan:PlanConfig",
         runner="nemo_lead.pipeline.plan:run_plan",
-        flags={"--gpus": "gpus", "--gpu": "plan.gpu", "--gpu-memory-gb": "plan.gpu_memory_gb", "--stage": "stage",
+        flags={"--gpus": "gpus", "--gpu": "plan.gpu", "--gpu-memory-gib": "plan.gpu_memory_gib", "--stage": "stage",
                "--json": "json", "--command": "command", "--fastest": "fastest"},
         positional="target",
         epilog="TARGET: a recipe (file or name in recipes/; paths.KEY=VALUE, stages.NAME.KEY=VALUE), or the config\n"
         "file of --command sft|rl (job.KEY=VALUE overrides its keys). The model may be a HF folder (its config.json),\n"
         "a checkpoint or a conf/model preset: nemo-lead plan lead-14b --stage stage1 --gpus 8 --gpu h100\n"
         "paths.base_model=r1-distill-qwen-14b. --gpu: h100 | h200 | a100 | a100-40 | b200 (memory, FLOP/s and\n"
-        "bandwidth; --gpu-memory-gb overrides the memory). --fastest N: the fastest N layouts that fit (5).\n"
+        "bandwidth; --gpu-memory-gib overrides the memory). --fastest N: the fastest N layouts that fit (5).\n"
         "Exit 0 when everything fits, 1 when not.",
     ),
     "plot": Command(
@@ -312,6 +312,10 @@ def _print_config(name: str, cfg, with_reference: bool) -> None:
     print(explain(_load_attr(COMMANDS[name].schema), values), end="")
 
 
+# flags renamed with their key (config.RENAMED_KEYS): old -> new, refused with the new name
+RENAMED_FLAGS = {"--gpu-memory-gb": "--gpu-memory-gib"}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = _build_parser()
     # overrides may come anywhere (`--samples 4 lead.alpha=0.1 --seed 3`): argparse fills a positional list only
@@ -327,6 +331,9 @@ def main(argv: list[str] | None = None) -> int:
         extra = [a for a in extra if a not in bare]
         unknown = [a for a in unknown if a not in bare]
         extra += [f"{k}={v}" for k, v in zip(keys, bare)]
+    for flag in unknown:
+        if flag.split("=", 1)[0] in RENAMED_FLAGS:
+            parser.error(f"{flag.split('=', 1)[0]} is now {RENAMED_FLAGS[flag.split('=', 1)[0]]}")
     if unknown:
         parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     args.overrides = [*(getattr(args, "overrides", None) or []), *extra]

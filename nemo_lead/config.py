@@ -84,11 +84,13 @@ COMMON_KEYS = {
     "output_dir": ("out",), "save_steps": ("save_every",), "max_steps": ("steps",), "total_steps": ("steps",),
 }
 
-# keys renamed when their unit changed: old leaf -> (the new leaf, how to convert); refused, not mapped, so
-# that a value in the old unit never passes silently
+# keys renamed when their unit changed or their name did not say it: old leaf -> (the new leaf, how to convert);
+# refused, not mapped, so that a value in the old unit never passes silently
 RENAMED_KEYS = {
-    "kv_cache_gb": ("kv_cache_gib", "GiB (2^30 bytes) like plan.gpu_memory_gb and SLURM's --mem, not GB (1e9): "
+    "kv_cache_gb": ("kv_cache_gib", "GiB (2^30 bytes) like plan.gpu_memory_gib and SLURM's --mem, not GB (1e9): "
                                     "kv_cache_gib = kv_cache_gb x 0.9313 (77 GB = 71.7 GiB)"),
+    "gpu_memory_gb": ("gpu_memory_gib", "GiB (2^30 bytes) as before: the same number, named for its unit"),
+    "reserve_gb": ("reserve_gib", "GiB (2^30 bytes) as before: the same number, named for its unit"),
 }
 
 

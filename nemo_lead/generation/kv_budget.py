@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 
 BUDGET_KEY = "engine.kv_cache_gib"
-GIB = 2**30  # the budget's unit: GiB (2^30 bytes), as plan.gpu_memory_gb and SLURM's --mem
+GIB = 2**30  # the budget's unit: GiB (2^30 bytes), as plan.gpu_memory_gib and SLURM's --mem
 
 
 def kv_bytes_per_position(num_layers: int, kv_groups: int, head_dim: int, dtype_bytes: int) -> int:

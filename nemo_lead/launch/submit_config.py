@@ -93,7 +93,7 @@ class SubmitConfig:
     srun_args: list[str] = field(default_factory=list)  # extra srun options
     master_port: Optional[int] = None  # None: 20000 + job id % 20000 (what every rank computes alike)
     dry_run: bool = False  # print the script(s); submit nothing
-    # the memory plan of each job on these GPUs before submitting (plan.gpu=h100 or plan.gpu_memory_gb=80;
+    # the memory plan of each job on these GPUs before submitting (plan.gpu=h100 or plan.gpu_memory_gib=80;
     # without either it is left to the jobs); plan.check=warn|off also reaches the jobs
     plan: PlanSettings = field(default_factory=PlanSettings)
 

@@ -2,7 +2,7 @@
 GPUs that need not be there; and the same plan checked before `nemo-lead run` starts its stages.
 
     nemo-lead plan lead-14b --stage stage1 --gpus 8 --gpu h100 paths.base_model=r1-distill-qwen-14b
-    nemo-lead plan my-rl.yaml --command rl --gpus 16 --gpu-memory-gb 80 job.actor.tp=4 --json plan.json
+    nemo-lead plan my-rl.yaml --command rl --gpus 16 --gpu-memory-gib 80 job.actor.tp=4 --json plan.json
     nemo-lead plan --command rl --gpus 8 --gpu h200 job.actor.model=r1-distill-qwen-14b job.rollout.max_tokens=14336
 
 A recipe is read the way `nemo-lead run` reads it (`RunConfig`, `resolve_stage`: `paths.*` and `stages.*`
@@ -44,7 +44,7 @@ SFT_ONLY_KEYS = {"global_batch", "epochs", "val_every"}
 
 @dataclass
 class PlanConfig:
-    """`nemo-lead plan TARGET --gpus N [--gpu NAME | --gpu-memory-gb G] [--stage NAME] [--json FILE] ...`."""
+    """`nemo-lead plan TARGET --gpus N [--gpu NAME | --gpu-memory-gib G] [--stage NAME] [--json FILE] ...`."""
 
     target: Optional[str] = None  # a recipe (file or name in recipes/), or a config file of `command`
     command: Optional[str] = None  # sft | rl: what a config-file target configures (None: from its keys)
@@ -54,7 +54,7 @@ class PlanConfig:
     json: Optional[str] = None  # also write the plan to this JSON file
     fixes: int = 5  # ranked changes listed when a job does not fit
     fastest: int = 5  # the fastest layouts that fit, listed with their step times (nemo_lead.plan.search)
-    plan: PlanSettings = field(default_factory=PlanSettings)  # gpu, gpu_memory_gb, reserve_gb, prompt_tokens, ...
+    plan: PlanSettings = field(default_factory=PlanSettings)  # gpu, gpu_memory_gib, reserve_gib, prompt_tokens, ...
     paths: dict[str, Any] = field(default_factory=dict)  # a recipe's paths (paths.base_model=DIR)
     stages: dict[str, Any] = field(default_factory=dict)  # a recipe's stage settings (stages.NAME.KEY=VALUE)
     job: dict[str, Any] = field(default_factory=dict)  # a command config's settings (job.actor.tp=4)
@@ -191,7 +191,7 @@ def run_plan(cfg: PlanConfig) -> int:
         for job in jobs:
             settings = job.config.plan.merged(cfg.plan)
             hf_config, divisible = hf_config_of(job.config.actor.model)
-            memory, reserve = settings.gpu_memory_gb, settings.value("reserve_gb")
+            memory, reserve = settings.gpu_memory_gib, settings.value("reserve_gib")
             shape = job_shape(job.config, job.kind, hf_config, gpus=cfg.gpus, settings=settings,
                               vocab_divisible_by=divisible, gpu=gpu, memory_gib=memory)
             plan = plan_job(shape, gpu, memory_gib=memory, reserve_gib=reserve)
@@ -275,11 +275,11 @@ def host_sizes(cfg: Any, plans: list[Any]) -> list[Any]:
         try:
             hf_config, divisible = hf_config_of(job.config.actor.model)
             shape = job_shape(job.config, job.kind, hf_config, gpus=p.nodes * p.tasks_per_node, settings=settings,
-                              vocab_divisible_by=divisible, gpu=_gpu(settings), memory_gib=settings.gpu_memory_gb)
+                              vocab_divisible_by=divisible, gpu=_gpu(settings), memory_gib=settings.gpu_memory_gib)
         except (ValueError, OSError, KeyError):
             out.append(p)
             continue
-        plan = plan_job(shape, _gpu(settings), memory_gib=settings.gpu_memory_gb, reserve_gib=settings.value("reserve_gb"))
+        plan = plan_job(shape, _gpu(settings), memory_gib=settings.gpu_memory_gib, reserve_gib=settings.value("reserve_gib"))
         h = host_needs(plan, job.config, p.tasks_per_node)
         p = dataclasses.replace(p, mem_gib=math.ceil(h.memory_gib_per_node), cpus_per_task=h.cpus_per_task)
         if plan.time is not None:  # the warning and the margin from the step and checkpoint times
@@ -291,7 +291,7 @@ def host_sizes(cfg: Any, plans: list[Any]) -> list[Any]:
 
 def check_submit(cfg: Any, plans: list[Any]) -> int:
     """The plan of every job `nemo-lead submit` is about to submit (`plans`: its JobPlans), on GPUs named by
-    the submit's `plan.gpu` / `plan.gpu_memory_gb` (the login node has none); 2 when one cannot fit."""
+    the submit's `plan.gpu` / `plan.gpu_memory_gib` (the login node has none); 2 when one cannot fit."""
     from nemo_lead.plan.check import check_job, report_failures
     from nemo_lead.plan.timing import gpu_named
 
@@ -305,9 +305,9 @@ def check_submit(cfg: Any, plans: list[Any]) -> int:
     sized = [p for p in plans if p.gpus_per_node > 0]
     if settings.check == "off" or not sized:
         return 0
-    if settings.gpu is None and settings.gpu_memory_gb is None:
+    if settings.gpu is None and settings.gpu_memory_gib is None:
         print("nemo-lead submit: the memory plan is not checked here (name the GPUs: plan.gpu=h100 or "
-              "plan.gpu_memory_gb=80); each job checks it when it starts", file=sys.stderr)
+              "plan.gpu_memory_gib=80); each job checks it when it starts", file=sys.stderr)
         return 0
     gpu = gpu_named(settings.gpu or "h100")
     if cfg.command in (None, "run"):
@@ -322,7 +322,7 @@ def check_submit(cfg: Any, plans: list[Any]) -> int:
     for job, size in pairs:
         stage_settings = job.config.plan.merged(settings)
         failure = check_job(job.name, job.config, job.kind, gpus=size.nodes * size.tasks_per_node, gpu=gpu,
-                            memory_gib=stage_settings.gpu_memory_gb, settings=stage_settings,
+                            memory_gib=stage_settings.gpu_memory_gib, settings=stage_settings,
                             prefix=f"job.{job.prefix}" if job.prefix.startswith("stages.") else job.prefix)
         if failure:
             failures.append(failure)

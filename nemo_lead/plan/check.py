@@ -49,13 +49,13 @@ def gpus_of_job(cfg: Any) -> int:
 
 
 def device_gpu(settings: PlanSettings) -> tuple[GPU, float]:
-    """The GPU kind (`plan.gpu`, else this machine's) and its GiB (`plan.gpu_memory_gb`, else this machine's)."""
+    """The GPU kind (`plan.gpu`, else this machine's) and its GiB (`plan.gpu_memory_gib`, else this machine's)."""
     props = torch.cuda.get_device_properties(torch.cuda.current_device())
     try:
         gpu = gpu_named(settings.gpu or props.name)
     except ValueError:
         gpu = gpu_named("h100")  # unknown kinds are timed as an H100; the memory is this device's
-    memory = settings.gpu_memory_gb if settings.gpu_memory_gb is not None else props.total_memory / GIB
+    memory = settings.gpu_memory_gib if settings.gpu_memory_gib is not None else props.total_memory / GIB
     return gpu, memory
 
 
@@ -65,7 +65,7 @@ def check_job(name: str, cfg: Any, kind: str, *, gpus: int, gpu: GPU, memory_gib
     hf_config, divisible = hf_config_of(cfg.actor.model)
     shape = job_shape(cfg, kind, hf_config, gpus=gpus, settings=settings, vocab_divisible_by=divisible, gpu=gpu,
                       memory_gib=memory_gib)
-    reserve = settings.value("reserve_gb")
+    reserve = settings.value("reserve_gib")
     plan = plan_job(shape, gpu, memory_gib=memory_gib, reserve_gib=reserve)
     if plan.fits:
         return None

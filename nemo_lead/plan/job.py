@@ -12,7 +12,7 @@ the generation phase adds the engine's copy of the whole model (`engine_copy`) a
 buffers (`refit_buckets`: (TP + 1) x engine.refit_bucket_mb), and the engine's KV cache, temporaries and
 rows are those of one TP1 replica per GPU; without offload the copy lives through the update too. Each phase reports the pipeline stage whose rank needs most (every TP rank
 of a stage needs the same, but for the sampler: TP rank 0 of the last stage) and the worst DP rank's slice of
-the distributed optimizer. What is left is the GPU's memory less `plan.reserve_gb` less the phase's total.
+the distributed optimizer. What is left is the GPU's memory less `plan.reserve_gib` less the phase's total.
 
 The job's configuration is read by attribute (an `SFTConfig` / `RLConfig`, or anything with the same
 sections), so this layer imports no training code.
@@ -134,7 +134,7 @@ def job_shape(cfg: Any, kind: str, hf_config: dict, *, gpus: int, settings: Plan
     options = engine_options(e, tp=a.tp, pp=a.pp, generator_ranks=r.generator_ranks)
     if len(options) > 1:
         return dataclasses.replace(shape, engine_tp1=auto_engine_tp1(
-            shape, gpu, memory_gib=memory_gib, reserve_gib=settings.value("reserve_gb")) if gpu else False)
+            shape, gpu, memory_gib=memory_gib, reserve_gib=settings.value("reserve_gib")) if gpu else False)
     return dataclasses.replace(shape, engine_tp1=options[0]) if options else shape
 
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 PLAN_CHECKS = ("error", "warn", "off")
-DEFAULTS = {"reserve_gb": 3.0, "prompt_tokens": 1024, "response_fraction": 1.0}
+DEFAULTS = {"reserve_gib": 3.0, "prompt_tokens": 1024, "response_fraction": 1.0}
 
 
 @dataclass
@@ -20,8 +20,8 @@ class PlanSettings:
     # (says so and starts) | off. None: error on GPUs; jobs on CPUs are not checked (no GPU memory to plan)
     check: Optional[str] = None
     gpu: Optional[str] = None  # h100 | h200 | a100 | a100-40 | b200; None: the device the job finds
-    gpu_memory_gb: Optional[float] = None  # GiB per GPU; None: the GPU's
-    reserve_gb: Optional[float] = None  # GiB per GPU not for tensors (CUDA context, NCCL, allocator); None: 3
+    gpu_memory_gib: Optional[float] = None  # GiB per GPU; None: the GPU's
+    reserve_gib: Optional[float] = None  # GiB per GPU not for tensors (CUDA context, NCCL, allocator); None: 3
     prompt_tokens: Optional[int] = None  # RL: the longest prompt, in tokens (the data is not read); None: 1024
     response_fraction: Optional[float] = None  # RL step time: mean response / max_tokens (memory: max); None: 1
 
@@ -30,12 +30,12 @@ class PlanSettings:
             self.check = "off"
         if self.check is not None and self.check not in PLAN_CHECKS:
             raise ValueError(f"plan.check must be one of {', '.join(PLAN_CHECKS)}, got {self.check!r}")
-        for key in ("gpu_memory_gb", "prompt_tokens", "response_fraction"):
+        for key in ("gpu_memory_gib", "prompt_tokens", "response_fraction"):
             value = getattr(self, key)
             if value is not None and value <= 0:
                 raise ValueError(f"plan.{key} must be > 0, got {value}")
-        if self.reserve_gb is not None and self.reserve_gb < 0:
-            raise ValueError(f"plan.reserve_gb must be >= 0, got {self.reserve_gb}")
+        if self.reserve_gib is not None and self.reserve_gib < 0:
+            raise ValueError(f"plan.reserve_gib must be >= 0, got {self.reserve_gib}")
         if self.response_fraction is not None and self.response_fraction > 1:
             raise ValueError(f"plan.response_fraction must be <= 1 (a share of max_tokens), got {self.response_fraction}")
         if self.gpu is not None:

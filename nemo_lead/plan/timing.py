@@ -64,7 +64,7 @@ def gpu_named(name: str) -> GPU:
     for g in sorted(GPUS.values(), key=lambda g: -len(g.name)):
         if g.name.split("-")[0] in key and (g.name != "a100-40" or "40" in key):
             return g
-    raise ValueError(f"unknown GPU {name!r}: one of {', '.join(GPUS)} (or give plan.gpu_memory_gb)")
+    raise ValueError(f"unknown GPU {name!r}: one of {', '.join(GPUS)} (or give plan.gpu_memory_gib)")
 
 
 def update_fraction(tokens_per_microbatch: int) -> float:

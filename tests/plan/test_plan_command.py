@@ -27,7 +27,7 @@ def _plan(tmp_path, *args):
 
 
 def test_the_14b_recipe_fits_8_h100_and_its_numbers_are_the_hand_computed_ones(tmp_path):
-    rc, p = _plan(tmp_path, "lead-14b", "--stage", "stage1", "--gpus", "8", "--gpu-memory-gb", "80", R14B)
+    rc, p = _plan(tmp_path, "lead-14b", "--stage", "stage1", "--gpus", "8", "--gpu-memory-gib", "80", R14B)
     assert rc == 0 and p["fits"] and p["layout"] == {"tp": 8, "pp": 1, "dp": 1}
     assert p["gpu_memory_bytes"] == 80 * 2**30
     # R1-Distill-Qwen-14B at TP8: embedding and output 152064 / 8 rows of 5120; per layer two norms, proj
@@ -50,7 +50,7 @@ def test_the_14b_recipe_fits_8_h100_and_its_numbers_are_the_hand_computed_ones(t
     assert p["step_seconds"]["total"] > p["step_seconds"]["generation"] > p["step_seconds"]["update"] > 0
     # without the budget the cache grows by half from 1,024 + 8 + 16 positions: the peak holds the last size
     # and half the one before (`nemo_lead.generation.kv_cache.KVCache.reserve`)
-    rc, q = _plan(tmp_path, "lead-14b", "--stage", "stage1", "--gpus", "8", "--gpu-memory-gb", "80", R14B,
+    rc, q = _plan(tmp_path, "lead-14b", "--stage", "stage1", "--gpus", "8", "--gpu-memory-gib", "80", R14B,
                   "stages.stage1.engine.kv_cache_gib=null", "stages.stage1.engine.max_batch_size=128")
     previous, final = grown_capacities(1024 + 8 + 16, 1024 + 14336)
     assert q["per_gpu_bytes"]["generation"]["kv_cache"] == 128 * final * slot + 128 * previous * slot // 2
