@@ -9,8 +9,8 @@ megatron's writer writes them (`nemo_lead.checkpoint_hashing` records each one's
 `STREAMED_DIR`); each rank takes those records for the files it wrote and reads back the others (the small
 files nemo-lead writes itself, and every file when a megatron release's writer does not take the hook),
 rank 0 gathers the entries, removes the records and writes manifest.json last, atomically, before the
-folder gets its final name. A checkpoint without a manifest is never complete. Ownership follows the writers' own file
-names: dist_checkpointing's `__R_N.distcp` and the RNG part's `rank_R.pt` are rank R's; the rest (metadata,
+folder gets its final name. A checkpoint without a manifest is never complete. Ownership follows the
+writers' own file names: dist_checkpointing's `__R_N.distcp` and the RNG part's `rank_R.pt` are rank R's; the rest (metadata,
 common state, meta.json, the tokenizer) rank 0's.
 
 Checking (`check_files`): sizes of every file, hashes of a share of them (a rank checks every world-th file,
@@ -74,9 +74,8 @@ def owner(relpath: str, world_size: int) -> int:
 
 
 def _files(folder: Path) -> list[str]:
-    return sorted(rel for p in folder.rglob("*")
-                  if p.is_file() and p.name != MANIFEST_FILE
-                  and not (rel := p.relative_to(folder).as_posix()).startswith(STREAMED_DIR + "/"))
+    rels = (p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file() and p.name != MANIFEST_FILE)
+    return sorted(rel for rel in rels if not rel.startswith(STREAMED_DIR + "/"))
 
 
 def streamed_entries(folder: str | Path, rank: int, world_size: int) -> dict[str, dict[str, Any]]:
