@@ -9,11 +9,13 @@ import builtins
 import io
 import json
 import types
+import warnings
 import zlib
 
 import pytest
 from distributed import run_distributed
 
+from nemo_lead import checkpoint_hashing
 from nemo_lead.checkpoint_hashing import HashingWriter, hash_writes_into, hooked_open, warn_unless_streamed
 from nemo_lead.checkpoint_manifest import STREAMED_DIR, entries_of_rank, file_entry, streamed_entries
 
@@ -85,7 +87,7 @@ def test_a_seek_on_the_hashing_stream_raises(tmp_path):
             stream.seek(0)
 
 
-def test_a_file_of_another_size_than_its_record_is_read_back(tmp_path):
+def test_a_file_of_another_size_than_its_record_is_read_back(tmp_path, monkeypatch):
     _write_through_hook(tmp_path, "__0_0.distcp", [b"first bytes"])
     with open(tmp_path / "__0_0.distcp", "ab") as f:  # changed after the streamed record was written
         f.write(b" and more")
@@ -94,8 +96,13 @@ def test_a_file_of_another_size_than_its_record_is_read_back(tmp_path):
     entries = entries_of_rank(tmp_path, 0, 1, counts)
     assert entries == {"__0_0.distcp": file_entry(tmp_path / "__0_0.distcp"), "meta.json": file_entry(tmp_path / "meta.json")}
     assert counts == {"in_write": 0, "read_back": 22, "distcp_in_write": 0, "distcp_read_back": 20}
+    monkeypatch.setattr(checkpoint_hashing, "_warned", False)
     with pytest.warns(UserWarning, match="no dist_checkpointing shard file was hashed while written"):
         warn_unless_streamed(tmp_path, counts)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        warn_unless_streamed(tmp_path, counts)  # once per process
+        warn_unless_streamed(tmp_path, {**counts, "distcp_in_write": 1})
 
 
 def test_an_unreadable_record_means_a_read_back(tmp_path):
