@@ -1,7 +1,9 @@
 """What the checkpoint manifest's hash costs (`nemo_lead.checkpoint_manifest`): MB/s of CRC-32 (the one it
 uses) beside the standard library's other hashes (and xxhash's, where that package is installed), over bytes
 in memory and over a file just written (in the page cache, as a rank's own shards are when it hashes them
-after a save), and the seconds that read-back adds to one save of a rank's share of a checkpoint.
+after a save), the seconds that read-back adds to one save of a rank's share of a checkpoint, and what
+hashing while writing (`nemo_lead.checkpoint_hashing.HashingWriter`, how the shards are hashed since
+2026-12-02) costs beside a plain write of the same bytes (page cache, no fsync: the worst case for the ratio).
 
     python bench/manifest_hash.py [--mb 256] [--checkpoint-gib 193 --ranks 8]
 
@@ -18,6 +20,7 @@ import tempfile
 import time
 import zlib
 
+from nemo_lead.checkpoint_hashing import HashingWriter
 from nemo_lead.checkpoint_manifest import file_entry
 
 try:  # optional: not a dependency of nemo-lead (see docs/faults.md); measured when present
@@ -60,12 +63,32 @@ def main() -> None:
         print(f"{'read alone':<14} page cache: {read / 1e6:7.0f} MB/s (the floor of any read-back)")
     print(f"read-back per save: {share / 2**30:.1f} GiB per rank ({args.checkpoint_gib:g} GiB / {args.ranks} ranks) "
           f"= {share / rate:.0f} s at this CRC-32 rate, {share / read:.0f} s for the reading alone")
+    with tempfile.TemporaryDirectory(dir=os.environ.get("TMPDIR")) as tmp:
+        times = {False: [], True: []}
+        for _ in range(4):  # interleaved, so that load from other jobs falls on both alike
+            for hashing in (False, True):
+                times[hashing].append(_timed(_write, tmp, data, hashing))
+                os.remove(os.path.join(tmp, "shard"))
+        plain, hashed = min(times[False]), min(times[True])
+    print(f"{'plain write':<14} page cache: {len(data) / plain / 1e6:7.0f} MB/s (64 MiB writes)")
+    print(f"{'hashing write':<14} page cache: {len(data) / hashed / 1e6:7.0f} MB/s (HashingWriter, the same writes): "
+          f"{hashed / plain:.2f}x the plain write's time; per save {share * (hashed - plain) / len(data):.0f} s of CPU "
+          f"per rank's writer instead of the {share / rate:.0f} s read-back")
 
 
 def _read(path: str) -> None:
     with open(path, "rb") as f:
         while f.read(8 << 20):
             pass
+
+
+def _write(folder: str, data: bytes, hashing: bool) -> None:
+    view = memoryview(data)
+    with open(os.path.join(folder, "shard"), "wb") as raw:
+        stream = HashingWriter(raw, "shard", os.path.join(folder, "records")) if hashing else raw
+        for i in range(0, len(view), 64 << 20):
+            stream.write(view[i:i + (64 << 20)])
+        stream.close()
 
 
 def _timed(fn, *args) -> float:

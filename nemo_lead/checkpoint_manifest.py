@@ -4,11 +4,13 @@ checkpoint damaged after it was written (flipped bytes, a truncated file, a part
     step_000100/manifest.json   {"format": 1, "hash": "crc32", "files": {"model/__0_0.distcp":
                                  {"size": 123, "crc32": "9f3c01aa"}, "meta.json": {...}, ...}}
 
-Writing (`nemo_lead.models.checkpoint.save_checkpoint`): each rank hashes the files it wrote itself, right
-after writing them (still in the page cache: the shards of a rank are read back from memory, not from the
-disk), rank 0 gathers the entries and writes manifest.json last, atomically, before the folder gets its
-final name. A checkpoint without a manifest is never complete. Ownership follows the writers' own file
-names: dist_checkpointing's `__R_N.distcp` and the RNG part's `rank_R.pt` are rank R's; the rest (metadata,
+Writing (`nemo_lead.models.checkpoint.save_checkpoint`): dist_checkpointing's shard files are hashed while
+megatron's writer writes them (`nemo_lead.checkpoint_hashing` records each one's size and CRC-32 in
+`STREAMED_DIR`); each rank takes those records for the files it wrote and reads back the others (the small
+files nemo-lead writes itself, and every file when a megatron release's writer does not take the hook),
+rank 0 gathers the entries, removes the records and writes manifest.json last, atomically, before the
+folder gets its final name. A checkpoint without a manifest is never complete. Ownership follows the
+writers' own file names: dist_checkpointing's `__R_N.distcp` and the RNG part's `rank_R.pt` are rank R's; the rest (metadata,
 common state, meta.json, the tokenizer) rank 0's.
 
 Checking (`check_files`): sizes of every file, hashes of a share of them (a rank checks every world-th file,
@@ -21,21 +23,26 @@ Cheap on purpose (standard library only): `nemo-lead check` and the loops' resum
 from __future__ import annotations
 
 import json
+import logging
 import re
+import shutil
 import time
 import zlib
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote
 
 from nemo_lead.files import write_atomic
 
 MANIFEST_FILE = "manifest.json"
+STREAMED_DIR = ".streamed-crc32"  # the records of files hashed as they were written, removed before sealing
 MANIFEST_FORMAT = 1
 DAMAGED_PREFIX = ".damaged-"
 NO_MANIFEST = (f"no {MANIFEST_FILE} (written by a nemo-lead from before manifests, or the file was deleted; "
                "`nemo-lead check RUN --seal` writes one for the files as they are)")
 _CHUNK = 8 << 20
 _OWNED = (re.compile(r"^__(\d+)_\d+\.distcp$"), re.compile(r"^rank_(\d+)\.pt$"))
+_log = logging.getLogger(__name__)
 
 
 class CheckpointDamaged(ValueError):
@@ -67,14 +74,56 @@ def owner(relpath: str, world_size: int) -> int:
 
 
 def _files(folder: Path) -> list[str]:
-    return sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*")
-                  if p.is_file() and p.name != MANIFEST_FILE)
+    rels = (p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file() and p.name != MANIFEST_FILE)
+    return sorted(rel for rel in rels if not rel.startswith(STREAMED_DIR + "/"))
 
 
-def entries_of_rank(folder: str | Path, rank: int, world_size: int) -> dict[str, dict[str, Any]]:
-    """Manifest entries of the files `rank` wrote into `folder`."""
+def streamed_entries(folder: str | Path, rank: int, world_size: int) -> dict[str, dict[str, Any]]:
+    """relpath -> {"size", "crc32"} recorded while `rank`'s files were written (`nemo_lead.checkpoint_hashing`);
+    only this rank's records are opened. An unreadable record counts as none (the file is read back)."""
+    records = Path(folder) / STREAMED_DIR
+    out = {}
+    for record in sorted(records.glob("*.json")) if records.is_dir() else []:
+        rel = unquote(record.name[:-len(".json")])
+        if owner(rel, world_size) != rank:
+            continue
+        try:
+            entry = json.loads(record.read_text())
+            out[rel] = {"size": int(entry["size"]), "crc32": str(entry["crc32"])}
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+    return out
+
+
+def entries_of_rank(folder: str | Path, rank: int, world_size: int,
+                    counts: dict[str, int] | None = None) -> dict[str, dict[str, Any]]:
+    """Manifest entries of the files `rank` wrote into `folder`: a file's streamed record when there is one
+    of the file's size, else the file read back. `counts` (when given) gets the bytes hashed each way:
+    "in_write" and "read_back", and of these the dist_checkpointing shards' ("distcp_in_write",
+    "distcp_read_back")."""
     folder = Path(folder)
-    return {rel: file_entry(folder / rel) for rel in _files(folder) if owner(rel, world_size) == rank}
+    streamed = streamed_entries(folder, rank, world_size)
+    counts = {} if counts is None else counts
+    for key in ("in_write", "read_back", "distcp_in_write", "distcp_read_back"):
+        counts.setdefault(key, 0)
+    entries = {}
+    for rel in _files(folder):
+        if owner(rel, world_size) != rank:
+            continue
+        path, record = folder / rel, streamed.get(rel)
+        how = "in_write" if record is not None and record["size"] == path.stat().st_size else "read_back"
+        entries[rel] = record if how == "in_write" else file_entry(path)
+        counts[how] += entries[rel]["size"]
+        if rel.endswith(".distcp"):
+            counts[f"distcp_{how}"] += entries[rel]["size"]
+    _log.debug("%s, rank %d: %d bytes hashed while written, %d read back", folder, rank, counts["in_write"],
+               counts["read_back"])
+    return entries
+
+
+def remove_streamed(folder: str | Path) -> None:
+    """Remove the records of files hashed while written (after every rank has read its own)."""
+    shutil.rmtree(Path(folder) / STREAMED_DIR, ignore_errors=True)
 
 
 def write_manifest(folder: str | Path, entries: dict[str, dict[str, Any]]) -> None:

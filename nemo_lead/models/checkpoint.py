@@ -6,7 +6,8 @@ Folder layout (one folder per saved step):
 
     run_dir/checkpoints/
       step_000100/
-        manifest.json    every other file's size and CRC-32, written last (`nemo_lead.checkpoint_manifest`):
+        manifest.json    every other file's size and CRC-32 (the shards' computed as they were written,
+                         `nemo_lead.checkpoint_hashing`), written last (`nemo_lead.checkpoint_manifest`):
                          a checkpoint that does not match it is never loaded
         meta.json        what was saved: format, step, the saving layout (tp/pp/dp), precision, layer spec,
                          vocab padding, the HF config (so the model can be rebuilt from the checkpoint alone)
@@ -63,7 +64,14 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from nemo_lead.checkpoint_manifest import CheckpointDamaged, check_files, entries_of_rank, write_manifest
+from nemo_lead.checkpoint_hashing import hash_writes_into, warn_unless_streamed
+from nemo_lead.checkpoint_manifest import (
+    CheckpointDamaged,
+    check_files,
+    entries_of_rank,
+    remove_streamed,
+    write_manifest,
+)
 from nemo_lead.checkpoint_meta import FORMAT_VERSION, read_checkpoint_meta
 from nemo_lead.megatron_compat import checkpoint_results_queue_dies_with_us
 from nemo_lead.parallel.ranks import dist_barrier, dist_rank, dist_world_size
@@ -131,11 +139,15 @@ def _gather(value: Any) -> list[Any]:
 
 
 def seal_checkpoint(folder: Path) -> None:
-    """Collective, last step of a save: every rank hashes the files it wrote, rank 0 writes the manifest
+    """Collective, last step of a save: every rank collects the entries of the files it wrote (hashed while
+    written, or read back), rank 0 removes the records of the streamed hashes and writes the manifest
     (`nemo_lead.checkpoint_manifest`)."""
     dist_barrier()
-    entries = _gather(entries_of_rank(folder, dist_rank(), dist_world_size()))
+    counts: dict[str, int] = {}
+    entries = _gather(entries_of_rank(folder, dist_rank(), dist_world_size(), counts))
+    warn_unless_streamed(folder, counts)
     if dist_rank() == 0:
+        remove_streamed(folder)
         write_manifest(folder, {k: v for part in entries for k, v in part.items()})
 
 
@@ -241,9 +253,10 @@ def save_checkpoint(
         **(extra_meta or {}),
     }
     with atomic_dir(path) as tmp:
-        save_model_state(model, tmp / "model")
-        for name, write in (extra_parts or {}).items():
-            write(tmp / name)
+        with hash_writes_into(tmp):  # the shards' CRC-32 as megatron writes them (nemo_lead.checkpoint_hashing)
+            save_model_state(model, tmp / "model")
+            for name, write in (extra_parts or {}).items():
+                write(tmp / name)
         if dist_rank() == 0:
             if tokenizer_dir is not None:
                 (tmp / "tokenizer").mkdir()
