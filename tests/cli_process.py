@@ -6,8 +6,9 @@ run importing torch, megatron-core and transformers. Here the processes are fork
 fork server, which imported those once (`PRELOAD`); each child is otherwise a fresh CLI process: a session of
 its own (so `os.killpg` reaches it and its helpers), the environment and working directory it is given, the
 platform's default multiprocessing start method, stdout and stderr in files read back when it ends, and
-Python's exit handlers run at its end. The local launcher's ranks, verifier workers and SLURM tasks it starts
-are fresh interpreters as in a real run.
+Python's exit handlers run at its end. The local launcher's ranks are forked from the warm child too
+(NEMO_LEAD_TEST_RANK_START=fork, `nemo_lead.parallel.local.rank_start_method`; each still runs the rank's
+start-up from the top); verifier workers and SLURM tasks it starts are fresh interpreters as in a real run.
 
 What a warm child does not see is its own import of those packages: tests about start-up (the first line
 before the heavy imports, the import-warning filter) start a fresh interpreter (`fresh=True`, or
@@ -23,7 +24,10 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
+
+from nemo_lead.parallel.local import RANK_START_ENV
 
 CLI = [sys.executable, "-m", "nemo_lead.cli"]
 PRELOAD = ["nemo_lead", "torch", "megatron.core", "transformers", "nemo_lead.cli", "nemo_lead.training.sft",
@@ -82,6 +86,7 @@ class CLIProcess:
                                                cwd=cwd, start_new_session=True)
             self.pid = self._popen.pid
         else:
+            env.setdefault(RANK_START_ENV, "fork")
             self._proc = _context().Process(target=_child, args=(list(argv), env, None if cwd is None else str(cwd),
                                                                  self._out, self._err), name="nemo-lead")
             self._proc.start()
@@ -116,11 +121,37 @@ class CLIProcess:
 
     def close(self) -> None:
         """Kill what is left of its session (the process if it still runs; ranks or helpers a killed process
-        left behind), then remove its output files."""
+        left behind, in process groups of their own) and wait until none of it is left, then remove its output
+        files. Waiting matters: a killed rank holds the run folder's lock until the kernel has torn it down,
+        so a rerun started at once could find the folder still in use."""
         self.kill_group()
         if self.poll() is None:
             self.wait(30)
+        deadline = time.monotonic() + 30
+        while (left := session_members(self.pid)) and time.monotonic() < deadline:
+            for pid in left:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            time.sleep(0.02)
         self._folder.cleanup()
+
+
+def session_members(sid: int) -> list[int]:
+    """Pids of the live (not zombie) processes in session `sid`, from /proc."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:  # gone meanwhile
+            continue
+        if fields[0] != "Z" and int(fields[3]) == sid:  # state, ppid, pgrp, session
+            found.append(int(entry))
+    return found
 
 
 def run(argv: list[str], env: dict[str, str] | None = None, cwd: str | Path | None = None, timeout: float = 240,

@@ -154,6 +154,20 @@ def _forward_stop_signals(procs: Sequence[mp.process.BaseProcess]) -> dict:
     return {sig: signal.signal(sig, forward) for sig in FORWARDED_SIGNALS}
 
 
+RANK_START_ENV = "NEMO_LEAD_TEST_RANK_START"  # tests only: how the local launcher starts its ranks
+
+
+def rank_start_method() -> str:
+    """How `run_command` starts local ranks: "spawn" (fresh interpreters), unless NEMO_LEAD_TEST_RANK_START
+    says "fork". The tests' CLI processes (tests/cli_process.py) are forked from an interpreter that has
+    imported torch and megatron-core already, so forking their ranks skips those imports in every rank (the
+    ranks still run `_rank_main` from the top: their own process group, held stop signals, environment)."""
+    method = os.environ.get(RANK_START_ENV, "spawn")
+    if method not in ("spawn", "fork"):
+        raise ValueError(f"{RANK_START_ENV} must be spawn or fork, got {method!r}")
+    return method
+
+
 def run_command(
     name: str,
     job: Callable[..., Any],
@@ -167,7 +181,8 @@ def run_command(
 
     Started under torchrun / srun, the job runs on the ranks the launcher gave. Started as one plain
     process, it runs here when `ranks` is 1, else re-launches itself on `ranks` local ranks (`run_local`,
-    "spawn": fresh interpreters, so nothing of this process's state leaks into the ranks).
+    "spawn": fresh interpreters, so nothing of this process's state leaks into the ranks; the tests may ask
+    for "fork", see `rank_start_method`).
     `preflight()` runs first, in this process only: checks that should fail before any rank starts.
     Exit status: 0 done; 1 a rank failed (its traceback is printed) or stopped with a `JobError`; 2 bad input -- a ValueError or OSError
     from the preflight or the job, printed as `nemo-lead NAME: message` (the messages name the file / key).
@@ -182,7 +197,7 @@ def run_command(
             return 128 + getattr(signal, held_stop_signal())
         if detect_launch(os.environ).world_size == 1 and ranks > 1:
             (log or _to_stderr)(f"[{name}] starting {ranks} local ranks")
-            run_local(job, ranks, args=args, start_method="spawn")
+            run_local(job, ranks, args=args, start_method=rank_start_method())
         else:
             job(*args)
     except (RankFailed, JobError) as e:
