@@ -66,9 +66,10 @@ class EngineConfig:
     # at its TP / PP (actor.tp / actor.pp; eval and generate: tp / pp); a number equal to that layout means
     # the same. rl only: engine.tp=1 engine.pp=1 over a larger actor layout gives every rank a TP1 copy of
     # the weights, rebuilt in memory after every update, each rank an engine replica generating its share
-    # of the prompts. auto (the default): rl on GPUs takes whichever of the two the plan finds faster among
-    # those that fit, printed at start; without a GPU, and in eval / generate, the actor's
-    # (docs/engine-layout.md). Other engine layouts are not implemented yet
+    # of the prompts; engine.tp=b engine.pp=1 (b dividing actor.tp) makes each run of b ranks a replica
+    # holding TP-b shards. auto (the default): rl on GPUs takes whichever of the actor's layout and TP1 x
+    # PP1 the plan finds faster among those that fit, printed at start; without a GPU, and in eval /
+    # generate, the actor's (docs/engine-layout.md). Other engine layouts are not implemented yet
     tp: str = AUTO
     pp: str = AUTO
     refit_bucket_mb: float = 512  # megatron, engine layout of its own: weights gathered per collective, in MB
