@@ -4,6 +4,7 @@ replicas of two ranks each), tiny Qwen2 with 4 KV groups, fp32, CPU/gloo, four r
 - Rollouts: the two TP2 replicas (`generate_all`: each generates half the prompts, every sample on the
   stream it has in the whole call) sample exactly the tokens a TP1 model from the same HF folder samples
   for all the prompts in one call, and the tokens of engine.tp=1 over the same actor; log-probs to 1e-5.
+  So do two engine TP2 x PP1 replicas over an actor at TP2 x PP2.
 - Resharding: every tensor of the engine's copy on each rank equals that rank's shard of a TP2 model
   loaded from the HF folder (the slice of the HF tensor it should hold), the vocabulary tables whole.
 - Refit: after the actor's weights change, the copy holds the new shards.
@@ -27,11 +28,11 @@ def tiny(tmp_path_factory):
                                 num_key_value_heads=4))
 
 
-def _build(hf_dir, tp):
+def _build(hf_dir, tp, pp=1):
     from nemo_lead.models import build_gpt, load_hf_weights
     from nemo_lead.parallel import init_parallel
 
-    info = init_parallel(tp, 1)
+    info = init_parallel(tp, pp)
     model = build_gpt(hf_dir, info, "fp32", init=False)
     load_hf_weights(model, hf_dir)
     return info, model
@@ -67,11 +68,14 @@ def _job(hf_dir):
             p.mul_(1.5)
     engine.refit(model)
     out["after"] = {k: v.clone() for k, v in engine.model.tensors.items()}
+    destroy_parallel(keep_process_group=True)
+    info, model = _build(hf_dir, 2, 2)  # engine.tp = actor.tp over an actor at PP2: engine TP2 x PP1 replicas
+    out["pp2"] = rollouts(info, MegatronEngine(model, max_batch_size=4, own_copy=True, engine_tp=2))
     destroy_parallel()
     return out
 
 
-def test_engine_tp2_replicas_over_a_tp4_actor_sample_the_tp1_tokens_and_hold_tp2_shards(tiny):
+def test_engine_tp2_replicas_over_tp4_and_tp2_pp2_actors_sample_the_tp1_tokens_and_hold_tp2_shards(tiny):
     from nemo_lead.models.hf_weights import HFReader
 
     ranks = run_distributed(_job, 4, tiny)
@@ -82,7 +86,7 @@ def test_engine_tp2_replicas_over_a_tp4_actor_sample_the_tp1_tokens_and_hold_tp2
     vocab = {"embedding.word_embeddings.weight": "model.embed_tokens.weight", "output_layer.weight": "lm_head.weight"}
     for i, rank in enumerate(ranks):
         assert rank["replicas"] == (2, i // 2)
-        for layout in ("tp2", "tp1_copy"):
+        for layout in ("tp2", "tp1_copy", "pp2"):
             assert [[r[0] for r in rs] for rs in rank[layout]] == tokens, (i, layout)
             err = max(abs(x - y) for g, w in zip(rank[layout], ref) for a, b in zip(g, w) for x, y in zip(a[1], b[1]))
             assert err < 1e-5, (i, layout, err)
