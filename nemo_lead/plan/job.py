@@ -234,9 +234,7 @@ def plan_job(s: JobShape, gpu: GPU, *, memory_gib: float | None = None, reserve_
     stages: dict[str, int] = {}
     rows = 0
     optimizer = 0  # the most optimizer bytes of one rank over the stages
-    # the copy at engine TP b: its layers' shards (counted with the vocabulary sharded too; the engine keeps the
-    # vocabulary tables whole, V x h more per GPU at b > 1)
-    copy = _static(s.arch, s.engine_tp, 1, 1, 0, s.precision, False, s.vocab_divisible_by)[0].weights if s.engine_tp1 else 0
+    copy = _engine_copy_bytes(s) if s.engine_tp1 else 0
     for stage in range(s.pp):
         st, largest = _static(s.arch, s.tp, s.pp, s.dp, stage, s.precision, s.distributed_optimizer,
                               s.vocab_divisible_by)
@@ -265,6 +263,16 @@ def plan_job(s: JobShape, gpu: GPU, *, memory_gib: float | None = None, reserve_
     return JobPlan(shape=s, gpu=gpu, memory_bytes=memory, usable_bytes=usable, phases=phases, stages=stages,
                    tokens_per_microbatch=tokens, microbatches=mbs, engine_rows=rows, time=time,
                    host_bytes_per_node=host)
+
+
+def _engine_copy_bytes(s: JobShape) -> int:
+    """The engine's copy at engine TP b on one GPU: its shards of the layers, and the vocabulary tables whole
+    (`nemo_lead.generation.engine_copy` keeps them whole at any b: the TP-b shards' count plus the rest)."""
+    b = s.engine_tp
+    sharded = _static(s.arch, b, 1, 1, 0, s.precision, False, s.vocab_divisible_by)[0].weights
+    tables = 1 if s.arch.tied_embeddings else 2
+    rows = padded_vocab_size(s.arch.vocab_size, s.vocab_divisible_by * b)
+    return sharded + tables * rows * s.arch.hidden_size * DTYPE_BYTES[s.precision] * (b - 1) // b
 
 
 def _generation(s: JobShape, stage: int, e: int):
