@@ -66,9 +66,10 @@ class EngineConfig:
     # at its TP / PP (actor.tp / actor.pp; eval and generate: tp / pp); a number equal to that layout means
     # the same. rl only: engine.tp=1 engine.pp=1 over a larger actor layout gives every rank a TP1 copy of
     # the weights, rebuilt in memory after every update, each rank an engine replica generating its share
-    # of the prompts. auto (the default): rl on GPUs takes whichever of the two the plan finds faster among
-    # those that fit, printed at start; without a GPU, and in eval / generate, the actor's
-    # (docs/engine-layout.md). Other engine layouts are not implemented yet
+    # of the prompts; engine.tp=b engine.pp=1 (b dividing actor.tp) makes each run of b ranks a replica
+    # holding TP-b shards. auto (the default): rl on GPUs takes whichever of the actor's layout and TP1 x
+    # PP1 the plan finds faster among those that fit, printed at start; without a GPU, and in eval /
+    # generate, the actor's (docs/engine-layout.md). Other engine layouts are not implemented yet
     tp: str = AUTO
     pp: str = AUTO
     refit_bucket_mb: float = 512  # megatron, engine layout of its own: weights gathered per collective, in MB
@@ -100,7 +101,7 @@ def engine_layout(cfg: EngineConfig, *, tp: int, pp: int) -> tuple[int, int]:
 
 
 def has_own_layout(cfg: EngineConfig, *, tp: int, pp: int) -> bool:
-    """The engine decodes on a TP1 x PP1 copy of its own (`engine.tp=1 engine.pp=1` over a larger layout)."""
+    """The engine decodes on a copy of its own (`engine.tp=b engine.pp=1`, b | tp, over a larger layout)."""
     return cfg.kind == "megatron" and engine_layout(cfg, tp=tp, pp=pp) != (tp, pp)
 
 
@@ -129,7 +130,7 @@ def check_engine_layout(cfg: EngineConfig, *, tp: int, pp: int, prefix: str = "a
                              f"chooses the model's layout or TP1 x PP1, and neither agrees with the value set")
         return
     layout = engine_layout(cfg, tp=tp, pp=pp)
-    if layout in ((tp, pp), (1, 1)) and (own_layout or layout == (tp, pp)):
+    if layout == (tp, pp) or (own_layout and layout[1] == 1 and tp % layout[0] == 0):
         return
     for key, own, mine in (("tp", tp, layout[0]), ("pp", pp, layout[1])):
         if mine != own:
@@ -141,8 +142,9 @@ def check_engine_layout(cfg: EngineConfig, *, tp: int, pp: int, prefix: str = "a
                                  f"for rl only): set engine.{key}={AT_THE_MODELS_LAYOUT} or engine.{key}={own}")
             raise ValueError(f"engine.tp={cfg.tp} engine.pp={cfg.pp} over {prefix}tp={tp} {prefix}pp={pp}: the "
                              f"engine runs at the model's layout (engine.tp=engine.pp={AT_THE_MODELS_LAYOUT}) or as "
-                             "TP1 x PP1 replicas (engine.tp=1 engine.pp=1); other engine layouts (TP or PP between "
-                             "1 and the model's) are not implemented yet")
+                             "replicas at one stage and a TP dividing the model's (engine.tp=b engine.pp=1, b | "
+                             f"{prefix}tp); other engine layouts (a PP of its own, a TP not dividing {prefix}tp) "
+                             "are not implemented yet")
 
 
 def engine_config_for(cfg: EngineConfig, source: Any) -> EngineConfig:
@@ -162,14 +164,15 @@ def engine_config_for(cfg: EngineConfig, source: Any) -> EngineConfig:
 
 def build_engine(cfg: EngineConfig, actor: Any, *, release_copy: bool = False) -> RolloutEngine:
     """The engine `cfg.kind` over `actor` (a GPTModel, a list of one chunk, or an object with `.model`).
-    megatron with a layout of its own (`has_own_layout` for the job's TP / PP): a TP1 copy per rank, freed
+    megatron with a layout of its own (`has_own_layout` for the job's TP / PP): a copy per engine replica, freed
     between generations when `release_copy` (`actor.offload_during_generation`)."""
     if cfg.kind == "megatron":
         from megatron.core import parallel_state as ps
 
-        own = has_own_layout(cfg, tp=ps.get_tensor_model_parallel_world_size(),
-                             pp=ps.get_pipeline_model_parallel_world_size())
+        tp, pp = ps.get_tensor_model_parallel_world_size(), ps.get_pipeline_model_parallel_world_size()
+        own = has_own_layout(cfg, tp=tp, pp=pp)
         return MegatronEngine(actor, max_batch_size=cfg.max_batch_size, max_prefill_tokens=cfg.max_prefill_tokens,
                               sync_every=cfg.sync_every, cuda_graphs=cfg.cuda_graphs, kv_cache_gib=cfg.kv_cache_gib,
-                              own_copy=own, refit_bucket_mb=cfg.refit_bucket_mb, release_copy=release_copy)
+                              own_copy=own, refit_bucket_mb=cfg.refit_bucket_mb, release_copy=release_copy,
+                              engine_tp=engine_layout(cfg, tp=tp, pp=pp)[0] if own else 1)
     return TrtllmEngine(actor, cfg.trtllm)

@@ -12,6 +12,11 @@ linears (`weight`, `bias`, `skip_bias_add`, taken from the actor's own modules),
 lookup (megatron's at TP1: rows of the table, [s, b, h]) and the output layer (h W^T). The actor's config
 is copied with TP = PP = 1, and the rotary embedding is the actor's own module (its inverse frequencies are
 the same on every rank). So the copy computes what a TP1 model with these weights computes in the engine.
+At an engine TP b > 1 (`tp`, `group`: the b ranks of one engine replica, `reshard.gather_tp1_weights` with
+`engine_tp`): the QKV / fc1 tensors hold this rank's heads / rows and proj / fc2 its columns, their outputs
+summed over `group` (`reduce_group`, read by the direct path) before the bias; the vocabulary tables are
+whole on every rank (simpler than gathering vocabulary shards, and every rank then computes the same
+logits, so the replica's ranks take the same sampling decisions), at V x h bytes more per rank.
 Refused with a clear error: non-gated MLPs, norms other than RMSNorm (what the direct path and the local
 spec support).
 """
@@ -33,6 +38,7 @@ class _Linear:
     weight: torch.Tensor
     bias: torch.Tensor | None
     skip_bias_add: bool
+    reduce_group: Any = None  # row-parallel at engine TP > 1: the output summed over this group
 
 
 @dataclass
@@ -92,14 +98,14 @@ class EngineModel(torch.nn.Module):
     """A TP1 x PP1 GPTModel's attributes over plain tensors (module docstring). `parameters()` yields the
     tensors (the engine reads dtype and device from the first)."""
 
-    def __init__(self, actor_model, tensors: dict[str, torch.Tensor]):
+    def __init__(self, actor_model, tensors: dict[str, torch.Tensor], tp: int = 1, group: Any = None):
         super().__init__()
         actor_model = unwrap_model(actor_model)
         check_copyable(actor_model)
         self.nemo_lead_info = model_info(actor_model)
         arch = self.nemo_lead_info.arch
         cfg = copy.copy(actor_model.config)
-        cfg.tensor_model_parallel_size, cfg.pipeline_model_parallel_size, cfg.sequence_parallel = 1, 1, False
+        cfg.tensor_model_parallel_size, cfg.pipeline_model_parallel_size, cfg.sequence_parallel = tp, 1, False
         self.config = cfg
         self.pre_process = self.post_process = True
         self.rotary_pos_emb = actor_model.rotary_pos_emb
@@ -109,7 +115,8 @@ class EngineModel(torch.nn.Module):
         eps, skip = cfg.layernorm_epsilon, _skip_bias_add(actor_model)
 
         def linear(name: str, key: str) -> _Linear:
-            return _Linear(tensors[name + ".weight"], tensors.get(name + ".bias"), skip[key])
+            row = key in ("proj", "fc2") and tp > 1
+            return _Linear(tensors[name + ".weight"], tensors.get(name + ".bias"), skip[key], group if row else None)
 
         layers = []
         for i in range(arch.num_layers):

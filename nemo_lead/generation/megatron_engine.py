@@ -165,6 +165,41 @@ class _SoloComm:
         return value
 
 
+class _ReplicaComm(_SoloComm):
+    """One engine replica on the `size` ranks of `group` (the copy at engine TP > 1, one stage): every rank
+    computes the full logits (the vocabulary tables are whole, `engine_copy`); the replica's first rank
+    samples and broadcasts the tokens, so its ranks take the same decisions bit for bit."""
+
+    def __init__(self, group, size: int, src: int, rank: int):
+        self.group, self.mp_size, self.src, self.is_sampler = group, size, src, rank == 0
+
+    def share(self, packed: torch.Tensor) -> torch.Tensor:
+        dist.broadcast(packed, src=self.src, group=self.group)
+        return packed
+
+
+def engine_tp_groups(engine_tp: int):
+    """(group, its global ranks, this rank's index in it) of this rank's engine replica: consecutive runs of
+    `engine_tp` ranks of each actor replica's model-parallel group (in its rank order). Every rank of the
+    world creates every group, in one order (new_group is collective over the world), once per engine."""
+    from megatron.core import parallel_state as ps
+
+    mp_ranks = dist.get_process_group_ranks(ps.get_model_parallel_group())
+    if len(mp_ranks) % engine_tp:
+        raise ValueError(f"engine.tp={engine_tp} must divide the {len(mp_ranks)} ranks holding one actor replica's "
+                         f"weights (actor.tp x actor.pp)")
+    every: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(every, tuple(mp_ranks))
+    mine = None
+    for ranks in sorted(set(every)):
+        for start in range(0, len(ranks), engine_tp):
+            chunk = list(ranks[start:start + engine_tp])
+            group = dist.new_group(chunk)
+            if dist.get_rank() in chunk:
+                mine = (group, chunk, chunk.index(dist.get_rank()))
+    return mine
+
+
 # ----------------------------------------------------------------------------- host bookkeeping
 @dataclass
 class _Seq:
@@ -196,6 +231,9 @@ class MegatronEngine:
         `nemo_lead.training.rollouts`). `refit`
         rebuilds the copy by collectives over the job's ranks (`nemo_lead.generation.reshard`, buckets of
         `refit_bucket_mb` MB): every rank must call `refit`, `wake` and `sleep` together.
+    engine_tp: with `own_copy`, the copy's TP (dividing actor.tp; the copy has one stage): each run of
+        `engine_tp` ranks of the model-parallel group is one replica (`engine_tp_groups`), holding its
+        TP shards of the weights and summing row-parallel outputs over its own group.
     release_copy: with `own_copy`, `sleep` frees the copy and the next `wake` rebuilds it from the actor
         (`actor.offload_during_generation`: the copy then lives only while the optimizer state is away).
 
@@ -209,7 +247,7 @@ class MegatronEngine:
     def __init__(self, model: Any, *, max_batch_size: int = 256, max_prefill_tokens: int = 16384,
                  sync_every: int | None = None, vocab_size: int | None = None, cuda_graphs: bool | None = None,
                  kv_cache_gib: float | None = None, own_copy: bool = False, refit_bucket_mb: float = 512,
-                 release_copy: bool = False):
+                 release_copy: bool = False, engine_tp: int = 1):
         if max_batch_size < 1 or max_prefill_tokens < 1:
             raise ValueError("max_batch_size and max_prefill_tokens must be >= 1")
         if sync_every is not None and sync_every < 1:
@@ -226,6 +264,9 @@ class MegatronEngine:
         self._vocab_size = vocab_size
         self._comm: _Comm | _SoloComm | None = _SoloComm() if own_copy else None
         self.own_copy, self.release_copy = own_copy, release_copy
+        if engine_tp < 1 or (engine_tp > 1 and not own_copy):
+            raise ValueError(f"engine_tp={engine_tp}: an engine TP of its own needs own_copy")
+        self.engine_tp, self._engine_group = engine_tp, None
         if refit_bucket_mb <= 0:
             raise ValueError(f"engine.refit_bucket_mb must be > 0, got {refit_bucket_mb!r}")
         self.refit_bucket_bytes = refit_bucket_mb * 1e6
@@ -249,15 +290,21 @@ class MegatronEngine:
             from megatron.core import parallel_state as ps
 
             group = ps.get_model_parallel_group()
-            self.replicas = (dist.get_world_size(group), dist.get_rank(group))
+            size, rank = dist.get_world_size(group), dist.get_rank(group)
+            self.replicas = (size // self.engine_tp, rank // self.engine_tp)
+            if self.engine_tp > 1:
+                self._engine_group = engine_tp_groups(self.engine_tp)
+                group, ranks, index = self._engine_group
+                self._comm = _ReplicaComm(group, len(ranks), ranks[0], index)
         self.model = self.runner = None
         if not self.release_copy:
             self._build_copy()
 
     def _build_copy(self) -> None:
         self.model = self.runner = None  # the old copy goes before the new one is gathered
-        tensors, stats = gather_tp1_weights(self._actor, self.refit_bucket_bytes, self._table)
-        self._point_at(EngineModel(self._actor, tensors), direct=True)
+        group, index = (None, 0) if self._engine_group is None else (self._engine_group[0], self._engine_group[2])
+        tensors, stats = gather_tp1_weights(self._actor, self.refit_bucket_bytes, self._table, self.engine_tp, index)
+        self._point_at(EngineModel(self._actor, tensors, self.engine_tp, group), direct=True)
         self.refit_stats = {**stats, "copy_bytes": self.model.nbytes}
 
     def _point_at(self, model, direct: bool | None = None) -> None:

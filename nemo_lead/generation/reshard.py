@@ -104,8 +104,8 @@ def engine_tp_shards(kind: str, pieces: list[torch.Tensor], engine_tp: int) -> l
     every split here is by whole consecutive blocks: QKV by query groups, gate / up each by rows, vocabulary
     rows (padded to the same size at any TP, `nemo_lead.models.hf_config.padded_vocab_size`), column / row
     blocks. engine_tp=1 is the TP1 tensor; engine_tp = the actor's TP gives the shards back. Tested against
-    the HF tensors (tests/generation/test_reshard_tp.py). No engine runs at a TP between 1 and the actor's
-    yet: this is the slicing such an engine's refit would do on each bucket."""
+    the HF tensors (tests/generation/test_reshard_tp.py). This is the slicing an engine at TP `engine_tp` does on each
+    gathered bucket (`gather_tp1_weights`'s `engine_tp`)."""
     if engine_tp < 1 or len(pieces) % engine_tp:
         raise ValueError(f"engine.tp={engine_tp} must divide the actor's TP ({len(pieces)} shards)")
     m = len(pieces) // engine_tp
@@ -113,9 +113,14 @@ def engine_tp_shards(kind: str, pieces: list[torch.Tensor], engine_tp: int) -> l
 
 
 @torch.no_grad()
-def gather_tp1_weights(model, bucket_bytes: float, table=None) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+def gather_tp1_weights(model, bucket_bytes: float, table=None, engine_tp: int = 1,
+                       engine_rank: int = 0) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
     """Every parameter of the whole model in the TP1 layout, on every rank (module docstring). Collective
-    over the job's ranks. `table`: `shard_table(model)`, computed here when not given."""
+    over the job's ranks. `table`: `shard_table(model)`, computed here when not given. `engine_tp` > 1 (an
+    engine at a TP of its own, dividing the actor's): each rank keeps only engine TP rank `engine_rank`'s
+    shard of each parameter (`engine_tp_shards` on the bucket just gathered), except the vocabulary tables,
+    kept whole (`nemo_lead.generation.engine_copy`: every rank of an engine replica computes the full
+    logits itself)."""
     from megatron.core import parallel_state as ps
 
     t0 = time.monotonic()
@@ -143,7 +148,11 @@ def gather_tp1_weights(model, bucket_bytes: float, table=None) -> tuple[dict[str
             dist.broadcast(gathered, src=dist.get_global_rank(pp_group, owner), group=pp_group)
         at = 0
         for (name, kind, shape, _, _), size in zip(bucket, sizes):
-            out[name] = _tp1(kind, [gathered[r, at:at + size].view(shape) for r in range(tp)])
+            pieces = [gathered[r, at:at + size].view(shape) for r in range(tp)]
+            if engine_tp == 1 or kind in (VOCAB, REPLICATED):
+                out[name] = _tp1(kind, pieces)
+            else:
+                out[name] = engine_tp_shards(kind, pieces, engine_tp)[engine_rank]
             at += size
         stats["bytes"] += gathered.numel() * gathered.element_size()
         stats["buckets"] += 1

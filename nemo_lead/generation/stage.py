@@ -123,6 +123,9 @@ class StageRunner:
     def _linear(module, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
         """megatron's Column/RowParallelLinear forward on one TP rank: (x W^T [+ b], bias left to add)."""
         out = torch.matmul(x, module.weight.t())
+        group = getattr(module, "reduce_group", None)  # the engine copy's row-parallel linears at TP > 1
+        if group is not None:
+            torch.distributed.all_reduce(out, group=group)
         if module.skip_bias_add:
             return out, module.bias
         return (out if module.bias is None else out + module.bias), None

@@ -63,9 +63,8 @@ def changes_of(base: JobShape, s: JobShape) -> dict[str, Any]:
                        ("kv_cache_gib", "engine.kv_cache_gib")):
         if getattr(s, field) != getattr(base, field):
             out[key] = getattr(s, field)
-    if s.engine_tp1 != base.engine_tp1:
-        value = 1 if s.engine_tp1 else "actor"
-        out.update({"engine.tp": value, "engine.pp": value})
+    if (s.engine_tp1, s.engine_tp) != (base.engine_tp1, base.engine_tp):
+        out.update({"engine.tp": s.engine_tp, "engine.pp": 1} if s.engine_tp1 else {"engine.tp": "actor", "engine.pp": "actor"})
     if s.recompute != base.recompute:
         r = s.recompute
         out["actor.recompute_granularity"] = r.granularity

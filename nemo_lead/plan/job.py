@@ -88,6 +88,8 @@ class JobShape:
     # model per GPU, rebuilt after every update in buckets of refit_bucket_mb MB
     engine_tp1: bool = False
     refit_bucket_mb: float = 512
+    # with engine_tp1: the copy's TP (engine.tp=b engine.pp=1, b | tp), one replica per b GPUs; 1 = TP1 x PP1
+    engine_tp: int = 1
 
     @property
     def dp(self) -> int:
@@ -96,7 +98,7 @@ class JobShape:
     @property
     def engine_layout(self) -> tuple[int, int, int]:
         """The engine's (TP, PP, replicas): the actor's layout, or TP1 x PP1 on every GPU."""
-        return (1, 1, self.gpus) if self.engine_tp1 else (self.tp, self.pp, self.dp)
+        return (self.engine_tp, 1, self.gpus // self.engine_tp) if self.engine_tp1 else (self.tp, self.pp, self.dp)
 
 
 def job_shape(cfg: Any, kind: str, hf_config: dict, *, gpus: int, settings: PlanSettings,
@@ -119,6 +121,7 @@ def job_shape(cfg: Any, kind: str, hf_config: dict, *, gpus: int, settings: Plan
         return JobShape(**common, longest=cfg.data.max_seq_len, sequences=cfg.global_batch)
     r, e = cfg.rollout, cfg.engine
     prompt_tokens = settings.value("prompt_tokens")
+    own = e.kind == "megatron" and _engine_value(e.pp, a.pp) == 1 and _engine_value(e.tp, a.tp) < a.tp * a.pp
     on_policy = cfg.old_logprobs == "auto" and cfg.ppo_epochs == 1 and cfg.minibatches == 1
     shape = JobShape(
         **common, longest=prompt_tokens + r.max_tokens, sequences=cfg.prompts_per_step * r.n,
@@ -128,10 +131,11 @@ def job_shape(cfg: Any, kind: str, hf_config: dict, *, gpus: int, settings: Plan
         max_prefill_tokens=e.max_prefill_tokens, sync_every=e.sync_every or 8, cuda_graphs=e.cuda_graphs,
         kv_cache_gib=e.kv_cache_gib, top_p=r.top_p,
         response_fraction=settings.value("response_fraction"),
-        engine_tp1=e.kind == "megatron" and (a.tp, a.pp) != (1, 1) and _engine_value(e.tp, a.tp) == 1
-        and _engine_value(e.pp, a.pp) == 1, refit_bucket_mb=e.refit_bucket_mb,
+        engine_tp1=own, refit_bucket_mb=e.refit_bucket_mb, engine_tp=_engine_value(e.tp, a.tp) if own else 1,
     )
     options = engine_options(e, tp=a.tp, pp=a.pp, generator_ranks=r.generator_ranks)
+    if options:  # auto: the actor's layout or TP1 x PP1
+        shape = dataclasses.replace(shape, engine_tp=1)
     if len(options) > 1:
         return dataclasses.replace(shape, engine_tp1=auto_engine_tp1(
             shape, gpu, memory_gib=memory_gib, reserve_gib=settings.value("reserve_gib")) if gpu else False)
@@ -230,7 +234,7 @@ def plan_job(s: JobShape, gpu: GPU, *, memory_gib: float | None = None, reserve_
     stages: dict[str, int] = {}
     rows = 0
     optimizer = 0  # the most optimizer bytes of one rank over the stages
-    copy = _static(s.arch, 1, 1, 1, 0, s.precision, False, s.vocab_divisible_by)[0].weights if s.engine_tp1 else 0
+    copy = _engine_copy_bytes(s) if s.engine_tp1 else 0
     for stage in range(s.pp):
         st, largest = _static(s.arch, s.tp, s.pp, s.dp, stage, s.precision, s.distributed_optimizer,
                               s.vocab_divisible_by)
@@ -259,6 +263,16 @@ def plan_job(s: JobShape, gpu: GPU, *, memory_gib: float | None = None, reserve_
     return JobPlan(shape=s, gpu=gpu, memory_bytes=memory, usable_bytes=usable, phases=phases, stages=stages,
                    tokens_per_microbatch=tokens, microbatches=mbs, engine_rows=rows, time=time,
                    host_bytes_per_node=host)
+
+
+def _engine_copy_bytes(s: JobShape) -> int:
+    """The engine's copy at engine TP b on one GPU: its shards of the layers, and the vocabulary tables whole
+    (`nemo_lead.generation.engine_copy` keeps them whole at any b: the TP-b shards' count plus the rest)."""
+    b = s.engine_tp
+    sharded = _static(s.arch, b, 1, 1, 0, s.precision, False, s.vocab_divisible_by)[0].weights
+    tables = 1 if s.arch.tied_embeddings else 2
+    rows = padded_vocab_size(s.arch.vocab_size, s.vocab_divisible_by * b)
+    return sharded + tables * rows * s.arch.hidden_size * DTYPE_BYTES[s.precision] * (b - 1) // b
 
 
 def _generation(s: JobShape, stage: int, e: int):

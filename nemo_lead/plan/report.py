@@ -37,7 +37,7 @@ def overrides(changes: dict[str, Any], prefix: str = "") -> str:
 
 def layout_name(plan: JobPlan) -> str:
     s = plan.shape
-    return f"tp {s.tp} pp {s.pp} dp {s.dp}" + (f", engine tp 1 x {s.gpus}" if s.engine_tp1 else "")
+    return f"tp {s.tp} pp {s.pp} dp {s.dp}" + (f", engine tp {s.engine_tp} x {s.gpus // s.engine_tp}" if s.engine_tp1 else "")
 
 
 def step_text(plan: JobPlan) -> str:

@@ -8,8 +8,9 @@ data-parallel: `fixes.layouts_of`), `actor.sequence_parallel` (TP > 1), activati
 selective, full with one layer per chunk), `actor.optim.use_distributed_optimizer` (DP > 1) and, for RL,
 `actor.offload_during_generation`, each on and off; for the megatron engine each of these also with the
 largest KV budget (`engine.kv_cache_gib`) that fits, at most what all of a replica's rows need at full length,
-and over an actor at TP or PP > 1 the engine both at the actor's layout and at TP1 x PP1 (engine.tp=1
-engine.pp=1: a copy of the model per GPU, `JobShape.engine_tp1`). The configured settings are a candidate
+and over an actor at TP or PP > 1 the engine both at the actor's layout and with a copy of its own at every
+TP b dividing the actor's, one stage (engine.tp=b engine.pp=1: b = 1 is a copy per GPU; `JobShape.engine_tp1`,
+`engine_tp`). The configured settings are a candidate
 of their own (whatever their recomputation method).
 
 Ranked by the step time of `nemo_lead.plan.timing` (generation + update + offload copies), then by fewer
@@ -76,7 +77,8 @@ def ranked(candidates: Iterable[Candidate]) -> list[Candidate]:
     kept: list[Candidate] = []
     seen: set[tuple[int, int, bool, int]] = set()
     for c in order:
-        key = (c.plan.shape.tp, c.plan.shape.pp, c.plan.shape.engine_tp1, round(c.seconds / SAME_SECONDS))
+        key = (c.plan.shape.tp, c.plan.shape.pp, c.plan.shape.engine_tp1, c.plan.shape.engine_tp,
+               round(c.seconds / SAME_SECONDS))
         if key not in seen:
             seen.add(key)
             kept.append(c)
@@ -110,8 +112,11 @@ def shapes_searched(base: JobShape) -> list[JobShape]:
         dp = base.gpus // (tp * pp)
         if (sp and tp == 1) or (distributed != base.distributed_optimizer and dp == 1) or (engine_tp1 and tp * pp == 1):
             continue
-        out.append(dataclasses.replace(base, tp=tp, pp=pp, sequence_parallel=sp, recompute=recompute,
-                                       distributed_optimizer=distributed, offload=offload, engine_tp1=engine_tp1))
+        # a copy of its own at every engine TP b dividing the actor's (b < tp x pp: not the actor's layout)
+        for engine_tp in [b for b in range(1, tp + 1) if tp % b == 0 and b < tp * pp] if engine_tp1 else [1]:
+            out.append(dataclasses.replace(base, tp=tp, pp=pp, sequence_parallel=sp, recompute=recompute,
+                                           distributed_optimizer=distributed, offload=offload, engine_tp1=engine_tp1,
+                                           engine_tp=engine_tp))
     return out
 
 

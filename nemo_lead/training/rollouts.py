@@ -89,9 +89,11 @@ def _replica_share(ctx: RolloutContext, prompt_ids: list[list[int]], share: rang
     if len(part):
         for r in ctx.engine.generate([prompt_ids[share[i]] for i in part], params, prompt_offset=offset + part.start):
             mine[r.prompt_index].append(r)
-    gathered: list[Any] = [None] * count
-    dist.all_gather_object(gathered, mine, group=ps.get_model_parallel_group())
-    return [per_prompt for piece in gathered for per_prompt in piece]
+    group = ps.get_model_parallel_group()
+    gathered: list[Any] = [None] * dist.get_world_size(group)
+    dist.all_gather_object(gathered, mine, group=group)
+    per_replica = len(gathered) // count  # an engine replica at TP > 1: its ranks hold the same rollouts
+    return [per_prompt for piece in gathered[::per_replica] for per_prompt in piece]
 
 
 def generate_all(ctx: RolloutContext, prompt_ids: list[list[int]], params) -> list[list[Any]]:

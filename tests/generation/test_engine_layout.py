@@ -38,11 +38,12 @@ def test_tp1_pp1_replicas_are_accepted_in_rl_over_any_actor_layout():
 
 
 def test_other_layouts_are_errors_naming_both_values():
-    with pytest.raises(ConfigError, match=r"engine.tp=1 engine.pp=actor over actor.tp=2 actor.pp=2: .*TP1 x PP1 "
-                                          r"replicas .*not implemented yet"):
+    with pytest.raises(ConfigError, match=r"engine.tp=1 engine.pp=actor over actor.tp=2 actor.pp=2: .*replicas at "
+                                          r"one stage .*not implemented yet"):
         load_config(RLConfig, [], [*RL[:-1], "actor.pp=2", "engine.tp=1", "engine.pp=actor"])
-    with pytest.raises(ConfigError, match=r"engine.tp=2 engine.pp=actor over actor.tp=4"):
-        load_config(RLConfig, [], [*RL[:-2], "actor.tp=4", "engine.tp=2", "engine.pp=actor"])
+    with pytest.raises(ConfigError, match=r"engine.tp=3 engine.pp=actor over actor.tp=4 .*b \| actor.tp"):
+        load_config(RLConfig, [], [*RL[:-2], "actor.tp=4", "engine.tp=3", "engine.pp=actor"])
+    check_engine_layout(EngineConfig(tp="2", pp="actor"), tp=4, pp=1)  # engine TP2 replicas over actor TP4
     with pytest.raises(ConfigError, match=r"engine.tp=actor engine.pp=2 over actor.tp=2 actor.pp=1"):
         load_config(RLConfig, [], [*RL, "engine.tp=actor", "engine.pp=2"])
     with pytest.raises(ConfigError, match=r"engine.tp=1 differs from tp=2: .*implemented for rl only"):
