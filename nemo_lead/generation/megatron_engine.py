@@ -50,10 +50,11 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from nemo_lead.models import eval_mode, gather_vocab_logits, model_info, sequence_parallel_off
+from nemo_lead.models import eval_mode, model_info, sequence_parallel_off
 from nemo_lead.parallel import cpu
 
 from .cuda_graphs import DecodeSteps
+from .engine_comm import ActorComm, ReplicaComm, SoloComm, engine_tp_groups
 from .engine_copy import EngineModel
 from .kv_budget import GIB, budget_rows
 from .kv_cache import KVCache, compaction_order
@@ -100,104 +101,6 @@ def finish_param_gather(actor: Any) -> None:
         if nxt is None or nxt is actor:
             return
         actor = nxt
-
-
-# ----------------------------------------------------------------------------- distributed plumbing
-class _Comm:
-    """Who samples, and how hidden states and sampled tokens travel (no-ops on a single rank)."""
-
-    def __init__(self):
-        from megatron.core import parallel_state as ps
-
-        self.dist = dist
-        self.pp = ps.get_pipeline_model_parallel_world_size()
-        self.pp_group = ps.get_pipeline_model_parallel_group()
-        self.first = ps.is_pipeline_first_stage()
-        self.last = ps.is_pipeline_last_stage()
-        self.next_rank = ps.get_pipeline_model_parallel_next_rank() if self.pp > 1 else None
-        self.prev_rank = ps.get_pipeline_model_parallel_prev_rank() if self.pp > 1 else None
-        self.mp_group = ps.get_model_parallel_group()
-        self.mp_size = dist.get_world_size(self.mp_group)
-        self.is_sampler = self.last and ps.get_tensor_model_parallel_rank() == 0
-        self.sampler_rank = dist.get_rank()
-        if self.mp_size > 1:
-            flags = [None] * self.mp_size
-            dist.all_gather_object(flags, (dist.get_rank(), self.is_sampler), group=self.mp_group)
-            self.sampler_rank = next(rank for rank, sampler in flags if sampler)
-
-    def send_next(self, h: torch.Tensor) -> None:
-        self.dist.send(h.contiguous(), dst=self.next_rank, group=self.pp_group)
-
-    def recv_prev(self, shape, dtype, device) -> torch.Tensor:
-        buf = torch.empty(shape, dtype=dtype, device=device)
-        self.dist.recv(buf, src=self.prev_rank, group=self.pp_group)
-        return buf
-
-    def share(self, packed: torch.Tensor) -> torch.Tensor:
-        if self.mp_size > 1:
-            self.dist.broadcast(packed, src=self.sampler_rank, group=self.mp_group)
-        return packed
-
-    def full_logits(self, logits: torch.Tensor, vocab_size: int) -> torch.Tensor:
-        return gather_vocab_logits(logits, vocab_size)
-
-    def min_over_group(self, value: int) -> int:
-        """The smallest `value` over the model-parallel group (PP stages may hold different layer counts)."""
-        if self.mp_size == 1:
-            return value
-        box = [None] * self.mp_size
-        self.dist.all_gather_object(box, value, group=self.mp_group)
-        return min(box)
-
-
-class _SoloComm:
-    """One engine replica on one rank (the TP1 x PP1 copy, `own_copy`): it samples, nothing travels."""
-
-    pp, first, last, mp_size, is_sampler = 1, True, True, 1, True
-
-    def share(self, packed: torch.Tensor) -> torch.Tensor:
-        return packed
-
-    def full_logits(self, logits: torch.Tensor, vocab_size: int) -> torch.Tensor:
-        return logits[..., :vocab_size]
-
-    def min_over_group(self, value: int) -> int:
-        return value
-
-
-class _ReplicaComm(_SoloComm):
-    """One engine replica on the `size` ranks of `group` (the copy at engine TP > 1, one stage): every rank
-    computes the full logits (the vocabulary tables are whole, `engine_copy`); the replica's first rank
-    samples and broadcasts the tokens, so its ranks take the same decisions bit for bit."""
-
-    def __init__(self, group, size: int, src: int, rank: int):
-        self.group, self.mp_size, self.src, self.is_sampler = group, size, src, rank == 0
-
-    def share(self, packed: torch.Tensor) -> torch.Tensor:
-        dist.broadcast(packed, src=self.src, group=self.group)
-        return packed
-
-
-def engine_tp_groups(engine_tp: int):
-    """(group, its global ranks, this rank's index in it) of this rank's engine replica: consecutive runs of
-    `engine_tp` ranks of each actor replica's model-parallel group (in its rank order). Every rank of the
-    world creates every group, in one order (new_group is collective over the world), once per engine."""
-    from megatron.core import parallel_state as ps
-
-    mp_ranks = dist.get_process_group_ranks(ps.get_model_parallel_group())
-    if len(mp_ranks) % engine_tp:
-        raise ValueError(f"engine.tp={engine_tp} must divide the {len(mp_ranks)} ranks holding one actor replica's "
-                         f"weights (actor.tp x actor.pp)")
-    every: list[Any] = [None] * dist.get_world_size()
-    dist.all_gather_object(every, tuple(mp_ranks))
-    mine = None
-    for ranks in sorted(set(every)):
-        for start in range(0, len(ranks), engine_tp):
-            chunk = list(ranks[start:start + engine_tp])
-            group = dist.new_group(chunk)
-            if dist.get_rank() in chunk:
-                mine = (group, chunk, chunk.index(dist.get_rank()))
-    return mine
 
 
 # ----------------------------------------------------------------------------- host bookkeeping
@@ -262,7 +165,7 @@ class MegatronEngine:
         self.cuda_graphs = cuda_graphs
         self.graph_stats = {"captures": 0, "replays": 0}  # summed over generate calls
         self._vocab_size = vocab_size
-        self._comm: _Comm | _SoloComm | None = _SoloComm() if own_copy else None
+        self._comm: ActorComm | SoloComm | None = SoloComm() if own_copy else None
         self.own_copy, self.release_copy = own_copy, release_copy
         if engine_tp < 1 or (engine_tp > 1 and not own_copy):
             raise ValueError(f"engine_tp={engine_tp}: an engine TP of its own needs own_copy")
@@ -295,7 +198,7 @@ class MegatronEngine:
             if self.engine_tp > 1:
                 self._engine_group = engine_tp_groups(self.engine_tp)
                 group, ranks, index = self._engine_group
-                self._comm = _ReplicaComm(group, len(ranks), ranks[0], index)
+                self._comm = ReplicaComm(group, len(ranks), ranks[0], index)
         self.model = self.runner = None
         if not self.release_copy:
             self._build_copy()
@@ -341,7 +244,7 @@ class MegatronEngine:
                     raise ValueError(f"prompt {i}: {len(ids)} prompt tokens + max_tokens {params.max_tokens} exceed "
                                      f"the model's {self.max_positions} positions")
         if self._comm is None:
-            self._comm = _Comm()
+            self._comm = ActorComm()
         # one model-parallel rank: the decode loop makes no CUDA assumptions, so the CPU layer's per-call hop
         # is dropped; TP / PP ranks keep it (megatron's TP gathers allocate on "the current CUDA device")
         single = cpu.suspended() if self._comm.mp_size == 1 else contextlib.nullcontext()
