@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from nemo_lead.models import tokenizer_files
+from nemo_lead.parallel.layout import engine_layouts
 
 from .megatron_engine import MegatronEngine
 from .params import RolloutEngine
@@ -67,9 +68,9 @@ class EngineConfig:
     # the same. rl only: engine.tp=1 engine.pp=1 over a larger actor layout gives every rank a TP1 copy of
     # the weights, rebuilt in memory after every update, each rank an engine replica generating its share
     # of the prompts; engine.tp=b engine.pp=1 (b dividing actor.tp) makes each run of b ranks a replica
-    # holding TP-b shards. auto (the default): rl on GPUs takes whichever of the actor's layout and TP1 x
-    # PP1 the plan finds faster among those that fit, printed at start; without a GPU, and in eval /
-    # generate, the actor's (docs/engine-layout.md). Other engine layouts are not implemented yet
+    # holding TP-b shards. auto (the default): rl on GPUs takes the fastest that fits, in the plan, of the
+    # actor's layout and the engine TPs b dividing actor.tp at one stage, printed at start; without a GPU,
+    # and in eval / generate, the actor's (docs/engine-layout.md). Other engine layouts are not implemented
     tp: str = AUTO
     pp: str = AUTO
     refit_bucket_mb: float = 512  # megatron, engine layout of its own: weights gathered per collective, in MB
@@ -106,12 +107,10 @@ def has_own_layout(cfg: EngineConfig, *, tp: int, pp: int) -> bool:
 
 
 def auto_layouts(cfg: EngineConfig, *, tp: int, pp: int) -> list[tuple[int, int]]:
-    """The (TP, PP) layouts `auto` may become over a model at `tp` x `pp`: the model's own and TP1 x PP1,
-    those that agree with a key set explicitly (engine.tp=auto engine.pp=1 over PP2: TP1 x PP1 only)."""
-    fixed = [None if str(v) == AUTO else own if str(v) == AT_THE_MODELS_LAYOUT else int(v)
-             for v, own in ((cfg.tp, tp), (cfg.pp, pp))]
-    return [layout for layout in dict.fromkeys([(tp, pp), (1, 1)])
-            if all(f is None or f == x for f, x in zip(fixed, layout))]
+    """The (TP, PP) layouts `auto` may become over a model at `tp` x `pp`: `engine_layouts` (the model's own,
+    then one stage at each TP b dividing `tp`) that agree with a key set explicitly (engine.tp=auto
+    engine.pp=1 over TP4 / PP2: TP1, TP2 and TP4 at PP1)."""
+    return engine_layouts(tp, pp, cfg.tp, cfg.pp)
 
 
 def check_engine_layout(cfg: EngineConfig, *, tp: int, pp: int, prefix: str = "actor.", own_layout: bool = True) -> None:
@@ -127,7 +126,7 @@ def check_engine_layout(cfg: EngineConfig, *, tp: int, pp: int, prefix: str = "a
     if own_layout and AUTO in (str(cfg.tp), str(cfg.pp)):
         if not auto_layouts(cfg, tp=tp, pp=pp):
             raise ValueError(f"engine.tp={cfg.tp} engine.pp={cfg.pp} over {prefix}tp={tp} {prefix}pp={pp}: auto "
-                             f"chooses the model's layout or TP1 x PP1, and neither agrees with the value set")
+                             f"chooses the model's layout or one stage at a TP dividing {prefix}tp, and none agrees with the value set")
         return
     layout = engine_layout(cfg, tp=tp, pp=pp)
     if layout == (tp, pp) or (own_layout and layout[1] == 1 and tp % layout[0] == 0):

@@ -83,3 +83,18 @@ def check_layout(
     if problems:
         raise LayoutError(f"impossible parallel layout tp={tp} pp={pp} on {world_size} ranks: " + "; ".join(problems))
     return Layout(world_size=world_size, tp=tp, pp=pp)
+
+
+def engine_layouts(tp: int, pp: int, engine_tp: Any = "auto", engine_pp: Any = "auto") -> list[tuple[int, int]]:
+    """The megatron engine's (TP, PP) layouts that engine.tp / engine.pp `auto` may become over a model at
+    `tp` x `pp`, the model's own first: then the replicas at one stage and a TP b dividing `tp` (b < tp x pp,
+    smallest b first), each a copy of its own rebuilt after every update (docs/engine-layout.md). A key set
+    explicitly narrows them: a number to the layouts with that value, `actor` on either key to the model's
+    own layout (the engine on the model's modules). The one rule for the config check
+    (`nemo_lead.generation.engine`) and the plan (`nemo_lead.plan.job`)."""
+    keys = (str(engine_tp), str(engine_pp))
+    if "actor" in keys:
+        return [(tp, pp)]
+    own = [(b, 1) for b in range(1, tp + 1) if tp % b == 0 and b < tp * pp]
+    return [layout for layout in dict.fromkeys([(tp, pp), *own])
+            if all(k == "auto" or int(k) == x for k, x in zip(keys, layout))]

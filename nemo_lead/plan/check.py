@@ -96,27 +96,28 @@ def check_before_start(cfg: Any, kind: str) -> int:
 
 def resolve_engine_auto(cfg: Any, kind: str = "rl") -> Any:
     """`cfg` with engine.tp / engine.pp `auto` replaced by the layout chosen for this job (printed once):
-    on GPUs the plan's faster of the engine at the actor's layout and TP1 x PP1 replicas among those that
-    fit (`nemo_lead.plan.job.auto_engine_tp1`); without a GPU, the split layout, engine.kind=trtllm or an
-    actor at TP1 x PP1, the actor's (a CPU job's memory is the host's: the copy is asked for explicitly)."""
+    on GPUs the plan's fastest that fits of the engine at the actor's layout and the engine replicas at one
+    stage and a TP dividing actor.tp (`nemo_lead.plan.job.auto_engine_layout`); without a GPU, the split
+    layout, engine.kind=trtllm or an actor at TP1 x PP1, the actor's (a CPU job's memory is the host's: a
+    copy is asked for explicitly), or the first layout the keys set allow when that is not the actor's."""
     e = cfg.engine
     if "auto" not in (str(e.tp), str(e.pp)):
         return cfg
     settings = getattr(cfg, "plan", None) or PlanSettings()
     options = engine_options(e, tp=cfg.actor.tp, pp=cfg.actor.pp, generator_ranks=cfg.rollout.generator_ranks)
-    shape, tp1 = None, options == [True]
+    shape, (own, engine_tp) = None, options[0]
     if len(options) > 1 and torch.cuda.is_available():
         gpu, memory = device_gpu(settings)
         hf_config, divisible = hf_config_of(cfg.actor.model)
         shape = job_shape(cfg, kind, hf_config, gpus=gpus_of_job(cfg), settings=settings,
                           vocab_divisible_by=divisible, gpu=gpu, memory_gib=memory)
-        tp1 = shape.engine_tp1
-    value = "1" if tp1 else "actor"
-    cfg.engine = dataclasses.replace(e, tp=value if str(e.tp) == "auto" else e.tp,
-                                     pp=value if str(e.pp) == "auto" else e.pp)
+        own, engine_tp = shape.engine_tp1, shape.engine_tp
+    tp, pp = (str(engine_tp), "1") if own else ("actor", "actor")
+    cfg.engine = dataclasses.replace(e, tp=tp if str(e.tp) == "auto" else e.tp, pp=pp if str(e.pp) == "auto" else e.pp)
     if detect_launch(os.environ).rank == 0 and (cfg.actor.tp, cfg.actor.pp) != (1, 1):
-        why = ("the plan's faster that fits on this GPU" if shape is not None else
-               "no GPU: the actor's layout" if len(options) > 1 else "the only layout auto takes here")
+        why = ("the plan's fastest that fits on this GPU" if shape is not None else
+               "the only layout auto takes here" if len(options) == 1 else
+               "no GPU: the actor's layout" if not own else "no GPU: the first layout the keys set allow")
         print(f"nemo-lead {kind}: engine.tp={e.tp} engine.pp={e.pp} -> engine.tp={cfg.engine.tp} "
               f"engine.pp={cfg.engine.pp} ({why})", file=sys.stderr, flush=True)
     return cfg

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from nemo_lead.models.hf_config import Arch, arch_from_hf, padded_vocab_size
-from nemo_lead.parallel.layout import check_layout, model_shape
+from nemo_lead.parallel.layout import check_layout, engine_layouts, model_shape
 
 from .activations import Recompute, update_memory
 from .engine_memory import engine_memory, kv_slot_bytes
@@ -104,8 +104,8 @@ class JobShape:
 def job_shape(cfg: Any, kind: str, hf_config: dict, *, gpus: int, settings: PlanSettings,
               vocab_divisible_by: int = 128, gpu: GPU | None = None, memory_gib: float | None = None) -> JobShape:
     """The plan's view of an `SFTConfig` (kind "sft") or `RLConfig` ("rl") on `gpus` GPUs. engine.tp /
-    engine.pp `auto` become `auto_engine_tp1`'s choice on `gpu` (with `memory_gib` each), or the actor's
-    layout without a `gpu`."""
+    engine.pp `auto` become `auto_engine_layout`'s choice on `gpu` (with `memory_gib` each), or without a
+    `gpu` the first layout they allow (the actor's, where they allow it)."""
     a = cfg.actor
     check_layout(gpus, a.tp, a.pp, **model_shape(hf_config))
     common = dict(
@@ -134,12 +134,11 @@ def job_shape(cfg: Any, kind: str, hf_config: dict, *, gpus: int, settings: Plan
         engine_tp1=own, refit_bucket_mb=e.refit_bucket_mb, engine_tp=_engine_value(e.tp, a.tp) if own else 1,
     )
     options = engine_options(e, tp=a.tp, pp=a.pp, generator_ranks=r.generator_ranks)
-    if options:  # auto: the actor's layout or TP1 x PP1
-        shape = dataclasses.replace(shape, engine_tp=1)
-    if len(options) > 1:
-        return dataclasses.replace(shape, engine_tp1=auto_engine_tp1(
-            shape, gpu, memory_gib=memory_gib, reserve_gib=settings.value("reserve_gib")) if gpu else False)
-    return dataclasses.replace(shape, engine_tp1=options[0]) if options else shape
+    if len(options) > 1 and gpu:
+        options = [auto_engine_layout(shape, options, gpu, memory_gib=memory_gib, reserve_gib=settings.value("reserve_gib"))]
+    if options:  # auto: the plan's choice on a GPU, else the first allowed (the actor's layout where it is)
+        shape = dataclasses.replace(shape, engine_tp1=options[0][0], engine_tp=options[0][1])
+    return shape
 
 
 def _engine_value(value: Any, own: int) -> int:
@@ -147,18 +146,17 @@ def _engine_value(value: Any, own: int) -> int:
     return own if str(value) in ("actor", "auto") else int(value)
 
 
-def engine_options(engine: Any, *, tp: int, pp: int, generator_ranks: int = 0) -> list[bool]:
-    """The `engine_tp1` values engine.tp / engine.pp `auto` may take over an actor at `tp` x `pp`: both where
-    the megatron engine runs colocated over an actor at TP or PP > 1 and no key set explicitly rules TP1 x
-    PP1 or the actor's layout out, else those the keys allow ([]: no `auto` key, or none allowed)."""
-    keys = {str(engine.tp), str(engine.pp)}
-    if "auto" not in keys:
+def engine_options(engine: Any, *, tp: int, pp: int, generator_ranks: int = 0) -> list[tuple[bool, int]]:
+    """The engine layouts engine.tp / engine.pp `auto` may take over an actor at `tp` x `pp`, as
+    (`engine_tp1`, `engine_tp`) pairs: (False, 1) the actor's layout, (True, b) replicas at TP b and one stage
+    (`nemo_lead.parallel.layout.engine_layouts`, the actor's first). All of those where the megatron engine
+    runs colocated over an actor at TP or PP > 1, less those a key set explicitly rules out; only the actor's
+    for the split layout, engine.kind=trtllm or a TP1 x PP1 actor ([]: no `auto` key)."""
+    if "auto" not in (str(engine.tp), str(engine.pp)):
         return []
     if engine.kind != "megatron" or (tp, pp) == (1, 1) or generator_ranks:
-        return [False]
-    fixed = [(str(v), own) for v, own in ((engine.tp, tp), (engine.pp, pp)) if str(v) != "auto"]
-    return [tp1 for tp1 in (False, True)
-            if all((1 if tp1 else own) == (own if v == "actor" else int(v)) for v, own in fixed)]
+        return [(False, 1)]
+    return [(False, 1) if layout == (tp, pp) else (True, layout[0]) for layout in engine_layouts(tp, pp, engine.tp, engine.pp)]
 
 
 def faster_plan(plans: list[JobPlan]) -> JobPlan | None:
@@ -167,14 +165,15 @@ def faster_plan(plans: list[JobPlan]) -> JobPlan | None:
     return min(fitting, key=lambda p: p.time.total) if fitting else None
 
 
-def auto_engine_tp1(s: JobShape, gpu: GPU, *, memory_gib: float | None, reserve_gib: float) -> bool:
-    """engine.tp=auto engine.pp=auto on `gpu`: True (TP1 x PP1 replicas) when that plan fits and its step is
-    shorter than the engine's at the actor's layout (or that one does not fit); the actor's layout when
-    neither fits (the check before start then says what to change)."""
-    plans = [plan_job(dataclasses.replace(s, engine_tp1=tp1), gpu, memory_gib=memory_gib, reserve_gib=reserve_gib)
-             for tp1 in (False, True)]
+def auto_engine_layout(s: JobShape, options: list[tuple[bool, int]], gpu: GPU, *, memory_gib: float | None,
+                       reserve_gib: float) -> tuple[bool, int]:
+    """engine.tp / engine.pp `auto` on `gpu`: of the (`engine_tp1`, `engine_tp`) `options`
+    (`engine_options`), the one whose plan fits with the shortest step, the first on a tie; the first when
+    none fits (the check before start then says what to change)."""
+    plans = [plan_job(dataclasses.replace(s, engine_tp1=own, engine_tp=b), gpu, memory_gib=memory_gib,
+                      reserve_gib=reserve_gib) for own, b in options]
     best = faster_plan(plans)
-    return best is not None and best.shape.engine_tp1
+    return (best.shape.engine_tp1, best.shape.engine_tp) if best is not None else options[0]
 
 
 @dataclass(frozen=True)

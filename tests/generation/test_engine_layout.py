@@ -51,7 +51,7 @@ def test_other_layouts_are_errors_naming_both_values():
     with pytest.raises(ConfigError, match=r"engine.pp=2 differs from pp=1"):
         load_config(GenerateConfig, [], ["model=tiny-qwen2", "prompts=[hi]", "engine.pp=2"])
     with pytest.raises(ConfigError, match=r"engine.tp=auto engine.pp=2 over actor.tp=4 actor.pp=1: auto chooses "
-                                          r"the model's layout or TP1 x PP1, and neither agrees"):
+                                          r"the model's layout or one stage at a TP dividing actor.tp, and none agrees"):
         load_config(RLConfig, [], [*RL[:-2], "actor.tp=4", "engine.pp=2"])
     with pytest.raises(ConfigError, match=r"rollout.generator_ranks=2 is not implemented yet"):
         load_config(RLConfig, [], [*RL, "engine.tp=1", "rollout.generator_ranks=2"])

@@ -1,10 +1,11 @@
-"""engine.tp=auto / engine.pp=auto: the plan's faster of the engine at the actor's layout and TP1 x PP1
-replicas among those that fit (`nemo_lead.plan.job`), the actor's without a GPU; resolved before an rl job
-starts (`nemo_lead.plan.check.resolve_engine_auto`) and printed.
+"""engine.tp=auto / engine.pp=auto: the plan's fastest that fits of the engine at the actor's layout and the
+engine replicas at one stage and a TP b dividing the actor's (`nemo_lead.plan.job`), the actor's without a
+GPU; resolved before an rl job starts (`nemo_lead.plan.check.resolve_engine_auto`) and printed.
 
 The picking rule on plans whose times and memory are set by hand; then the 14B shape on 8 x H100 at TP8
 with a 30 GB KV budget, whose generation times are `nemo-lead plan`'s (TP1 x 8 replicas ~5,240 s against
-~7,670 s at TP8), and on a GPU whose memory holds the actor's layout but not the copy.
+~7,670 s at TP8), and on a GPU whose memory holds the actor's layout but not the copy; then the 72B shape on
+32 x H100 over a TP8 / PP2 actor, where the plan finds the engine at TP8 x 4 replicas fastest.
 """
 
 import dataclasses
@@ -18,7 +19,7 @@ from nemo_lead.plan.check import resolve_engine_auto
 from nemo_lead.plan.job import (
     GIB,
     JobPlan,
-    auto_engine_tp1,
+    auto_engine_layout,
     engine_options,
     faster_plan,
     job_shape,
@@ -68,16 +69,18 @@ def test_auto_may_take_what_the_keys_set_explicitly_allow(shape):
         return engine_options(SimpleNamespace(tp=engine_tp, pp=engine_pp, kind=kind), tp=tp, pp=pp,
                               generator_ranks=generators)
 
-    assert options("auto", "auto") == [False, True]
+    actor, tp = (False, 1), [(True, b) for b in (1, 2, 4)]  # the actor's layout; replicas at TP 1, 2, 4
+    assert options("auto", "auto") == [actor, *tp]  # over TP8: b = 1, 2, 4 (b = 8 is the actor's layout)
     assert options("1", "1") == []  # nothing to choose
-    assert options("auto", "1") == [False, True]  # PP1 actor: pp=1 is both layouts' PP
-    assert options("auto", "1", tp=4, pp=2) == [True]
-    assert options("actor", "auto", tp=4, pp=2) == [False]
-    assert options("auto", "2", tp=4, pp=1) == []  # neither layout has PP2 (the config check names it)
-    assert options("1", "auto", tp=2, pp=1) == [True]
-    assert options("auto", "auto", kind="trtllm") == [False]
-    assert options("auto", "auto", generators=8) == [False]  # the split layout: the actor's
-    assert options("auto", "auto", tp=1, pp=1) == [False]
+    assert options("auto", "1") == [actor, *tp]  # PP1 actor: pp=1 is every layout's PP
+    assert options("auto", "1", tp=4, pp=2) == [(True, 1), (True, 2), (True, 4)]  # b = 4 at one stage of two
+    assert options("2", "auto", tp=4, pp=2) == [(True, 2)]
+    assert options("actor", "auto", tp=4, pp=2) == [actor]
+    assert options("auto", "2", tp=4, pp=1) == []  # no layout has PP2 (the config check names it)
+    assert options("1", "auto", tp=2, pp=1) == [(True, 1)]
+    assert options("auto", "auto", kind="trtllm") == [actor]
+    assert options("auto", "auto", generators=8) == [actor]  # the split layout: the actor's
+    assert options("auto", "auto", tp=1, pp=1) == [actor]
 
 
 def test_the_14b_job_on_8_h100_takes_the_tp1_replicas_the_plan_finds_faster(shape):
@@ -85,17 +88,37 @@ def test_the_14b_job_on_8_h100_takes_the_tp1_replicas_the_plan_finds_faster(shap
     assert actor.fits and copy.fits
     # nemo-lead plan's figures at a 30 GB KV budget: TP1 x 8 replicas decode ~1.46 x faster than TP8
     assert 7_500 < actor.time.generation < 7_800 and 5_100 < copy.time.generation < 5_400
-    assert auto_engine_tp1(shape, H100, memory_gib=None, reserve_gib=3.0)
+    assert auto_engine_layout(shape, [(False, 1), (True, 1)], H100, memory_gib=None, reserve_gib=3.0) == (True, 1)
     # memory for the actor's layout and 1 GiB more: the copy (29.6 GB of bf16 weights) does not fit
     tight = (max(actor.total(p) for p in actor.phases) + 3 * GIB) / GIB + 1
     assert plan_job(shape, H100, memory_gib=tight).fits
     assert not plan_job(dataclasses.replace(shape, engine_tp1=True), H100, memory_gib=tight).fits
-    assert not auto_engine_tp1(shape, H100, memory_gib=tight, reserve_gib=3.0)
+    assert auto_engine_layout(shape, [(False, 1), (True, 1)], H100, memory_gib=tight, reserve_gib=3.0) == (False, 1)
+    assert auto_engine_layout(shape, [(True, 1)], H100, memory_gib=tight, reserve_gib=3.0) == (True, 1)  # none fits
+
+
+def test_auto_takes_an_engine_tp_between_one_and_the_actors_where_the_plan_finds_it_fastest():
+    """The 72B shape on 32 x H100 at TP8 / PP2 (distributed optimizer, full recomputation): the plan's step at
+    every engine layout auto may take, and auto's pick the shortest that fits (docs/sizing.md: TP8 x 4)."""
+    hf = read_hf_config("qwen2.5-72b")
+    cfg = load_config(RLConfig, [], [*R14B[:3], "actor.model=qwen2.5-72b", *R14B[4:], "actor.pp=2",
+                                     "actor.optim.use_distributed_optimizer=true", "actor.recompute_granularity=full",
+                                     "actor.recompute_method=uniform", "actor.recompute_num_layers=1"])
+    s = job_shape(cfg, "rl", hf, gpus=32, settings=PlanSettings())
+    options = engine_options(cfg.engine, tp=8, pp=2)
+    assert options == [(False, 1), (True, 1), (True, 2), (True, 4), (True, 8)]
+    plans = {o: plan_job(dataclasses.replace(s, engine_tp1=o[0], engine_tp=o[1]), H100) for o in options}
+    fitting = {o: p.time.total for o, p in plans.items() if p.fits}
+    assert (True, 8) in fitting and min(fitting, key=fitting.get) == (True, 8)
+    assert fitting[(True, 8)] < fitting.get((False, 1), float("inf"))
+    assert auto_engine_layout(s, options, H100, memory_gib=None, reserve_gib=3.0) == (True, 8)
+    assert job_shape(cfg, "rl", hf, gpus=32, settings=PlanSettings(), gpu=H100).engine_layout == (8, 1, 4)
 
 
 def test_job_shape_resolves_auto_on_a_gpu_and_keeps_the_actors_layout_without_one():
     assert load_config(RLConfig, [], R14B).engine.tp == "auto"  # the default
-    assert _shape(gpu=H100).engine_tp1 and not _shape().engine_tp1
+    on_h100 = _shape(gpu=H100)
+    assert (on_h100.engine_tp1, on_h100.engine_tp) == (True, 1) and not _shape().engine_tp1
     assert not _shape("engine.tp=actor", "engine.pp=actor", gpu=H100).engine_tp1
     assert _shape("engine.tp=1", "engine.pp=1").engine_tp1
 
@@ -124,4 +147,4 @@ def test_resolve_before_start_on_a_gpu_takes_the_plans_choice(capsys, monkeypatc
         monkeypatch.setattr(check, "device_gpu", lambda settings, memory=memory: (H100, memory))
         cfg = resolve_engine_auto(load_config(RLConfig, [], R14B))
         assert (cfg.engine.tp, cfg.engine.pp) == (want, want)
-        assert f"-> engine.tp={want} engine.pp={want} (the plan's faster that fits on this GPU)" in capsys.readouterr().err
+        assert f"-> engine.tp={want} engine.pp={want} (the plan's fastest that fits on this GPU)" in capsys.readouterr().err
