@@ -1,4 +1,4 @@
-"""A real one-node SLURM cluster for the launch tests (scripts/slurm_local.sh), started once per module.
+"""A real one-node SLURM cluster for the launch tests (scripts/slurm_local.sh), started once per test session.
 
 The script installs Debian's slurm-wlm and munge with apt-get when they are missing (root only), starts
 munged, slurmctld and slurmd with a private configuration under a temporary folder, and stops them, with
@@ -71,7 +71,7 @@ def _unavailable(reason: str):
     pytest.skip(reason)
 
 
-@pytest.fixture(scope="module")  # only test_slurm_jobs.py uses it: the daemons stop when it is done
+@pytest.fixture(scope="session")  # test_slurm_jobs.py and test_slurm_deadline.py share one cluster
 def slurm() -> Cluster:
     if os.geteuid() != 0:
         _unavailable("the local SLURM cluster needs root (slurmd runs jobs as their users)")

@@ -1,6 +1,7 @@
 """Fixtures of the end-to-end loop tests (test_loops.py, test_rl_loop.py, test_rl_tp2.py): a tiny model and
-task, the reference SFT run whose checkpoint the RL runs start from, and the reference RL run. Module-scoped:
-each test file computes them once, so the files can run on different xdist workers."""
+task, the reference SFT run whose checkpoint the RL runs start from, and the reference RL run, also used by
+test_engine_layout_runs.py. Session-scoped: computed once per pytest process (once per xdist worker), shared
+by the files; the tests write their own runs beside them (distinct folder names) and never into them."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from loops_common import problem_row, rl_args, run_cli, sft_args
 from nemo_lead.models import write_tiny_model
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def data(tmp_path_factory):
     root = tmp_path_factory.mktemp("loops")
     model = write_tiny_model(root / "model", family="qwen2", seed=0)
@@ -25,7 +26,7 @@ def data(tmp_path_factory):
     return root, model
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def sft_run(data):
     """The reference SFT run (TP1, uninterrupted); its final checkpoint is the RL runs' starting point."""
     root, model = data
@@ -35,7 +36,7 @@ def sft_run(data):
     return out
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def rl_run(data, sft_run):
     root, _ = data
     out = root / "rl_a"
