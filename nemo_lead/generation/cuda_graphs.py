@@ -59,6 +59,7 @@ import os
 import warnings
 
 import torch
+import torch.distributed as dist
 
 MIN_BUCKET = 8
 # environment settings under which NCCL collectives cannot be captured safely (module docstring)
@@ -109,8 +110,6 @@ def unsafe_nccl_settings(environ=os.environ) -> list[str]:
 def agree_on_capture(group, ok: bool, rows: int, device) -> bool:
     """Whether every rank of `group` captured bucket `rows` (all-reduce MIN of the flags, outside capture).
     A rank at another bucket is a bug that would deadlock later: a RuntimeError now."""
-    import torch.distributed as dist
-
     box = torch.tensor([int(ok), rows, -rows], dtype=torch.long, device=device)
     dist.all_reduce(box, op=dist.ReduceOp.MIN, group=group)
     agreed, low, high = box.tolist()

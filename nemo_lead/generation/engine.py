@@ -58,10 +58,11 @@ class EngineConfig:
     max_prefill_tokens: int = 16384  # megatron: padded prompt tokens prefilled together
     sync_every: Optional[int] = None  # megatron: decode steps between host syncs (None: 1 on CPU, 8 on GPU)
     cuda_graphs: Optional[bool] = None  # megatron: decode steps as CUDA graphs (None: on a GPU at TP = PP = 1)
-    # megatron: also allow CUDA graphs at engine TP > 1 with one stage, the TP all-reduces captured in the graph
-    # (the engine on a TP > 1 actor's modules, or its copy at engine.tp=b > 1): cuda_graphs keeps saying
-    # whether (None: on a GPU wherever allowed), this says where. A switch of its own, off, because it is
-    # not yet measured on GPUs (bench/gpu_session.sh, step rollout_tp2; docs/engine-layout.md). PP > 1: never
+    # megatron: allow CUDA graphs at engine TP > 1 with one stage too (on a TP > 1 actor's modules or the copy
+    # at engine.tp=b > 1), the TP all-reduces captured in the graph. A key of its own rather than a value of
+    # cuda_graphs: cuda_graphs says whether (None: on a GPU wherever allowed), this says where, and it stays
+    # off until a GPU run has measured it (bench/gpu_session.sh, step rollout_tp2; docs/engine-layout.md).
+    # PP > 1: never
     cuda_graphs_tp: bool = False
     # megatron: bytes of K and V cache this rank may hold, in GB (1e9 bytes); None = no budget (the cache grows
     # on demand up to max_batch_size rows). Sequences reserve longest prompt + max_tokens slots at admission
