@@ -1,18 +1,19 @@
 #!/usr/bin/env bash
 # Every check that needs a GPU, in one call: GPU time comes in short allotments, so one prepared script runs
 # the actor MFU sweep (bench/actor_bench.py --gpu), the GPU tests (tests/gpu), the rollout decode
-# benchmark (bench/rollout_bench.py --gpu), one RL step at the 1.5B shape (bench/rl_step_bench.py --gpu),
+# benchmark (bench/rollout_bench.py --gpu; at TP2 with and without CUDA graphs, engine.cuda_graphs_tp, where
+# there are >= 2 GPUs), one RL step at the 1.5B shape (bench/rl_step_bench.py --gpu),
 # the memory plan against the device's allocations (bench/plan_check.py --gpu: static memory, update and
 # generation peaks, offload) and the lag-1 split layout at the 1.5B shape against the synchronous loop
 # (bench/lag_bench.py --gpu), each under its own time limit, and collects the logs, one
-# kernel profile and the updated bench/RESULTS.md in $OUT (ten files).
+# kernel profile and the updated bench/RESULTS.md in $OUT (ten files, eleven with rollout_tp2).
 #
 #   OUT=/tmp/gpu bash bench/gpu_session.sh
 #   STEPS="actor_bench gpu_tests" OUT=/tmp/gpu bash bench/gpu_session.sh      # only the named steps
 #
-# The default limits (ACTOR_LIMIT 240, TEST_LIMIT 150, ROLLOUT_LIMIT 120, RL_LIMIT 180, PLAN_LIMIT 150,
-# LAG_LIMIT 240 s) add up to 1,080 s, more than one 600 s device call: run it as two calls with STEPS, or
-# lower the limits.
+# The default limits (ACTOR_LIMIT 240, TEST_LIMIT 150, ROLLOUT_LIMIT 120, ROLLOUT_TP2_LIMIT 150, RL_LIMIT 180,
+# PLAN_LIMIT 150, LAG_LIMIT 240 s) add up to 1,230 s, more than one 600 s device call: run it as two or
+# three calls with STEPS, or lower the limits.
 #
 # Needs a CUDA machine with torch and transformers. Packages it lacks (megatron-core, omegaconf, ...) sit as
 # wheels in .whl/, downloaded beforehand by `bash bench/gpu_wheels.sh` (cp312, the versions of
@@ -54,6 +55,13 @@ step actor_bench "${ACTOR_LIMIT:-240}" $PY bench/actor_bench.py --gpu --record -
   ${ACTOR_ARGS:-}
 NEMO_LEAD_GPU_TESTS=1 step gpu_tests "${TEST_LIMIT:-150}" $PY -m pytest -q -p no:cacheprovider -W ignore::DeprecationWarning tests/gpu
 step rollout_bench "${ROLLOUT_LIMIT:-120}" $PY bench/rollout_bench.py --gpu --record ${ROLLOUT_ARGS:-}
+gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+if [ "$gpus" -lt 2 ] && { [ -z "${STEPS:-}" ] || [[ " $STEPS " == *" rollout_tp2 "* ]]; }; then
+  echo "rollout_tp2: skipped ($gpus GPU here; the TP2 decode measurement needs 2)" | tee -a "$summary"
+else  # the decode step at TP2, eager against CUDA graphs with the all-reduces captured
+  step rollout_tp2 "${ROLLOUT_TP2_LIMIT:-150}" $PY -m torch.distributed.run --standalone --nproc-per-node 2 \
+    bench/rollout_bench.py --gpu --tp 2 --record ${ROLLOUT_ARGS:-}
+fi
 step rl_step_bench "${RL_LIMIT:-180}" $PY bench/rl_step_bench.py --gpu --record --out "$OUT/rl_step.json"
 step plan_check "${PLAN_LIMIT:-150}" $PY bench/plan_check.py --gpu --record --out "$OUT/plan_check.json"
 step lag_bench "${LAG_LIMIT:-240}" $PY bench/lag_bench.py --gpu --record --out "$OUT/lag.json"

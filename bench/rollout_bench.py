@@ -16,6 +16,12 @@ per decode step the weights and the live KV cache are read once, so bound = (wei
 + 1 token), so prefill is not counted. Writes JSON to `--out` when given.
 
     .venv/bin/python bench/rollout_bench.py --gpu --out /tmp/rollout_gpu.json [--record]
+
+`--tp 2` (GPU, under torchrun, one process per GPU): the same at TP2, the engine on the TP2 model's modules,
+eager steps against CUDA graphs with the TP all-reduces captured (`engine.cuda_graphs_tp`); bytes and the
+bound per GPU (its shards of the weights and of the KV heads). Rank 0 records and writes the JSON.
+
+    python -m torch.distributed.run --standalone --nproc-per-node 2 bench/rollout_bench.py --gpu --tp 2 --record
 """
 
 from __future__ import annotations
@@ -158,18 +164,22 @@ def gpu_bench(args) -> dict:
 
     require_gpu(args)
     cfg = DRY_RUN_SHAPE if args.dry_run else QWEN2_1P5B
-    info = init_parallel(1, 1)
+    tp = args.tp
+    info = init_parallel(tp, 1)
+    lead = torch.distributed.get_rank() == 0  # records and writes (every rank runs the same steps)
     try:
         model = build_gpt(dict(cfg), info, "bf16", spec="local")
         prompts = [[(7 * i + j) % (cfg["vocab_size"] - 10) + 10 for j in range(args.prompt_len)] for i in range(args.batch)]
-        weight_bytes = sum(p.numel() for p in model.parameters()) * 2
-        kv_per_token = cfg["num_hidden_layers"] * 2 * cfg["num_key_value_heads"] * (cfg["hidden_size"] // cfg["num_attention_heads"]) * 2
+        weight_bytes = sum(p.numel() for p in model.parameters()) * 2  # this GPU's shards
+        head_dim = cfg["hidden_size"] // cfg["num_attention_heads"]
+        kv_per_token = cfg["num_hidden_layers"] * 2 * (cfg["num_key_value_heads"] // tp) * head_dim * 2
         steps = args.decode_tokens
         kv_bytes = args.batch * (args.prompt_len + 1 + steps / 2) * kv_per_token  # mean live KV read per step
         bytes_per_step = weight_bytes + kv_bytes
         rows = {}
         for name, graphs in (("eager steps", False), ("CUDA graphs", True)):  # baseline first, same run
-            engine = MegatronEngine(model, max_batch_size=args.batch, sync_every=args.sync_every, cuda_graphs=graphs)
+            engine = MegatronEngine(model, max_batch_size=args.batch, sync_every=args.sync_every, cuda_graphs=graphs,
+                                    cuda_graphs_tp=tp > 1)
 
             def timed(tokens: int, engine=engine) -> float:
                 params = SamplingParams(temperature=1.0, max_tokens=tokens, seed=0)  # no stop ids: all run to the end
@@ -189,9 +199,10 @@ def gpu_bench(args) -> dict:
                 "fraction_of_bandwidth_bound": bytes_per_step / step_s / (args.bandwidth_tbs * 1e12),
                 "graph_captures": engine.graph_stats["captures"], "graph_replays": engine.graph_stats["replays"],
             }
-            print(name, json.dumps(rows[name]), flush=True)
+            if lead:
+                print(name, json.dumps(rows[name]), flush=True)
         out = {
-            "model": ("dry run: small shape on CPU" if args.dry_run else "Qwen2-1.5B shape") + ", bf16, random weights, local spec, TP1",
+            "model": ("dry run: small shape on CPU" if args.dry_run else "Qwen2-1.5B shape") + f", bf16, random weights, local spec, TP{tp}",
             "batch": args.batch, "prompt_len": args.prompt_len, "decode_tokens": steps, "sync_every": engine._sync_every,
             "weight_gb": weight_bytes / 1e9, "mean_kv_gb_per_step": kv_bytes / 1e9, "bandwidth_tb_per_s": args.bandwidth_tbs,
             "rows": rows, "speedup": rows["eager steps"]["decode_s"] / rows["CUDA graphs"]["decode_s"],
@@ -199,15 +210,20 @@ def gpu_bench(args) -> dict:
         }
     finally:
         destroy_parallel()
+    if not lead:
+        return out
     emit_json(out, args.out)
     if args.record and not args.dry_run:
-        record("gpu", "Megatron engine decode on a GPU", [
-            f"Command: `python bench/rollout_bench.py --gpu --record` (bench/gpu_session.sh); {datetime.date.today().isoformat()}, "
+        command = "python bench/rollout_bench.py --gpu --record" if tp == 1 else \
+            f"python -m torch.distributed.run --standalone --nproc-per-node {tp} bench/rollout_bench.py --gpu --tp {tp} --record"
+        record("gpu" if tp == 1 else f"gpu-tp{tp}", "Megatron engine decode on a GPU" + (f", TP{tp}" if tp > 1 else ""), [
+            f"Command: `{command}` (bench/gpu_session.sh); {datetime.date.today().isoformat()}, "
             f"{out['device']}, torch {out['torch']}.",
             "",
             f"{out['model']}; batch {out['batch']}, prompts of {out['prompt_len']} tokens, {steps} decode steps (no stop "
             f"token). Bytes read per step: {out['weight_gb']:.2f} GB weights + {out['mean_kv_gb_per_step']:.2f} GB KV "
-            f"(mean), against {args.bandwidth_tbs} TB/s. Baseline, same run: the same engine with eager decode steps.",
+            f"(mean){' per GPU' if tp > 1 else ''}, against {args.bandwidth_tbs} TB/s. Baseline, same run: the same engine "
+            "with eager decode steps.",
             "",
             "| decode steps | tokens/s | ms per step | TB/s | of bandwidth bound | graph captures / replays |",
             "| --- | --- | --- | --- | --- | --- |",
@@ -216,6 +232,9 @@ def gpu_bench(args) -> dict:
               for k, r in out["rows"].items()),
             "",
             f"CUDA graphs vs eager steps: **{out['speedup']:.1f}x** decode speed.",
+            *([f"The plan's `TP_GRAPH_DECODE_BANDWIDTH_FRACTION` (nemo_lead/plan/timing.py) is the CUDA graphs row's "
+               f"fraction, {out['rows']['CUDA graphs']['fraction_of_bandwidth_bound']:.3f}, once graph captures > 0."]
+              if tp > 1 else []),
         ])
     return out
 
@@ -234,6 +253,7 @@ def main() -> None:
     ap.add_argument("--decode-tokens", type=int, default=256, help="GPU: decode steps")
     ap.add_argument("--sync-every", type=int, default=None, help="GPU: engine host-sync interval")
     ap.add_argument("--bandwidth-tbs", type=float, default=4.8, help="GPU: HBM bandwidth (H200: 4.8)")
+    ap.add_argument("--tp", type=int, default=1, help="GPU: tensor-parallel ranks (> 1: under torchrun, one per GPU)")
     args = ap.parse_args()
     (gpu_bench if args.gpu else cpu_bench)(args)
 

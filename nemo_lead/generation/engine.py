@@ -59,6 +59,12 @@ class EngineConfig:
     max_prefill_tokens: int = 16384  # megatron: padded prompt tokens prefilled together
     sync_every: Optional[int] = None  # megatron: decode steps between host syncs (None: 1 on CPU, 8 on GPU)
     cuda_graphs: Optional[bool] = None  # megatron: decode steps as CUDA graphs (None: on a GPU at TP = PP = 1)
+    # megatron: allow CUDA graphs at engine TP > 1 with one stage too (on a TP > 1 actor's modules or the copy
+    # at engine.tp=b > 1), the TP all-reduces captured in the graph. A key of its own rather than a value of
+    # cuda_graphs: cuda_graphs says whether (None: on a GPU wherever allowed), this says where, and it stays
+    # off until a GPU run has measured it (bench/gpu_session.sh, step rollout_tp2; docs/engine-layout.md).
+    # PP > 1: never
+    cuda_graphs_tp: bool = False
     # megatron: bytes of K and V cache this rank may hold, in GB (1e9 bytes); None = no budget (the cache grows
     # on demand up to max_batch_size rows). Sequences reserve longest prompt + max_tokens slots at admission
     # and wait for rows when the budget is full (nemo_lead.generation.kv_budget); results do not change
@@ -173,5 +179,6 @@ def build_engine(cfg: EngineConfig, actor: Any, *, release_copy: bool = False) -
         return MegatronEngine(actor, max_batch_size=cfg.max_batch_size, max_prefill_tokens=cfg.max_prefill_tokens,
                               sync_every=cfg.sync_every, cuda_graphs=cfg.cuda_graphs, kv_cache_gib=cfg.kv_cache_gib,
                               own_copy=own, refit_bucket_mb=cfg.refit_bucket_mb, release_copy=release_copy,
-                              engine_tp=engine_layout(cfg, tp=tp, pp=pp)[0] if own else 1)
+                              engine_tp=engine_layout(cfg, tp=tp, pp=pp)[0] if own else 1,
+                              cuda_graphs_tp=cfg.cuda_graphs_tp)
     return TrtllmEngine(actor, cfg.trtllm)

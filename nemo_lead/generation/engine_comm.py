@@ -30,6 +30,8 @@ class ActorComm:
         self.mp_group = ps.get_model_parallel_group()
         self.mp_size = dist.get_world_size(self.mp_group)
         self.is_sampler = self.last and ps.get_tensor_model_parallel_rank() == 0
+        # the ranks that run one decode step together (`cuda_graphs`: they agree on each capture)
+        self.graph_group = self.mp_group if self.mp_size > 1 else None
         self.sampler_rank = dist.get_rank()
         if self.mp_size > 1:
             flags = [None] * self.mp_size
@@ -64,7 +66,7 @@ class ActorComm:
 class SoloComm:
     """One engine replica on one rank (the TP1 x PP1 copy, `own_copy`): it samples, nothing travels."""
 
-    pp, first, last, mp_size, is_sampler = 1, True, True, 1, True
+    pp, first, last, mp_size, is_sampler, graph_group = 1, True, True, 1, True, None
 
     def share(self, packed: torch.Tensor) -> torch.Tensor:
         return packed
@@ -83,6 +85,7 @@ class ReplicaComm(SoloComm):
 
     def __init__(self, group, size: int, src: int, rank: int):
         self.group, self.mp_size, self.src, self.is_sampler = group, size, src, rank == 0
+        self.graph_group = group
 
     def share(self, packed: torch.Tensor) -> torch.Tensor:
         dist.broadcast(packed, src=self.src, group=self.group)

@@ -22,10 +22,11 @@ How a `generate` call runs (every rank of the model-parallel group calls it with
   whenever a sequence may have reached max_tokens) the sampled tokens come to the host in one copy, finished
   sequences leave the batch (their cache rows are dropped) and waiting prompts are admitted. On a GPU this
   keeps the host from waiting on every token; finished rows computed between syncs are ignored.
-- CUDA graphs (GPU, TP = PP = 1, the default there): each decode step replays a captured graph of the
-  whole forward, padded to a power-of-two batch bucket (`nemo_lead.generation.cuda_graphs`); the cache
-  compacts and admits rows in place, so a graph lives until the cache grows. Eager steps launch ~1,500
-  kernels one by one from Python, which left an H200 at 1% of its memory bandwidth.
+- CUDA graphs (GPU, TP = PP = 1, the default there; one stage at TP > 1 with `cuda_graphs_tp`): each decode
+  step replays a captured graph of the whole forward, padded to a power-of-two batch bucket
+  (`nemo_lead.generation.cuda_graphs`); the cache compacts and admits rows in place, so a graph lives
+  until the cache grows. Eager steps launch ~1,500 kernels one by one from Python, which left an H200 at
+  1% of its memory bandwidth.
 - Pipeline parallel: each stage receives hidden states from the previous stage (send / recv on the PP group;
   gloo on CPU), runs its layers with its own cache and sends on. Stages run in turn, without micro-batch
   pipelining, so PP spreads memory, not time.
@@ -53,7 +54,7 @@ import torch.distributed as dist
 from nemo_lead.models import eval_mode, model_info, sequence_parallel_off
 from nemo_lead.parallel import cpu
 
-from .cuda_graphs import DecodeSteps
+from .cuda_graphs import DecodeSteps, graphs_wanted
 from .engine_comm import ActorComm, ReplicaComm, SoloComm, engine_tp_groups
 from .engine_copy import EngineModel
 from .kv_budget import GIB, budget_rows
@@ -122,8 +123,11 @@ class MegatronEngine:
     max_prefill_tokens: padded prompt tokens prefilled together (bounds prefill activation memory).
     sync_every: decode steps between host syncs; None = 1 on CPU, 8 on GPU.
     cuda_graphs: decode steps as captured CUDA graphs (`nemo_lead.generation.cuda_graphs`): None = on a GPU
-        with one pipeline stage and one TP rank, else off; True on a CPU runs the same fixed-shape
-        (bucketed) steps without capture; True with TP or PP > 1 is an error.
+        with one pipeline stage and one TP rank (or more with `cuda_graphs_tp`), else off; True on a CPU runs
+        the same fixed-shape (bucketed) steps without capture; True with PP > 1, or TP > 1 without
+        `cuda_graphs_tp`, is an error.
+    cuda_graphs_tp: allow graphs at TP > 1 (one stage), the TP all-reduces captured in them: on the actor's
+        modules at actor TP > 1 and on the copy at `engine_tp` > 1 (off until a GPU run has measured it).
     vocab_size: the real vocabulary (default: `model_info(model).arch.vocab_size` from build_gpt); padding columns of
         the output layer are never sampled.
     kv_cache_gib: bytes of K and V cache this rank may hold, in GiB (2^30 bytes); None = no budget (the cache
@@ -150,7 +154,7 @@ class MegatronEngine:
     def __init__(self, model: Any, *, max_batch_size: int = 256, max_prefill_tokens: int = 16384,
                  sync_every: int | None = None, vocab_size: int | None = None, cuda_graphs: bool | None = None,
                  kv_cache_gib: float | None = None, own_copy: bool = False, refit_bucket_mb: float = 512,
-                 release_copy: bool = False, engine_tp: int = 1):
+                 release_copy: bool = False, engine_tp: int = 1, cuda_graphs_tp: bool = False):
         if max_batch_size < 1 or max_prefill_tokens < 1:
             raise ValueError("max_batch_size and max_prefill_tokens must be >= 1")
         if sync_every is not None and sync_every < 1:
@@ -162,7 +166,7 @@ class MegatronEngine:
         self.max_batch_size = max_batch_size
         self.max_prefill_tokens = max_prefill_tokens
         self._sync_every = sync_every
-        self.cuda_graphs = cuda_graphs
+        self.cuda_graphs, self.cuda_graphs_tp = cuda_graphs, cuda_graphs_tp
         self.graph_stats = {"captures": 0, "replays": 0}  # summed over generate calls
         self._vocab_size = vocab_size
         self._comm: ActorComm | SoloComm | None = SoloComm() if own_copy else None
@@ -292,17 +296,15 @@ class _Generation:
         self.stats = {"kv_budget_bytes": None if engine.kv_cache_gib is None else int(engine.kv_cache_gib * GIB),
                       "kv_rows": self.row_limit, "kv_waves": -(-len(prompts) * params.n // self.row_limit),
                       "kv_peak_bytes": 0, "peak_rows": 0, "prefills": 0}
-        self.steps = self._decode_steps(engine.cuda_graphs)
+        self.steps = self._decode_steps()
 
-    def _decode_steps(self, wanted: bool | None) -> DecodeSteps | None:
-        single = self.comm.mp_size == 1
-        if wanted is None:
-            wanted = single and self.device.type == "cuda"
-        if not wanted:
+    def _decode_steps(self) -> DecodeSteps | None:
+        """The fixed-shape decode steps where the engine takes them (`cuda_graphs.graphs_wanted`), else None."""
+        cuda, pp = self.device.type == "cuda", self.comm.pp
+        if not graphs_wanted(self.e.cuda_graphs, tp=self.comm.mp_size // pp, pp=pp, cuda_graphs_tp=self.e.cuda_graphs_tp,
+                             cuda=cuda):
             return None
-        if not single:
-            raise ValueError("cuda_graphs=True needs one tensor- and pipeline-parallel rank (TP = PP = 1)")
-        return DecodeSteps(self.r, self.rope, capture=self.device.type == "cuda")
+        return DecodeSteps(self.r, self.rope, capture=cuda, group=self.comm.graph_group)
 
     # ----------------------------------------------------------------------------- schedule
     def run(self) -> list[_Seq]:

@@ -37,7 +37,15 @@ from .activations import Recompute, update_memory
 from .engine_memory import engine_memory, kv_slot_bytes
 from .parameters import DTYPE_BYTES, stage_parameters, static_bytes
 from .settings import PlanSettings
-from .timing import GPU, StepTime, generation_seconds, offload_seconds, refit_seconds, update_seconds
+from .timing import (
+    GPU,
+    StepTime,
+    decode_graphs,
+    generation_seconds,
+    offload_seconds,
+    refit_seconds,
+    update_seconds,
+)
 
 GIB = 1 << 30
 KV_GIB = 2**30  # engine.kv_cache_gib's unit (`nemo_lead.generation.kv_budget.GIB`)
@@ -80,6 +88,7 @@ class JobShape:
     max_prefill_tokens: int = 16384
     sync_every: int = 8
     cuda_graphs: Optional[bool] = None
+    cuda_graphs_tp: bool = False  # engine.cuda_graphs_tp (`timing.decode_graphs`)
     kv_cache_gib: Optional[float] = None  # engine.kv_cache_gib: GiB (2^30 bytes) of KV cache per rank
     top_p: float = 1.0
     response_fraction: float = 1.0
@@ -129,7 +138,7 @@ def job_shape(cfg: Any, kind: str, hf_config: dict, *, gpus: int, settings: Plan
         entropy=on_policy or cfg.lead.entropy_coeff > 0, temperature=r.temperature, prompts=cfg.prompts_per_step,
         n=r.n, prompt_tokens=prompt_tokens, max_tokens=r.max_tokens, engine=e.kind, max_batch_size=e.max_batch_size,
         max_prefill_tokens=e.max_prefill_tokens, sync_every=e.sync_every or 8, cuda_graphs=e.cuda_graphs,
-        kv_cache_gib=e.kv_cache_gib, top_p=r.top_p,
+        cuda_graphs_tp=e.cuda_graphs_tp, kv_cache_gib=e.kv_cache_gib, top_p=r.top_p,
         response_fraction=settings.value("response_fraction"),
         engine_tp1=own, refit_bucket_mb=e.refit_bucket_mb, engine_tp=_engine_value(e.tp, a.tp) if own else 1,
     )
@@ -297,7 +306,7 @@ def _time(s: JobShape, gpu: GPU, tokens: int, mbs: int, rows: int, phases) -> St
     if s.kind == "sft":
         return StepTime(generation=0.0, update=update, refit=0.0)
     tp, pp, replicas = s.engine_layout
-    graphs = s.cuda_graphs if s.cuda_graphs is not None else tp == pp == 1
+    graphs = decode_graphs(s.cuda_graphs, cuda_graphs_tp=s.cuda_graphs_tp, tp=tp, pp=pp)
     slot = kv_slot_bytes(s.arch, tp=tp, pp=pp, e=DTYPE_BYTES[s.precision])
     weights = phases["generation"].get("engine_copy") or phases["update"]["weights"]
     gen = generation_seconds(s.arch, gpu, tp=tp, pp=pp, weight_bytes=weights, slot_bytes=slot,

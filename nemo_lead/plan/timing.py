@@ -19,7 +19,11 @@ The efficiencies are bench/RESULTS.md's figures of 2026-11-30 (one H200, local s
   these estimates leave it out.
 - DECODE_BANDWIDTH_FRACTION: the engine's CUDA-graph decode at batch 256 moved 12.8% of the bandwidth
   bound (rollout:gpu); EAGER_HOST_S_PER_LAYER: its eager steps took 77.71 ms against 8.10 ms for 28
-  layers, (77.71 - 8.10) / 28 = 2.49 ms of host time per layer and step. CUDA graphs run at TP = PP = 1 only.
+  layers, (77.71 - 8.10) / 28 = 2.49 ms of host time per layer and step. CUDA graphs are counted at TP = PP = 1
+  (the engine's default there); at engine TP > 1 (one stage, `engine.cuda_graphs_tp`) only once a GPU run
+  has measured them: TP_GRAPH_DECODE_BANDWIDTH_FRACTION, the fraction of the bandwidth bound the graph decode
+  reaches at engine TP2 (bench/gpu_session.sh, step rollout_tp2), is None until bench/RESULTS.md records one,
+  and while it is None the switch changes nothing in the plan (`decode_graphs`): TP > 1 counts eager steps.
 - The host link (offload) was not measured: NOMINAL, the PCIe generation's per-direction figure.
 Response lengths: memory always takes the longest (max_tokens); the time takes `response_fraction` of it.
 """
@@ -33,6 +37,8 @@ from nemo_lead.models.hf_config import Arch
 UPDATE_PEAK_FRACTION = {4096: 337 / 989, 8192: 409 / 989}  # tokens per micro-batch -> share of nominal peak
 DECODE_BANDWIDTH_FRACTION = 0.128
 EAGER_HOST_S_PER_LAYER = (77.71e-3 - 8.10e-3) / 28
+# the CUDA-graph decode at engine TP > 1 as a fraction of the bandwidth bound: None = not measured yet
+TP_GRAPH_DECODE_BANDWIDTH_FRACTION: float | None = None
 HOST_LINK_FRACTION = 1.0  # nominal (not measured)
 LINK_FRACTION = 1.0  # of the nominal NVLink bandwidth reached by the refit's collectives (not measured)
 
@@ -85,6 +91,15 @@ def forward_flops(arch: Arch, tokens: int, seq: float) -> float:
     return tokens * (2 * matmul_parameters(arch) + 4 * arch.num_layers * arch.hidden_size * seq)
 
 
+def decode_graphs(cuda_graphs: bool | None, *, cuda_graphs_tp: bool, tp: int, pp: int) -> bool:
+    """Whether the plan counts the engine's decode steps at engine TP x PP as CUDA graphs: at TP = PP = 1
+    unless `cuda_graphs` is False; at TP > 1 with one stage only with `cuda_graphs_tp` and a measured
+    TP_GRAPH_DECODE_BANDWIDTH_FRACTION (module docstring); never at PP > 1 (the engine refuses them)."""
+    if cuda_graphs is False or pp > 1:
+        return False
+    return tp == 1 or (cuda_graphs_tp and TP_GRAPH_DECODE_BANDWIDTH_FRACTION is not None)
+
+
 @dataclass(frozen=True)
 class StepTime:
     generation: float
@@ -108,7 +123,10 @@ def generation_seconds(arch: Arch, gpu: GPU, *, tp: int, pp: int, weight_bytes: 
     steps = max(max_tokens, sequences * mean_response / rows) if rows else 0
     live = min(rows, sequences)
     kv_read = live * (prompt_tokens + mean_response / 2) * slot_bytes
-    step_s = pp * (weight_bytes + kv_read) / (gpu.hbm_tbps * 1e12 * DECODE_BANDWIDTH_FRACTION)
+    fraction = DECODE_BANDWIDTH_FRACTION
+    if cuda_graphs and tp > 1:  # counted only once measured (`decode_graphs`)
+        fraction = TP_GRAPH_DECODE_BANDWIDTH_FRACTION
+    step_s = pp * (weight_bytes + kv_read) / (gpu.hbm_tbps * 1e12 * fraction)
     if not cuda_graphs:
         step_s += EAGER_HOST_S_PER_LAYER * arch.num_layers
     prefill = forward_flops(arch, prompts * prompt_tokens, prompt_tokens)

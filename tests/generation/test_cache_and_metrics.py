@@ -127,6 +127,26 @@ def test_bucket_rows_are_powers_of_two_within_the_allocation():
         bucket_rows(7, 6)
 
 
+def test_where_the_engine_takes_fixed_shape_decode_steps():
+    from nemo_lead.generation.cuda_graphs import graphs_wanted, unsafe_nccl_settings
+
+    def wanted(graphs, tp, pp, switch, cuda=True):
+        return graphs_wanted(graphs, tp=tp, pp=pp, cuda_graphs_tp=switch, cuda=cuda)
+
+    # None: on a GPU at TP = PP = 1, and at TP > 1 with one stage only with the switch; never at PP > 1
+    assert [wanted(None, 1, 1, False), wanted(None, 1, 1, False, cuda=False), wanted(None, 2, 1, False)] == [True, False, False]
+    assert [wanted(None, 2, 1, True), wanted(None, 2, 2, True), wanted(None, 1, 2, True)] == [True, False, False]
+    assert wanted(True, 1, 1, False, cuda=False) and wanted(True, 4, 1, True) and not wanted(False, 1, 1, False)
+    with pytest.raises(ValueError, match=r"engine TP 2 .*needs engine.cuda_graphs_tp=true"):
+        wanted(True, 2, 1, False)
+    for tp, switch in ((1, False), (2, True)):
+        with pytest.raises(ValueError, match=r"needs one pipeline stage, the engine runs 2 \(engine.pp"):
+            wanted(True, tp, 2, switch)
+    assert unsafe_nccl_settings({"TORCH_NCCL_BLOCKING_WAIT": "1", "NCCL_GRAPH_MIXING_SUPPORT": "1"}) == [
+        "TORCH_NCCL_BLOCKING_WAIT=1"]
+    assert unsafe_nccl_settings({"NCCL_GRAPH_MIXING_SUPPORT": "0"}) == ["NCCL_GRAPH_MIXING_SUPPORT=0"]
+
+
 def test_mismatch_hand_computed_for_lists_and_masked_tensors():
     m = logprob_mismatch([[-1.0, -2.0], [-0.5]], [[-1.5, -2.0], [-0.25]])
     assert m == {"mean": pytest.approx(0.75 / 3), "max": 0.5, "sum": pytest.approx(0.75), "count": 3}

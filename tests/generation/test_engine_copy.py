@@ -9,7 +9,9 @@ fp32, CPU/gloo, two ranks.
   folder samples for all the prompts in one call, and the same log-probs to 1e-5.
 - Four TP1 replicas over a TP2 x DP2 actor (4 ranks) sample the tokens of the engine at the actor's layout.
 - The CUDA-graph-shaped decode steps (bucketed, not captured on the CPU) run on the copy over the TP2
-  actor, with the same tokens.
+  actor, with the same tokens. On the TP2 actor's own modules they need engine.cuda_graphs_tp (an error
+  naming it otherwise) and then sample the eager steps' tokens; with a simulated capture both ranks replay,
+  and when one rank's capture fails neither does (the group falls back to eager steps together).
 - Refit: after the actor's weights change, `refit` gives the copy the new weights; with `release_copy`
   `sleep` frees the copy, `generate` refuses until `wake` rebuilds it.
 """
@@ -135,11 +137,8 @@ def _rollouts_job(hf_dir):
     finally:
         DecodeSteps._step = step
     out["bucketed_steps"] = len(steps)
-    try:  # at the actor's layout (TP2) they are refused
-        MegatronEngine(model, cuda_graphs=True).generate(PROMPTS, PARAMS)
-    except ValueError as e:
-        out["graphs_at_tp2"] = str(e)
     del graphs
+    out.update(_graphs_at_tp2(model))
     # an update: every weight x 1.5 (each rank scales its own shards); refit must give the copy the new weights
     with torch.no_grad():
         for p in model.parameters():
@@ -164,6 +163,73 @@ def _rollouts_job(hf_dir):
     return out
 
 
+class _Replayed:
+    """A stand-in for a captured graph on the CPU: static inputs and output, `replay` recomputes into them."""
+
+    def __init__(self, run, out):
+        self.run, self.out = run, out
+
+    def replay(self):
+        self.out.copy_(self.run())
+
+
+def _graphs_at_tp2(model):
+    """On the actor's modules at TP2: the fixed-shape steps are refused without engine.cuda_graphs_tp; with it
+    they sample the eager steps' tokens; a capture (simulated: `_Replayed`) is replayed when both ranks
+    capture, and neither replays when one rank's capture fails (both fall back to eager steps together)."""
+    import warnings
+
+    import torch.distributed as dist
+
+    from nemo_lead.generation import MegatronEngine
+    from nemo_lead.generation.cuda_graphs import DecodeSteps
+
+    def run(**kw):
+        engine = MegatronEngine(model, max_batch_size=4, **kw)
+        rollouts = engine.generate(PROMPTS, PARAMS)
+        return [(r.token_ids, r.policy_logprobs) for r in rollouts], engine.graph_stats
+
+    out = {"tp2_eager": run()[0]}
+    try:
+        MegatronEngine(model, cuda_graphs=True).generate(PROMPTS, PARAMS)
+    except ValueError as e:
+        out["graphs_at_tp2"] = str(e)
+    out["tp2_bucketed"] = run(cuda_graphs=True, cuda_graphs_tp=True)[0]
+
+    def capture(self, cache, rows, tok, pos, tokens, lengths):
+        tok[: tokens.shape[0]], pos[: tokens.shape[0]] = tokens, lengths
+        warm = self._step(cache, rows, tok, pos)  # the warm-up runs on every rank (its all-reduces too)
+        if fail_on == dist.get_rank():
+            raise RuntimeError("capture refused on this rank")
+        return _Replayed(lambda: self._step(cache, rows, tok, pos), warm), tok, pos, warm
+
+    init, real = DecodeSteps.__init__, DecodeSteps._capture
+    DecodeSteps.__init__ = lambda self, *a, **k: init(self, *a, **{**k, "capture": True})
+    DecodeSteps._capture = capture
+    try:
+        for fail_on in (None, 1):
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                out[f"captured_{fail_on}"] = (*run(cuda_graphs=True, cuda_graphs_tp=True), [str(w.message) for w in caught if "graph" in str(w.message)])
+    finally:
+        DecodeSteps.__init__, DecodeSteps._capture = init, real
+    return out
+
+
+def _check_graphs_at_tp2(rank):
+    eager, tokens = rank["tp2_eager"], [t for t, _ in rank["tp2_eager"]]
+    assert "engine.cuda_graphs_tp=true" in rank["graphs_at_tp2"] and "engine TP 2" in rank["graphs_at_tp2"]
+    assert [t for t, _ in rank["tp2_bucketed"]] == tokens
+    for got in (rank["tp2_bucketed"], rank["captured_None"][0], rank["captured_1"][0]):
+        assert [t for t, _ in got] == tokens
+        assert max(abs(x - y) for (_, a), (_, b) in zip(got, eager) for x, y in zip(a, b)) < 1e-5
+    (_, stats, warned), (_, failed, fallback) = rank["captured_None"], rank["captured_1"]
+    assert stats["captures"] >= 1 and stats["replays"] >= PARAMS.max_tokens - 2 and not warned, stats
+    # rank 1's capture failed: the group agreed, so rank 0 dropped its graph too and nobody replayed
+    assert failed == {"captures": 0, "replays": 0}, failed
+    assert len(fallback) == 1 and "decoding without graphs" in fallback[0], fallback
+
+
 def test_two_tp1_replicas_over_a_tp2_actor_sample_the_tp1_tokens_and_refit_follows_updates(tiny):
     from nemo_lead.models.hf_weights import HFReader
 
@@ -180,7 +246,8 @@ def test_two_tp1_replicas_over_a_tp2_actor_sample_the_tp1_tokens_and_refit_follo
         err = max(abs(x - y) for g, w in zip(got, ref) for a, b in zip(g, w) for x, y in zip(a[1], b[1]))
         assert err < 1e-5, err
         assert [[r[0] for r in rs] for rs in rank["graphs"]] == [[r[0] for r in rs] for rs in ref]
-        assert rank["bucketed_steps"] >= PARAMS.max_tokens - 1 and "TP = PP = 1" in rank["graphs_at_tp2"]
+        assert rank["bucketed_steps"] >= PARAMS.max_tokens - 1
+        _check_graphs_at_tp2(rank)
         assert rank["refit"]["copy_bytes"] > 0 and rank["refit"]["bytes"] >= rank["refit"]["copy_bytes"]
         assert "call wake() first" in rank["refused"]
         assert rank["slept"] and rank["woken"] == rank["scaled"]

@@ -8,6 +8,8 @@ replicas of two ranks each), tiny Qwen2 with 4 KV groups, fp32, CPU/gloo, four r
 - Resharding: every tensor of the engine's copy on each rank equals that rank's shard of a TP2 model
   loaded from the HF folder (the slice of the HF tensor it should hold), the vocabulary tables whole.
 - Refit: after the actor's weights change, the copy holds the new shards.
+- CUDA-graph-shaped decode steps (bucketed, not captured on the CPU) on the TP2 copies: refused without
+  engine.cuda_graphs_tp, the same tokens with it; on the TP2 x PP2 actor's modules refused (one stage only).
 """
 
 import pytest
@@ -38,6 +40,14 @@ def _build(hf_dir, tp, pp=1):
     return info, model
 
 
+def _error(run) -> str | None:
+    try:
+        run()
+    except ValueError as e:
+        return str(e)
+    return None
+
+
 def _job(hf_dir):
     from nemo_lead.generation import MegatronEngine
     from nemo_lead.generation.reshard import _named_shards
@@ -62,6 +72,13 @@ def _job(hf_dir):
     out["replicas"] = engine.replicas
     out["copy"] = {k: v.clone() for k, v in engine.model.tensors.items()}
     out["tp2"] = rollouts(info, engine)
+    # the fixed-shape (CUDA-graph-shaped) decode steps on the replicas' TP2 copies: refused without the
+    # switch, the eager steps' tokens with it
+    engine.cuda_graphs = True
+    out["graphs_refused"] = _error(lambda: rollouts(info, engine))
+    engine.cuda_graphs_tp = True
+    out["tp2_bucketed"] = rollouts(info, engine)
+    engine.cuda_graphs = engine.cuda_graphs_tp = False
     out["tp1_copy"] = rollouts(info, MegatronEngine(model, max_batch_size=4, own_copy=True))
     with torch.no_grad():
         for p in model.parameters():
@@ -71,6 +88,8 @@ def _job(hf_dir):
     destroy_parallel(keep_process_group=True)
     info, model = _build(hf_dir, 2, 2)  # engine.tp = actor.tp over an actor at PP2: engine TP2 x PP1 replicas
     out["pp2"] = rollouts(info, MegatronEngine(model, max_batch_size=4, own_copy=True, engine_tp=2))
+    # on the TP2 x PP2 actor's own modules graphs stay refused, with the switch too
+    out["graphs_pp2"] = _error(lambda: MegatronEngine(model, cuda_graphs=True, cuda_graphs_tp=True).generate(PROMPTS, PARAMS))
     destroy_parallel()
     return out
 
@@ -86,7 +105,9 @@ def test_engine_tp2_replicas_over_tp4_and_tp2_pp2_actors_sample_the_tp1_tokens_a
     vocab = {"embedding.word_embeddings.weight": "model.embed_tokens.weight", "output_layer.weight": "lm_head.weight"}
     for i, rank in enumerate(ranks):
         assert rank["replicas"] == (2, i // 2)
-        for layout in ("tp2", "tp1_copy", "pp2"):
+        assert "engine.cuda_graphs_tp=true" in rank["graphs_refused"] and "engine TP 2" in rank["graphs_refused"]
+        assert "one pipeline stage" in rank["graphs_pp2"] and "engine.pp" in rank["graphs_pp2"]
+        for layout in ("tp2", "tp2_bucketed", "tp1_copy", "pp2"):
             assert [[r[0] for r in rs] for rs in rank[layout]] == tokens, (i, layout)
             err = max(abs(x - y) for g, w in zip(rank[layout], ref) for a, b in zip(g, w) for x, y in zip(a[1], b[1]))
             assert err < 1e-5, (i, layout, err)

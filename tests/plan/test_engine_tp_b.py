@@ -29,3 +29,27 @@ def test_engine_tp2_over_tp8_counts_a_tp2_copy_and_four_replicas():
     searched = {(s.tp, s.pp, s.engine_tp1, s.engine_tp) for s in shapes_searched(actor)}
     assert {(8, 1, True, b) for b in (1, 2, 4)} <= searched and (8, 1, True, 8) not in searched
     assert (1, 8, True, 1) in searched and not any(s[:2] == (1, 8) and s[3] > 1 for s in searched if s[2])
+
+
+def test_graphs_at_engine_tp_above_1_count_only_once_measured(monkeypatch):
+    """engine.cuda_graphs_tp: with TP_GRAPH_DECODE_BANDWIDTH_FRACTION None (not measured) the plan's times do
+    not move; with a figure, the TP2 copies' and the TP8 actor's generation take it, TP1's does not change."""
+    from nemo_lead.plan import timing
+
+    def times(*extra):
+        return {tp: plan_job(_shape(f"engine.tp={tp}", "engine.pp=1" if tp != "actor" else "engine.pp=actor", *extra),
+                             H100).time for tp in (1, 2, "actor")}
+
+    on = _shape("engine.tp=2", "engine.pp=1", "engine.cuda_graphs_tp=true")
+    assert on.cuda_graphs_tp and not _shape("engine.tp=2", "engine.pp=1").cuda_graphs_tp
+    assert timing.TP_GRAPH_DECODE_BANDWIDTH_FRACTION is None
+    off = times()
+    assert times("engine.cuda_graphs_tp=true") == off
+    monkeypatch.setattr(timing, "TP_GRAPH_DECODE_BANDWIDTH_FRACTION", 0.05)
+    assert times() == off  # the switch off: still eager steps at TP > 1
+    graphs = times("engine.cuda_graphs_tp=true")
+    assert graphs[1] == off[1]
+    for tp in (2, "actor"):  # no eager host time per layer, the measured fraction instead of TP1's
+        assert graphs[tp].generation < off[tp].generation and graphs[tp].update == off[tp].update, tp
+    eager = times("engine.cuda_graphs_tp=true", "engine.cuda_graphs=false")  # no graphs anywhere
+    assert eager[2] == off[2] and eager["actor"] == off["actor"] and eager[1].generation > off[1].generation
