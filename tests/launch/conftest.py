@@ -50,8 +50,9 @@ class Cluster:
         text = self.run("scontrol", "show", "job", job_id)
         return dict(re.findall(r"(\w+)=(\S*)", text))
 
-    def wait(self, job_id: str, timeout: float, until=None) -> dict[str, str]:
-        """Poll until `until(job)` (default: the job has ended); the job's last state. Cancels it on timeout."""
+    def wait(self, job_id: str, timeout: float, until=None, log: Path | None = None) -> dict[str, str]:
+        """Poll until `until(job)` (default: the job has ended); the job's last state. Cancels it on timeout,
+        failing with the job's state, the last lines of its `log` (a job's output file) and the daemons'."""
         done = until or (lambda j: j["JobState"] in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL",
                                                      "OUT_OF_MEMORY", "PREEMPTED"))
         deadline = time.monotonic() + timeout
@@ -61,7 +62,8 @@ class Cluster:
                 return job
             if time.monotonic() > deadline:
                 subprocess.run(["scancel", job_id], env=self.env, timeout=30)
-                pytest.fail(f"job {job_id} still {job['JobState']} after {timeout:.0f} s")
+                tail = "\n".join(log.read_text(errors="replace").splitlines()[-40:]) if log and log.is_file() else ""
+                pytest.fail(f"job {job_id} still {job['JobState']} after {timeout:.0f} s: {job}\n{tail}\n{self.logs()}")
             time.sleep(0.5)
 
 

@@ -43,8 +43,9 @@ def test_a_job_stops_before_its_end_requeues_and_finishes_equal(slurm, tmp_path)
     cut = _submit(slurm, tmp_path / "cut", tmp_path, "--time", "1", "signal_seconds=0",
                   f"env.NEMO_LEAD_TEST_STEP_DELAY_S={DELAY_S}", f"env.NEMO_LEAD_DEADLINE_MARGIN_S={MARGIN_S}")
     assert slurm.wait(plain, timeout=300)["JobState"] == "COMPLETED"
-    job = slurm.wait(cut, timeout=420)
-    log = (tmp_path / "cut" / "slurm" / f"sft-{cut}.log").read_text()
+    log_file = tmp_path / "cut" / "slurm" / f"sft-{cut}.log"
+    job = slurm.wait(cut, timeout=420, log=log_file)
+    log = log_file.read_text()
     assert job["JobState"] == "COMPLETED" and int(job["Restarts"]) >= 1, log
     stops = [int(s) for s in re.findall(r"stopping before step (\d+): the job ends in", log)]
     assert stops and all(1 < s <= STEPS for s in stops), log

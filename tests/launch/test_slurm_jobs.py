@@ -83,8 +83,9 @@ def test_preempted_job_checkpoints_requeues_and_resumes(slurm, tiny, plain_run, 
         assert slurm.job(job_id)["JobState"] in ("PENDING", "RUNNING"), (out / "slurm" / f"sft-{job_id}.log").read_text()
         time.sleep(0.2)
     slurm.run("scancel", "--signal=USR1", job_id)  # what --signal=USR1@60 sends 60 s before the time limit
-    job = slurm.wait(job_id, timeout=240)  # a requeued job passes through REQUEUED / PENDING, not COMPLETED
-    log = (out / "slurm" / f"sft-{job_id}.log").read_text()
+    log_file = out / "slurm" / f"sft-{job_id}.log"
+    job = slurm.wait(job_id, timeout=240, log=log_file)  # a requeued job passes through REQUEUED / PENDING, not COMPLETED
+    log = log_file.read_text()
     assert job["JobState"] == "COMPLETED" and job["Restarts"] == "1", log
     stopped = int(re.search(r"stopped by SIGUSR1 after step (\d+)", log).group(1))
     assert 1 <= stopped < STEPS
