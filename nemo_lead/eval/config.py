@@ -15,6 +15,7 @@ from nemo_lead.config import setting
 from nemo_lead.data import PromptConfig
 from nemo_lead.generation import EngineConfig, SamplingParams, check_engine_layout
 from nemo_lead.models.source import PRECISION_CHOICES
+from nemo_lead.plan.settings import PlanSettings
 from nemo_lead.progress import PROGRESS_MODES, check_progress_mode
 from nemo_lead.tracking import WandbSettings
 from nemo_lead.verify import VerifyConfig
@@ -53,6 +54,9 @@ class EvalConfig:
     progress: str = setting("auto", results=False, choices=PROGRESS_MODES)
     # Weights & Biases: the config and the summary table (nemo_lead.tracking); its id in OUT/wandb.json
     wandb: WandbSettings = setting(default_factory=WandbSettings, results=False)
+    # what `nemo-lead plan` assumes of this stage in a recipe (distill, eval): the mean response length
+    # (plan.mean_response_tokens) and the problems when the data cannot be counted (plan.data_rows)
+    plan: PlanSettings = setting(default_factory=PlanSettings, results=False)
 
     def __post_init__(self) -> None:
         if not self.model and not self.compare:

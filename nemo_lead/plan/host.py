@@ -1,5 +1,7 @@
 """What a job needs besides its GPUs: host memory per node, CPU cores per task, the bytes of one checkpoint,
-the disk a run needs with `keep_last`, and a stage's time (steps x the plan's step time).
+the disk a run needs with `keep_last`, and a stage's time (steps x the plan's step time, at the stated mean
+response and with every response at max_tokens; none for a layout that does not fit: the time of the
+fastest layout that fits stands in, named, when one is given).
 
 Every memory figure of the plan is in GiB (2^30 bytes), as `--mem=NG` is in SLURM (its suffixes count in
 1024s). Host memory per node:
@@ -35,16 +37,25 @@ class HostNeeds:
     checkpoint_bytes: int  # one full checkpoint (weights + optimizer state)
     disk_bytes: Optional[int]  # checkpoints kept at once (None: keep_last=0 keeps every one)
     steps: Optional[int]  # None: decided by the data (SFT epochs)
-    stage_seconds: Optional[float]  # steps x the plan's step time
+    stage_seconds: Optional[float]  # steps x the step time (of `timed_layout` when that is given)
+    stage_seconds_all_at_max: Optional[float] = None  # the same with every response at max_tokens
+    timed_layout: Optional[str] = None  # the layout timed instead of the configured one, which does not fit
+    no_time: str = ""  # why there is no stage time, when there is none
 
     def as_json(self) -> dict[str, Any]:
         return {"host_memory_gib_per_node": round(self.memory_gib_per_node, 1), "cpus_per_task": self.cpus_per_task,
                 "checkpoint_bytes": self.checkpoint_bytes, "disk_bytes": self.disk_bytes, "steps": self.steps,
-                "stage_seconds": None if self.stage_seconds is None else round(self.stage_seconds)}
+                "stage_seconds": None if self.stage_seconds is None else round(self.stage_seconds),
+                "stage_seconds_all_at_max": (None if self.stage_seconds_all_at_max is None
+                                             else round(self.stage_seconds_all_at_max)),
+                "timed_layout": self.timed_layout}
 
 
-def host_needs(plan: JobPlan, cfg: Any, ranks_per_node: int) -> HostNeeds:
-    """The host side of `plan` (`cfg`: the job's SFTConfig / RLConfig) with `ranks_per_node` ranks a node."""
+def host_needs(plan: JobPlan, cfg: Any, ranks_per_node: int, fastest: JobPlan | None = None,
+               fastest_name: str | None = None) -> HostNeeds:
+    """The host side of `plan` (`cfg`: the job's SFTConfig / RLConfig) with `ranks_per_node` ranks a node. The
+    stage time is the plan's when it fits; else `fastest`'s (the fastest layout that fits, `fastest_name`
+    naming it), else none."""
     s = plan.shape
     pinned = plan.phases["update"]["optimizer"] if s.offload and s.kind == "rl" else 0
     workers = cfg.verify.workers if s.kind == "rl" else 0
@@ -52,16 +63,38 @@ def host_needs(plan: JobPlan, cfg: Any, ranks_per_node: int) -> HostNeeds:
     params = parameter_count(s.arch, s.vocab_divisible_by)
     checkpoint = params * (DTYPE_BYTES[s.precision] + OPTIMIZER_BYTES_PER_PARAMETER)
     disk = checkpoint * (cfg.keep_last + 1) if cfg.keep_last else None
-    steps = cfg.steps
-    seconds = steps * plan.time.total if steps is not None and plan.time is not None else None
-    return HostNeeds(memory, 2 + math.ceil(workers / ranks_per_node), checkpoint, disk, steps, seconds)
+    steps = cfg.steps if s.kind == "rl" else sft_steps(cfg)
+    timed, name = (plan, None) if plan.fits else (fastest, fastest_name)
+    seconds = worst = None
+    if steps is None:
+        why = "steps set by the data (epochs; plan.data_rows=N gives the plan the traces' number)"
+    elif timed is None:
+        why = "none: as configured it does not fit, and no layout that fits was found"
+    elif timed.time is None:
+        why = "no step time for this engine"
+    else:
+        why, seconds, worst = "", steps * timed.time.total, steps * timed.worst_time.total
+    return HostNeeds(memory, 2 + math.ceil(workers / ranks_per_node), checkpoint, disk, steps, seconds, worst,
+                     name if seconds is not None else None, why)
+
+
+def sft_steps(cfg: Any) -> Optional[int]:
+    """An SFT job's optimizer steps: epochs x ceil(traces / global_batch) with the traces `plan.data_rows`
+    (None when not given: the data decides)."""
+    rows = cfg.plan.data_rows
+    return None if rows is None else cfg.epochs * math.ceil(rows / cfg.global_batch)
 
 
 def describe_host(h: HostNeeds) -> list[str]:
     """The report's lines for `h`."""
     disk = (f"{h.disk_bytes / GIB:,.0f} GiB with keep_last" if h.disk_bytes is not None
             else "every checkpoint is kept (keep_last=0)")
-    time = (f"{h.steps} steps = {h.stage_seconds / 3600:,.1f} h" if h.stage_seconds is not None
-            else "steps set by the data (epochs)" if h.steps is None else "no step time for this engine")
+    if h.stage_seconds is not None:
+        time = (f"{h.steps} steps = {h.stage_seconds / 3600:,.1f} h (every response at max_tokens: "
+                f"{h.stage_seconds_all_at_max / 3600:,.1f} h)")
+        if h.timed_layout:
+            time += f" at the fastest layout that fits, {h.timed_layout} (as configured it does not fit)"
+    else:
+        time = h.no_time
     return [f"  host: {h.memory_gib_per_node:,.0f} GiB per node, {h.cpus_per_task} CPU cores per task; "
             f"checkpoint {h.checkpoint_bytes / GIB:,.0f} GiB per save, disk {disk}; stage time {time}"]

@@ -91,7 +91,7 @@ class JobShape:
     cuda_graphs_tp: bool = False  # engine.cuda_graphs_tp (`timing.decode_graphs`)
     kv_cache_gib: Optional[float] = None  # engine.kv_cache_gib: GiB (2^30 bytes) of KV cache per rank
     top_p: float = 1.0
-    response_fraction: float = 1.0
+    mean_response_tokens: Optional[float] = None  # the step time's mean response (None: all at max_tokens)
     vocab_divisible_by: int = 128
     # megatron engine at TP1 x PP1 over a larger actor layout (engine.tp=1 engine.pp=1): a copy of the whole
     # model per GPU, rebuilt after every update in buckets of refit_bucket_mb MB
@@ -139,7 +139,7 @@ def job_shape(cfg: Any, kind: str, hf_config: dict, *, gpus: int, settings: Plan
         n=r.n, prompt_tokens=prompt_tokens, max_tokens=r.max_tokens, engine=e.kind, max_batch_size=e.max_batch_size,
         max_prefill_tokens=e.max_prefill_tokens, sync_every=e.sync_every or 8, cuda_graphs=e.cuda_graphs,
         cuda_graphs_tp=e.cuda_graphs_tp, kv_cache_gib=e.kv_cache_gib, top_p=r.top_p,
-        response_fraction=settings.value("response_fraction"),
+        mean_response_tokens=mean_response(settings, r.max_tokens),
         engine_tp1=own, refit_bucket_mb=e.refit_bucket_mb, engine_tp=_engine_value(e.tp, a.tp) if own else 1,
     )
     options = engine_options(e, tp=a.tp, pp=a.pp, generator_ranks=r.generator_ranks)
@@ -148,6 +148,15 @@ def job_shape(cfg: Any, kind: str, hf_config: dict, *, gpus: int, settings: Plan
     if options:  # auto: the plan's choice on a GPU, else the first allowed (the actor's layout where it is)
         shape = dataclasses.replace(shape, engine_tp1=options[0][0], engine_tp=options[0][1])
     return shape
+
+
+def mean_response(settings: PlanSettings, max_tokens: int) -> Optional[float]:
+    """`plan.mean_response_tokens`, checked against the responses' budget (None: all at max_tokens)."""
+    mean = settings.mean_response_tokens
+    if mean is not None and mean > max_tokens:
+        raise ValueError(f"plan.mean_response_tokens ({mean:,}) exceeds the response budget max_tokens "
+                         f"({max_tokens:,}): a mean cannot be longer than the longest response")
+    return mean
 
 
 def _engine_value(value: Any, own: int) -> int:
@@ -196,11 +205,17 @@ class JobPlan:
     tokens_per_microbatch: int
     microbatches: int  # per DP rank and optimizer step
     engine_rows: int  # RL: sequences the engine decodes at once
-    time: Optional[StepTime]
+    time: Optional[StepTime]  # at the stated mean response (`JobShape.mean_response_tokens`)
     # RL with actor.offload_during_generation: the pinned host copies of the optimizer state that one node's
     # ranks hold while the engine generates (min(gpus, GPUS_PER_NODE) ranks, each counted as the stage and DP
     # rank with the most optimizer bytes: an upper bound within the slices' padding); 0 without offload
     host_bytes_per_node: int = 0
+    worst: Optional[StepTime] = None  # RL: every response at max_tokens (None where that is `time` already)
+
+    @property
+    def worst_time(self) -> Optional[StepTime]:
+        """The step with every response at max_tokens: the worst case beside `time`."""
+        return self.worst if self.worst is not None else self.time
 
     def total(self, phase: str) -> int:
         return sum(self.phases[phase].values())
@@ -266,11 +281,14 @@ def plan_job(s: JobShape, gpu: GPU, *, memory_gib: float | None = None, reserve_
             if phase not in phases or sum(parts.values()) > sum(phases[phase].values()):
                 phases[phase], stages[phase] = parts, stage
     usable = memory - int(reserve_gib * GIB)
-    time = _time(s, gpu, tokens, mbs, rows, phases) if s.engine == "megatron" or s.kind == "sft" else None
+    timed = s.engine == "megatron" or s.kind == "sft"
+    time = _time(s, gpu, tokens, mbs, rows, phases, s.mean_response_tokens) if timed else None
+    worst = (_time(s, gpu, tokens, mbs, rows, phases, None)
+             if timed and s.kind == "rl" and s.mean_response_tokens is not None else None)
     host = min(s.gpus, GPUS_PER_NODE) * optimizer if s.kind == "rl" and s.offload else 0
     return JobPlan(shape=s, gpu=gpu, memory_bytes=memory, usable_bytes=usable, phases=phases, stages=stages,
                    tokens_per_microbatch=tokens, microbatches=mbs, engine_rows=rows, time=time,
-                   host_bytes_per_node=host)
+                   host_bytes_per_node=host, worst=worst)
 
 
 def _engine_copy_bytes(s: JobShape) -> int:
@@ -293,12 +311,13 @@ def _generation(s: JobShape, stage: int, e: int):
                          top_p=s.top_p)
 
 
-def _time(s: JobShape, gpu: GPU, tokens: int, mbs: int, rows: int, phases) -> StepTime:
+def _time(s: JobShape, gpu: GPU, tokens: int, mbs: int, rows: int, phases, mean: Optional[float]) -> StepTime:
+    """The step with responses of mean `mean` (None: all at max_tokens); SFT rows at their longest."""
     if s.kind == "sft":
         seq = s.longest
         total = s.sequences * s.longest
     else:
-        seq = s.prompt_tokens + s.response_fraction * s.max_tokens
+        seq = s.prompt_tokens + (s.max_tokens if mean is None else mean)
         total = int(s.sequences * seq)
     forwards = s.passes * (3 + (s.recompute.granularity == "full")) + s.old_logprob_pass
     update = update_seconds(s.arch, gpu, gpus=s.gpus, pp=s.pp, tokens=total, seq=seq, tokens_per_microbatch=tokens,
@@ -311,7 +330,7 @@ def _time(s: JobShape, gpu: GPU, tokens: int, mbs: int, rows: int, phases) -> St
     weights = phases["generation"].get("engine_copy") or phases["update"]["weights"]
     gen = generation_seconds(s.arch, gpu, tp=tp, pp=pp, weight_bytes=weights, slot_bytes=slot,
                              rows=rows, prompts=math.ceil(s.prompts / replicas), n=s.n, prompt_tokens=s.prompt_tokens,
-                             max_tokens=s.max_tokens, response_fraction=s.response_fraction, cuda_graphs=graphs)
+                             max_tokens=s.max_tokens, mean_tokens=mean, cuda_graphs=graphs)
     refit = offload_seconds(gpu, phases["update"]["optimizer"]) if s.offload else 0.0
     if s.engine_tp1:
         refit += refit_seconds(gpu, weights, s.tp * s.pp)

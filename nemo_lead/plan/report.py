@@ -8,7 +8,7 @@ from .fixes import Fix
 from .job import GIB, GPUS_PER_NODE, JobPlan
 from .parameters import parameter_count
 from .search import Ranking
-from .timing import DECODE_BANDWIDTH_FRACTION, EAGER_HOST_S_PER_LAYER, HOST_LINK_FRACTION, update_fraction
+from .timing import DECODE_BANDWIDTH_FRACTION, EAGER_HOST_S_PER_LAYER, HOST_LINK_FRACTION, tail_share, update_fraction
 
 COMPONENTS = ("weights", "grads", "optimizer", "activations", "logits", "kv_cache", "engine_copy", "refit_buckets")
 
@@ -48,6 +48,15 @@ def step_text(plan: JobPlan) -> str:
     return f"{t.total:,.0f} s ({t.generation:,.0f} + {t.update:,.0f} + {t.refit:,.0f})"
 
 
+def responses_text(mean: float | None, max_tokens: int, source: str | None = None) -> str:
+    """The response-length assumption a time rests on: "responses of mean 9,081 of 14,336 tokens (source; 17%
+    over 90% of max_tokens)", or all at max_tokens."""
+    if mean is None:
+        return f"every response at max_tokens {max_tokens:,} (no mean stated: plan.mean_response_tokens)"
+    return (f"responses of mean {mean:,.0f} of {max_tokens:,} tokens ({source or 'plan.mean_response_tokens'}; "
+            f"{100 * tail_share(mean, max_tokens):.0f}% over 90% of max_tokens, the longest near it)")
+
+
 def verdict(ranking: Ranking) -> str:
     """Where the configured settings stand: the fastest, "fits but N x slower than ...", or do not fit."""
     if ranking.rank is None:
@@ -76,9 +85,11 @@ def describe_ranking(ranking: Ranking, prefix: str = "") -> list[str]:
     return lines
 
 
-def describe(name: str, plan: JobPlan, fixes: list[Fix], prefix: str = "", ranking: Ranking | None = None) -> str:
-    """The plan's table, whether it fits, the step time, the ranked fixes and (`ranking`) the fastest layouts
-    that fit (`prefix`: for override keys, e.g. "stages.stage1.")."""
+def describe(name: str, plan: JobPlan, fixes: list[Fix], prefix: str = "", ranking: Ranking | None = None,
+             source: str | None = None) -> str:
+    """The plan's table, whether it fits, the step time (with the response lengths it assumes, `source`: where
+    their mean comes from, and the worst case), the ranked fixes and (`ranking`) the fastest layouts that fit
+    (`prefix`: for override keys, e.g. "stages.stage1."). A layout that does not fit gets no step time."""
     s = plan.shape
     a = s.arch
     lines = [f"{name} ({s.kind}): {a.family} {a.num_layers} layers, hidden {a.hidden_size}, "
@@ -101,12 +112,16 @@ def describe(name: str, plan: JobPlan, fixes: list[Fix], prefix: str = "", ranki
         lines.append(f"  (engine.kind={s.engine}: the generation column counts the megatron engine's cache; "
                      "TensorRT-LLM keeps its own weights and takes engine.trtllm.kv_cache_fraction of the free memory)")
     lines.append("  fits: yes" if plan.fits else "  fits: NO - " + "; ".join(over_budget(plan)))
-    if plan.time is not None and s.kind == "sft":
+    if plan.time is not None and not plan.fits:
+        lines.append("  step: no time for a layout that does not fit"
+                     + ("; the fastest that fits is listed below" if ranking is not None and ranking.fastest else ""))
+    elif plan.time is not None and s.kind == "sft":
         lines.append(f"  step (estimate): update {plan.time.update:,.0f} s")
     elif plan.time is not None:
-        t = plan.time
-        lines.append(f"  step (estimate): generation {t.generation:,.0f} s + update {t.update:,.0f} s + "
-                     f"refit/offload {t.refit:,.0f} s = {t.total:,.0f} s")
+        t, w = plan.time, plan.worst_time
+        lines.append(f"  step (estimate, {responses_text(s.mean_response_tokens, s.max_tokens, source)}): "
+                     f"generation {t.generation:,.0f} s + update {t.update:,.0f} s + refit/offload {t.refit:,.0f} s "
+                     f"= {t.total:,.0f} s; every response at max_tokens (the worst case): {w.total:,.0f} s")
     if plan.host_bytes_per_node:
         lines.append(f"  host memory per node while generating: {plan.host_bytes_per_node / GIB:,.1f} GiB "
                      f"(pinned optimizer copies of {min(s.gpus, GPUS_PER_NODE)} ranks)")
@@ -133,10 +148,13 @@ def _phases(plan: JobPlan) -> dict[str, Any]:
         "per_gpu_bytes": {p: {**parts, "total": plan.total(p)} for p, parts in plan.phases.items()},
         "left_bytes": {p: plan.left(p) for p in plan.phases},
         "host_bytes_per_node": plan.host_bytes_per_node,
-        "step_seconds": None if plan.time is None else {
-            "generation": plan.time.generation, "update": plan.time.update, "refit": plan.time.refit,
-            "total": plan.time.total},
+        "step_seconds": _seconds(plan.time if plan.fits else None),
+        "step_seconds_all_at_max": _seconds(plan.worst_time if plan.fits else None),
     }
+
+
+def _seconds(t) -> dict[str, float] | None:
+    return None if t is None else {"generation": t.generation, "update": t.update, "refit": t.refit, "total": t.total}
 
 
 def ranking_json(ranking: Ranking | None) -> dict[str, Any] | None:
@@ -147,8 +165,10 @@ def ranking_json(ranking: Ranking | None) -> dict[str, Any] | None:
             "fastest": [{"changes": c.changes, **_phases(c.plan)} for c in ranking.fastest]}
 
 
-def as_json(name: str, plan: JobPlan, fixes: list[Fix], ranking: Ranking | None = None) -> dict[str, Any]:
-    """The same numbers as `describe`, with the assumptions and efficiencies named."""
+def as_json(name: str, plan: JobPlan, fixes: list[Fix], ranking: Ranking | None = None,
+            source: str | None = None) -> dict[str, Any]:
+    """The same numbers as `describe`, with the assumptions and efficiencies named (no step time where the
+    layout does not fit: `step_seconds` null)."""
     s = plan.shape
     best = fixes[0] if fixes else None
     return {
@@ -159,7 +179,10 @@ def as_json(name: str, plan: JobPlan, fixes: list[Fix], ranking: Ranking | None 
         "tokens_per_microbatch": plan.tokens_per_microbatch, "engine_rows": plan.engine_rows,
         "parameters": parameter_count(s.arch, s.vocab_divisible_by),
         "assumptions": {"prompt_tokens": s.prompt_tokens, "max_tokens": s.max_tokens,
-                        "response_fraction": s.response_fraction, "longest_sequence": s.longest},
+                        "mean_response_tokens": s.mean_response_tokens, "mean_response_source": source,
+                        "share_over_90pct_of_max_tokens": (tail_share(s.mean_response_tokens, s.max_tokens)
+                                                           if s.kind == "rl" else None),
+                        "longest_sequence": s.longest},
         "efficiencies": {"update_fraction_of_peak": update_fraction(plan.tokens_per_microbatch),
                          "decode_fraction_of_bandwidth": DECODE_BANDWIDTH_FRACTION,
                          "eager_decode_host_seconds_per_layer": EAGER_HOST_S_PER_LAYER,

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 PLAN_CHECKS = ("error", "warn", "off")
-DEFAULTS = {"reserve_gib": 3.0, "prompt_tokens": 1024, "response_fraction": 1.0}
+DEFAULTS = {"reserve_gib": 3.0, "prompt_tokens": 1024}
 
 
 @dataclass
@@ -19,25 +19,30 @@ class PlanSettings:
     # before a job starts on GPUs: error (a layout that cannot fit stops it, naming what to change) | warn
     # (says so and starts) | off. None: error on GPUs; jobs on CPUs are not checked (no GPU memory to plan)
     check: Optional[str] = None
-    gpu: Optional[str] = None  # h100 | h200 | a100 | a100-40 | b200; None: the device the job finds
+    gpu: Optional[str] = None  # h100 | h200 | h20 | a100 | a100-40 | b200; None: the device the job finds
     gpu_memory_gib: Optional[float] = None  # GiB per GPU; None: the GPU's
     reserve_gib: Optional[float] = None  # GiB per GPU not for tensors (CUDA context, NCCL, allocator); None: 3
     prompt_tokens: Optional[int] = None  # RL: the longest prompt, in tokens (the data is not read); None: 1024
-    response_fraction: Optional[float] = None  # RL step time: mean response / max_tokens (memory: max); None: 1
+    # the step time's mean response length in tokens (memory always takes max_tokens): RL and the engine
+    # stages (distill, eval); the plan spreads the lengths around it (nemo_lead/plan/timing.py) and shows the
+    # step with every response at max_tokens beside it. None: every response at max_tokens
+    mean_response_tokens: Optional[int] = None
+    mean_response_source: Optional[str] = None  # where the mean comes from, printed beside it (e.g. a paper's table)
+    # the rows of a recipe stage's data where they cannot be counted before the stage runs (an earlier stage
+    # writes them): distill / eval, problems in all; sft, traces. None: counted from the files when readable
+    data_rows: Optional[int] = None
 
     def __post_init__(self) -> None:
         if self.check in ("False", "false"):  # YAML reads a bare `off` (plan.check=off) as false
             self.check = "off"
         if self.check is not None and self.check not in PLAN_CHECKS:
             raise ValueError(f"plan.check must be one of {', '.join(PLAN_CHECKS)}, got {self.check!r}")
-        for key in ("gpu_memory_gib", "prompt_tokens", "response_fraction"):
+        for key in ("gpu_memory_gib", "prompt_tokens", "mean_response_tokens", "data_rows"):
             value = getattr(self, key)
             if value is not None and value <= 0:
                 raise ValueError(f"plan.{key} must be > 0, got {value}")
         if self.reserve_gib is not None and self.reserve_gib < 0:
             raise ValueError(f"plan.reserve_gib must be >= 0, got {self.reserve_gib}")
-        if self.response_fraction is not None and self.response_fraction > 1:
-            raise ValueError(f"plan.response_fraction must be <= 1 (a share of max_tokens), got {self.response_fraction}")
         if self.gpu is not None:
             from .timing import gpu_named
 

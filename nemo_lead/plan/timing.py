@@ -1,7 +1,11 @@
 """An RL / SFT step's time, estimated from FLOPs and bytes moved at efficiencies measured on an H200.
 
-    generation   decode steps x (bytes a step reads / (HBM bandwidth x DECODE_BANDWIDTH_FRACTION)
-                 + EAGER_HOST_S_PER_LAYER x layers when the steps are not CUDA graphs) + prefill FLOPs
+    generation   the weights read once per decode step and each live sequence's KV cache read at every step,
+                 over HBM bandwidth x DECODE_BANDWIDTH_FRACTION, + EAGER_HOST_S_PER_LAYER x layers per step
+                 when the steps are not CUDA graphs, + prefill FLOPs; the decode steps are those of a
+                 continuous batch of `rows` slots over the responses' lengths (`response_lengths`,
+                 `decode_steps`): a slot takes the next sequence when its own ends, the call ends with the
+                 last response to finish
     update       training FLOPs (PaLM's 6 N + 12 L h s per token; + 2 N + 4 L h s per token for a forward of
                  its own: old log-probs recomputed, full activation recomputation) / (GPUs x peak x
                  UPDATE_PEAK_FRACTION), stretched by the pipeline bubble (pp - 1) / micro-batches
@@ -25,11 +29,20 @@ The efficiencies are bench/RESULTS.md's figures of 2026-11-30 (one H200, local s
   reaches at engine TP2 (bench/gpu_session.sh, step rollout_tp2), is None until bench/RESULTS.md records one,
   and while it is None the switch changes nothing in the plan (`decode_graphs`): TP > 1 counts eager steps.
 - The host link (offload) was not measured: NOMINAL, the PCIe generation's per-direction figure.
-Response lengths: memory always takes the longest (max_tokens); the time takes `response_fraction` of it.
+Response lengths: memory always takes the longest (max_tokens). The time takes a stated mean (a recipe's
+`plan.mean_response_tokens`, e.g. the paper's Len_avg; None: every response at max_tokens) and spreads the
+lengths around it by one fixed rule, `response_lengths`: L = max_tokens x u^k at the midpoints u of equal
+shares, k = max_tokens / mean - 1 (the mean is the stated one, the longest response is near max_tokens, and
+a share 1 - q^(1/k) of them is longer than q x max_tokens: `tail_share`), in a fixed order that mixes long
+and short (the golden-ratio sequence), as sampling does. The same plan with every response at max_tokens is
+the worst case (`JobPlan.worst`). Not measured: the lengths of a real run (its metrics.jsonl has them).
 """
 
 from __future__ import annotations
 
+import functools
+import heapq
+import math
 from dataclasses import dataclass
 
 from nemo_lead.models.hf_config import Arch
@@ -53,11 +66,20 @@ class GPU:
     link_gbps: float  # nominal NVLink bandwidth per GPU, per direction (SXM parts)
 
 
+# Nominal figures from the vendor's datasheets (SXM / HGX parts), checked 2026-12-03: H100 SXM5 80 GB (989
+# TFLOP/s dense bf16, 3.35 TB/s, NVLink 900 GB/s both ways, PCIe Gen5); H200 SXM 141 GB (989, 4.8 TB/s);
+# A100 SXM4 80 GB / 40 GB (312, 2.039 / 1.555 TB/s, NVLink 600 GB/s both ways, PCIe Gen4); B200 in HGX /
+# DGX B200 (2.25 PFLOP/s dense bf16 = half the 4.5 sparse, 8 TB/s, NVLink 1.8 TB/s both ways); H20 (HGX
+# H20: 96 GB HBM3, 4.0 TB/s, 148 TFLOP/s dense fp16 / bf16, NVLink 900 GB/s both ways, PCIe Gen5; NVIDIA
+# publishes no public datasheet for it, these are the figures of its product brief as widely reported since
+# 2024). memory_gib is what torch reports, about 0.5 GiB below nvidia-smi's total (H100 81,559 MiB, H200
+# 143,771 MiB, H20 97,871 MiB).
 GPUS = {g.name: g for g in (
     GPU("h100", 79.2, 989.0, 3.35, 64.0, 450.0),
     GPU("h200", 139.8, 989.0, 4.8, 64.0, 450.0),
-    GPU("a100", 79.2, 312.0, 2.04, 32.0, 300.0),
-    GPU("a100-40", 39.4, 312.0, 1.55, 32.0, 300.0),
+    GPU("h20", 95.0, 148.0, 4.0, 64.0, 450.0),
+    GPU("a100", 79.2, 312.0, 2.039, 32.0, 300.0),
+    GPU("a100-40", 39.4, 312.0, 1.555, 32.0, 300.0),
     GPU("b200", 178.4, 2250.0, 8.0, 64.0, 900.0),
 )}
 
@@ -67,6 +89,7 @@ def gpu_named(name: str) -> GPU:
     key = name.lower().replace("nvidia", "").strip()
     if key in GPUS:
         return GPUS[key]
+    # longer names first, so that "h200" (and "gh200") is the H200 before the H20's "h20" is looked for
     for g in sorted(GPUS.values(), key=lambda g: -len(g.name)):
         if g.name.split("-")[0] in key and (g.name != "a100-40" or "40" in key):
             return g
@@ -111,27 +134,65 @@ class StepTime:
         return self.generation + self.update + self.refit
 
 
+GOLDEN = (math.sqrt(5) - 1) / 2  # the order of the lengths: frac(i x GOLDEN) mixes long and short evenly
+
+
+def response_lengths(count: int, mean: float | None, max_tokens: int) -> tuple[int, ...]:
+    """`count` response lengths with mean about `mean` (None or >= max_tokens: all at max_tokens), in the order
+    a batch produces them (module docstring: max_tokens x u^k at midpoints u, shuffled by the golden ratio)."""
+    if mean is None or mean >= max_tokens:
+        return (max_tokens,) * count
+    k = max_tokens / mean - 1
+    lengths = [max(1, round(max_tokens * ((j + 0.5) / count) ** k)) for j in range(count)]
+    order = sorted(range(count), key=lambda i: (i * GOLDEN) % 1)
+    return tuple(lengths[i] for i in order)
+
+
+def tail_share(mean: float | None, max_tokens: int, q: float = 0.9) -> float:
+    """The share of responses longer than q x max_tokens under `response_lengths`' rule (1 when all at max)."""
+    if mean is None or mean >= max_tokens:
+        return 1.0
+    return 1 - q ** (1 / (max_tokens / mean - 1))
+
+
+@functools.lru_cache(maxsize=4096)
+def decode_steps(lengths: tuple[int, ...], rows: int) -> int:
+    """Decode steps of a continuous batch of `rows` slots over `lengths` (in order): each sequence takes the
+    first slot to come free and holds it for its length; the call ends when the last one finishes."""
+    if not lengths or rows < 1:
+        return 0
+    slots = [0] * min(rows, len(lengths))
+    for length in lengths:
+        heapq.heapreplace(slots, slots[0] + length)
+    return max(slots)
+
+
+def kv_positions_read(lengths: tuple[int, ...], prompt_tokens: int) -> int:
+    """KV positions the decode steps read, summed over all steps: a sequence at its p-th response token reads
+    its prompt and p positions (the same whatever the order of the batch)."""
+    return sum(n * prompt_tokens + n * (n + 1) // 2 for n in lengths)
+
+
 def generation_seconds(arch: Arch, gpu: GPU, *, tp: int, pp: int, weight_bytes: int, slot_bytes: int, rows: int,
-                       prompts: int, n: int, prompt_tokens: int, max_tokens: int, response_fraction: float,
-                       cuda_graphs: bool) -> float:
-    """One DP replica generating n responses to each of `prompts` prompts, `rows` at a time (the replicas
-    run in parallel; each prompt is prefilled once).
+                       prompts: int, n: int, prompt_tokens: int, max_tokens: int, mean_tokens: float | None,
+                       cuda_graphs: bool, calls: int = 1) -> float:
+    """One replica generating n responses to each of `prompts` prompts in one engine call, `rows` at a time
+    (the replicas run in parallel; each prompt is prefilled once), responses of mean `mean_tokens` (None:
+    all at max_tokens); `calls` such calls one after the other (eval: a call per group of problems).
     `weight_bytes` / `slot_bytes`: one GPU's weights and KV bytes per row and position (one pipeline stage;
     the engine runs its stages in turn, so a step reads all of them)."""
-    sequences = prompts * n
-    mean_response = response_fraction * max_tokens
-    steps = max(max_tokens, sequences * mean_response / rows) if rows else 0
-    live = min(rows, sequences)
-    kv_read = live * (prompt_tokens + mean_response / 2) * slot_bytes
+    lengths = response_lengths(prompts * n, mean_tokens, max_tokens)
+    steps = decode_steps(lengths, rows)
+    read = steps * weight_bytes + kv_positions_read(lengths, prompt_tokens) * slot_bytes
     fraction = DECODE_BANDWIDTH_FRACTION
     if cuda_graphs and tp > 1:  # counted only once measured (`decode_graphs`)
         fraction = TP_GRAPH_DECODE_BANDWIDTH_FRACTION
-    step_s = pp * (weight_bytes + kv_read) / (gpu.hbm_tbps * 1e12 * fraction)
+    decode_s = pp * read / (gpu.hbm_tbps * 1e12 * fraction)
     if not cuda_graphs:
-        step_s += EAGER_HOST_S_PER_LAYER * arch.num_layers
+        decode_s += steps * EAGER_HOST_S_PER_LAYER * arch.num_layers
     prefill = forward_flops(arch, prompts * prompt_tokens, prompt_tokens)
     prefill_s = prefill / (tp * pp * gpu.bf16_tflops * 1e12 * update_fraction(8192))
-    return steps * step_s + prefill_s
+    return calls * (decode_s + prefill_s)
 
 
 def update_seconds(arch: Arch, gpu: GPU, *, gpus: int, pp: int, tokens: int, seq: float, tokens_per_microbatch: int,

@@ -60,8 +60,11 @@ def test_every_gpu_stage_of_the_14b_recipe_fits_8_h100_and_8_h200(tmp_path):
     for gpu in ("h100", "h200"):
         rc, p = _plan(tmp_path, "lead-14b", "--gpus", "8", "--gpu", gpu, R14B)
         assert rc == 0 and p["fits"]
-        assert [s["stage"] for s in p["stages"]] == ["sft", "stage1", "stage2a", "stage2b"]
-        assert all(s["layout"] == {"tp": 8, "pp": 1, "dp": 1} for s in p["stages"])
+        assert [s["stage"] for s in p["stages"]] == ["distill", "sft", "stage1", "stage2a", "stage2b", "eval"]
+        assert all(s["layout"] == {"tp": 8, "pp": 1, "dp": 1} for s in p["stages"][1:5])
+        # the teacher (models/QwQ-32B) is not here: the distill stage has no time, and says why
+        assert p["stages"][0]["stage_seconds"] is None and "not readable here" in p["stages"][0]["no_time"]
+        assert p["untimed_stages"] == ["distill"] and p["stages"][-1]["fits"]
 
 
 def test_a_layout_that_does_not_fit_gets_ranked_fixes_and_the_first_one_fits(tmp_path, capsys):
@@ -104,8 +107,8 @@ def test_bad_plan_input_is_named(tmp_path, capsys):
     vague.write_text("actor: {tp: 2}\n")
     assert main(["plan", str(vague), "--gpus", "2"]) == 2
     assert "add --command sft|rl" in capsys.readouterr().err
-    assert main(["plan", "lead-14b", "--gpus", "8", "--stage", "eval", R14B]) == 2
-    assert "no SFT / RL stage 'eval'" in capsys.readouterr().err
+    assert main(["plan", "lead-14b", "--gpus", "8", "--stage", "stage1_data", R14B]) == 2
+    assert "no SFT / RL / distill / eval stage 'stage1_data'" in capsys.readouterr().err
     assert main(["plan", "lead-14b", "--gpus", "6", R14B]) == 2
     assert "stages.sft.actor.tp, stages.sft.actor.pp: tp x pp = 8 does not divide the job's 6 ranks" in (
         capsys.readouterr().err)

@@ -35,10 +35,12 @@ def test_the_14b_rl_job_from_the_plans_figures():
     job, = jobs_of(PlanConfig(target="lead-14b", gpus=8, stage="stage1", paths=dict(R14B)))
     shape = job_shape(job.config, "rl", read_hf_config("r1-distill-qwen-14b"), gpus=8, settings=job.config.plan)
     plan = plan_job(shape, gpu_named("h100"))
-    step, checkpoint = plan.time.total, host_needs(plan, job.config, 8).checkpoint_bytes
+    # the longest step, every response at max_tokens (a step may take that long), not the one at the mean
+    step, checkpoint = plan.worst_time.total, host_needs(plan, job.config, 8).checkpoint_bytes
+    assert plan.time.total < 0.7 * step
     margin = math.ceil(120 + 0.2 * step)  # the loops' default margin + a fifth of a step
     signal = math.ceil(step + checkpoint / 1e9) + margin  # a step, a checkpoint at 1 GB/s, the margin
-    assert 4000 < step < 4500 and 5000 < signal < 6000  # over an hour a step: far beyond SLURM's usual 300 s
+    assert 5000 < step < 6000 and 6000 < signal < 8000  # over an hour a step: far beyond SLURM's usual 300 s
 
     scripts = _scripts()
     note, script = scripts["stage1"]
