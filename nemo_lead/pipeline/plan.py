@@ -222,11 +222,11 @@ class EngineJobResult:
 
 def plan_engine_job(job: Job, cfg: PlanConfig, gpu: Any) -> EngineJobResult:
     """A distill / eval stage: memory per GPU and time, from the same engine model as RL's generation."""
+    from nemo_lead.models.hf_config import arch_from_hf
     from nemo_lead.plan.check import hf_config_of
     from nemo_lead.plan.engine_stage import plan_engine_stage
     from nemo_lead.plan.report import responses_text
     from nemo_lead.plan.timing import tail_share
-    from nemo_lead.models.hf_config import arch_from_hf
 
     c = job.config
     settings = c.plan.merged(cfg.plan)

@@ -8,7 +8,13 @@ from .fixes import Fix
 from .job import GIB, GPUS_PER_NODE, JobPlan
 from .parameters import parameter_count
 from .search import Ranking
-from .timing import DECODE_BANDWIDTH_FRACTION, EAGER_HOST_S_PER_LAYER, HOST_LINK_FRACTION, tail_share, update_fraction
+from .timing import (
+    DECODE_BANDWIDTH_FRACTION,
+    EAGER_HOST_S_PER_LAYER,
+    HOST_LINK_FRACTION,
+    tail_share,
+    update_fraction,
+)
 
 COMPONENTS = ("weights", "grads", "optimizer", "activations", "logits", "kv_cache", "engine_copy", "refit_buckets")
 
