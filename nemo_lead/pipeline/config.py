@@ -283,10 +283,13 @@ def distill_settings(spec: StageSpec, items: list[tuple[str, Any]]) -> tuple[lis
 
 
 def eval_settings(spec: StageSpec, items: list[tuple[str, Any]]) -> tuple[list[tuple[str, Any]], dict[str, Any]]:
-    """An eval stage's `models` (row name -> model); the first row's model stands in for `model`."""
+    """An eval stage's `models` (row name -> model, null leaving out a row its `_base_` recipe lists); the
+    first row's model stands in for `model`."""
     models: dict[str, str] = {}
     for k, v in items:
-        if k.startswith("models."):
+        if k.startswith("models.") and v is None:  # a row of a `_base_` recipe left out (`ROW: null`)
+            models.pop(k[7:], None)
+        elif k.startswith("models."):
             models[k[7:]] = v
         elif k == "models" and v not in ({}, None):
             raise ConfigError(f"{spec.location(k)}: stage {spec.name!r}: models is a mapping of row names to models")

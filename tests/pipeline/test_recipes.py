@@ -24,7 +24,7 @@ def resolve(recipe: str, *overrides: str) -> RunConfig:
 
 def test_the_paper_recipes_and_the_demo_exist():
     assert {"demo", "lead-14b", "ablation-7b-grpo", "ablation-7b-grpo-length", "ablation-7b-grpo-length-reweight",
-            "ablation-7b-lead"} <= set(RECIPES)
+            "ablation-7b-lead", "lead-32b", "lead-32b-h200"} <= set(RECIPES)
 
 
 @pytest.mark.parametrize("name", RECIPES)
@@ -42,8 +42,11 @@ def test_ablation_rungs_differ_only_in_the_lead_preset():
     for name in ("ablation-7b-grpo", "ablation-7b-grpo-length", "ablation-7b-grpo-length-reweight", "ablation-7b-lead"):
         stages = resolve(name).resolved
         presets[name] = stages["rl"]["settings"]["lead"]["preset"]
-        rl = {**stages["rl"]["settings"], "lead": None, "out": None}  # the run folder is named after the recipe
-        assert rl == {**base["rl"]["settings"], "lead": None, "out": None} and stages["eval"] == base["eval"]
+        # the run folder is named after the recipe; the plan's stated mean response is the rung's Len_avg
+        rl = {**stages["rl"]["settings"], "lead": None, "out": None, "plan": None}
+        assert rl == {**base["rl"]["settings"], "lead": None, "out": None, "plan": None}
+        assert {**stages["eval"]["settings"], "plan": None} == {**base["eval"]["settings"], "plan": None}
+        assert stages["rl"]["settings"]["plan"]["mean_response_tokens"] < 8192
         assert (rl["actor"]["optim"]["lr"], rl["prompts_per_step"], rl["rollout"]["n"], rl["rollout"]["max_tokens"]) \
             == (1e-6, 32, 8, 8192)
         lead = stages["rl"]["settings"]["lead"]
@@ -144,6 +147,21 @@ def test_base_recipe_stages_merge_by_name(tmp_path):
     bad.write_text("_base_: base.yaml\nstages:\n  - name: a\n    kind: rl\n")
     with pytest.raises(ConfigError, match=r"bad.yaml:4: stage 'a' is a 'select' stage in the base"):
         resolve(str(bad))
+
+
+def test_the_32b_recipes_are_lead_14b_on_the_32b_model_with_the_14b_row_left_out():
+    for name, pp, distributed in (("lead-32b", 2, True), ("lead-32b-h200", 1, False)):
+        stages = resolve(name).resolved
+        s = {k: v["settings"] for k, v in stages.items()}
+        base = resolve("lead-14b").resolved
+        assert list(stages) == list(base)
+        assert s["sft"]["actor"]["model"].endswith("DeepSeek-R1-Distill-Qwen-32B") and s["sft"]["actor"]["pp"] == pp
+        assert s["stage1"]["actor"]["optim"]["use_distributed_optimizer"] is distributed
+        assert s["stage2b"]["lead"]["preset"] == "stage2" and s["stage1"]["rollout"] == base["stage1"]["settings"]["rollout"]
+        rows = s["eval"]["models"]  # the base model's row after the stages' (a `_base_` recipe's rows come first)
+        assert rows["DeepSeek-R1-Distill-32B"] == s["sft"]["actor"]["model"] and len(rows) == 5
+        assert "DeepSeek-R1-Distill-14B" not in rows
+        assert s["eval"]["tp"] == 4
 
 
 def test_the_docs_kinds_table_is_the_registry():
