@@ -111,9 +111,10 @@ COMMANDS: dict[str, Command] = {
         "omni_math.json, aime.json, still.json, math.json), the files the GRPO-LEAD authors read. See docs/data.md.",
     ),
     "plan": Command(
-        help="Memory and time plan of a recipe's SFT / RL stages or a command's config on N GPUs, per GPU and "
-        "phase, with the smallest changes that make it fit and the layouts that fit ranked by step time (no GPU "
-        "or weights needed).",
+        help="Memory and time plan of a recipe's SFT / RL stages (and the time of its distill / eval stages) or a "
+        "command's config on N GPUs, per GPU and phase, with the smallest changes that make it fit and the layouts "
+        "that fit ranked by step time, at the stated mean response length and with every response at max_tokens "
+        "(no GPU or weights needed).",
         schema="nemo_lead.pipeline.plan:PlanConfig",
         runner="nemo_lead.pipeline.plan:run_plan",
         flags={"--gpus": "gpus", "--gpu": "plan.gpu", "--gpu-memory-gib": "plan.gpu_memory_gib", "--stage": "stage",
@@ -122,7 +123,7 @@ COMMANDS: dict[str, Command] = {
         epilog="TARGET: a recipe (file or name in recipes/; paths.KEY=VALUE, stages.NAME.KEY=VALUE), or the config\n"
         "file of --command sft|rl (job.KEY=VALUE overrides its keys). The model may be a HF folder (its config.json),\n"
         "a checkpoint or a conf/model preset: nemo-lead plan lead-14b --stage stage1 --gpus 8 --gpu h100\n"
-        "paths.base_model=r1-distill-qwen-14b. --gpu: h100 | h200 | a100 | a100-40 | b200 (memory, FLOP/s and\n"
+        "paths.base_model=r1-distill-qwen-14b. --gpu: h100 | h200 | h20 | a100 | a100-40 | b200 (memory, FLOP/s and\n"
         "bandwidth; --gpu-memory-gib overrides the memory). --fastest N: the fastest N layouts that fit (5).\n"
         "Exit 0 when everything fits, 1 when not.",
     ),

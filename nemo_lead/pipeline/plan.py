@@ -9,8 +9,11 @@ A recipe is read the way `nemo-lead run` reads it (`RunConfig`, `resolve_stage`:
 overrides, the kinds' defaults), so its stages are planned with exactly their settings. A stage whose model
 is an earlier stage's checkpoint gets that stage's model (the shape does not change in training); the model
 itself may be a HF folder (only its config.json is read), a checkpoint or a conf/model preset. The numbers:
-`nemo_lead.plan` (per GPU and phase, what is left, the ranked fixes, the step time, and the layouts that fit
-ranked by step time: `nemo_lead.plan.search`, `--fastest N` of them, 0 for none). `--json FILE` writes
+`nemo_lead.plan` (per GPU and phase, what is left, the ranked fixes, the step time at the stated mean response
+and with every response at max_tokens, and the layouts that fit ranked by step time: `nemo_lead.plan.search`,
+`--fastest N` of them, 0 for none). A recipe's distill and eval stages get their memory and time from the same
+engine model (`nemo_lead.plan.engine_stage`); a stage that does not fit gets no time of its own (the fastest
+layout that fits stands in, named), and the recipe's total names the stages without one. `--json FILE` writes
 them: one job's plan as an object with `layout`, `fits`, `gpu_memory_bytes`, `per_gpu_bytes` per phase,
 `ranking`, ...; several stages as {"stages": [...], "fits": all of them}.
 """
@@ -29,6 +32,7 @@ from typing import Any, Optional
 import yaml
 
 from nemo_lead.config import ConfigError, load_config
+from nemo_lead.data import DataError, load_problems
 from nemo_lead.plan.settings import PlanSettings
 from nemo_lead.plan.stop_times import stop_times
 
@@ -197,7 +201,6 @@ def reported_step(recipe: str | None, stage: str, gpu: str, gpus: int) -> tuple[
 def _dataset_rows(config: Any) -> tuple[int, ...] | None:
     """Problems per dataset of a distill / eval stage: `plan.data_rows` (in all) when set, else counted from
     its files (None when one is not there yet: an earlier stage writes it)."""
-    from nemo_lead.data import DataError, load_problems
     from nemo_lead.eval.config import dataset_specs
 
     if config.plan.data_rows is not None:

@@ -1,0 +1,110 @@
+"""What the docs and the recipes say of layouts and step times is the plan's (nemo_lead.pipeline.sizing):
+docs/sizing.md's generated table, each recipe's sentences for its GPUs, the plan output the docs show
+(`<!-- checked: nemo-lead plan ... -->` before a code block), and no step time anywhere else in them.
+
+When the plan changes: `python bench/sizing_table.py --write` regenerates the table and prints the recipes'
+sentences to paste."""
+
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+
+from nemo_lead.cli import main
+from nemo_lead.pipeline.recipe import find_recipe
+from nemo_lead.pipeline.sizing import (
+    ROWS,
+    TABLE_BEGIN,
+    TABLE_END,
+    claim,
+    plan_row,
+    sizing_table,
+    with_sizing_table,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+DOCS = [ROOT / "docs" / "sizing.md", ROOT / "docs" / "engine-layout.md", ROOT / "README.md"]
+CHECKED = re.compile(r"<!-- checked: nemo-lead (plan [^>]*?) -->\n```[a-z]*\n(.*?)\n```", re.S)
+STEP_TIME = re.compile(r"\b\d{1,3}(?:,\d{3})+ s\b|\b\d{3,} s\b")  # "2,754 s", "474 s": a step or stage time
+
+
+@pytest.fixture(scope="module")
+def planned():
+    return [plan_row(r) for r in ROWS]
+
+
+def _comment_text(path: Path) -> str:
+    """A YAML file's comments as one line of text (wrapped sentences joined)."""
+    lines = [m.group(1) for m in re.finditer(r"^\s*#\s?(.*)$", path.read_text(), re.M)]
+    return " ".join(" ".join(lines).split())
+
+
+def test_the_sizing_table_is_the_plans(planned):
+    doc = (ROOT / "docs" / "sizing.md").read_text()
+    table = sizing_table(planned)
+    assert with_sizing_table(doc, table) == doc, "docs/sizing.md's table is stale: python bench/sizing_table.py --write"
+    assert doc.count(TABLE_BEGIN) == doc.count(TABLE_END) == 1
+    with pytest.raises(ValueError, match="markers are missing"):
+        with_sizing_table("no table", table)
+
+
+def test_each_recipe_carries_the_plans_sentences_for_its_gpus(planned):
+    for p in planned:
+        if p.row.label == "72B":  # no recipe: lead-14b's settings on another model
+            continue
+        path = find_recipe(p.row.recipe)
+        assert " ".join(claim(p).split()) in _comment_text(path), (
+            f"{path.name} does not say what the plan says (python bench/sizing_table.py): {claim(p)}")
+
+
+def test_no_step_time_and_no_fastest_outside_the_plans_sentences(planned):
+    """A recipe's comments state step times and "the fastest" only in the plan's sentences (the paper's
+    reported ~864 s a step is labelled as the paper's; memory and token counts are not step times)."""
+    sentences = [" ".join(claim(p).split()) for p in planned if p.row.label != "72B"]
+    for path in sorted((ROOT / "nemo_lead" / "recipes").glob("*.yaml")):
+        rest = _comment_text(path)
+        for sentence in sentences:
+            rest = rest.replace(sentence, "")
+        rest = rest.replace("~864 s a step", "")
+        assert not STEP_TIME.search(rest), (path.name, STEP_TIME.search(rest))
+        assert "fastest" not in rest, (path.name, rest[max(0, rest.find("fastest") - 80):rest.find("fastest") + 40])
+
+
+def missing_lines(block: str, out: list[str]) -> list[str]:
+    """The lines of a docs' excerpt that the command's output lacks ("..." skips lines; a line ending in
+    " ..." is a line's beginning)."""
+    missing = []
+    for line in block.splitlines():
+        if line.strip() == "...":
+            continue
+        found = (any(o.startswith(line[:-4]) for o in out) if line.endswith(" ...") else line.rstrip() in out)
+        if not found:
+            missing.append(line)
+    return missing
+
+
+def test_the_docs_show_the_plans_output_and_no_other_step_time(capsys):
+    shown = 0
+    for doc in DOCS:
+        text = doc.read_text()
+        for command, block in CHECKED.findall(text):
+            assert main(shlex.split(command)) in (0, 1), command
+            out = [line.rstrip() for line in capsys.readouterr().out.splitlines()]
+            assert not missing_lines(block, out), (doc.name, command, missing_lines(block, out))
+            shown += 1
+        # outside the generated table and the checked blocks, no step or stage time
+        free = CHECKED.sub("", text)
+        if TABLE_BEGIN in free:
+            free = free.split(TABLE_BEGIN)[0] + free.split(TABLE_END)[1]
+        free = free.replace("~864 s a step", "")
+        assert not STEP_TIME.search(free), (doc.name, STEP_TIME.search(free))
+    assert shown >= 2
+
+
+def test_the_excerpt_check_catches_a_changed_line():
+    out = ["a: 1,357 s (1,266 + 90 + 1); more", "  as configured: rank 9 of 117"]
+    assert missing_lines("a: 1,357 s ...\n...\n  as configured: rank 9 of 117", out) == []
+    assert missing_lines("a: 1,358 s ...\n  as configured: rank 9 of 118", out) == [
+        "a: 1,358 s ...", "  as configured: rank 9 of 118"]
+    assert STEP_TIME.search("takes 2,754 s") and STEP_TIME.search("474 s a step") and not STEP_TIME.search("0.1 s")
