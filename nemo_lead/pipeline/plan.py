@@ -292,7 +292,7 @@ def run_plan(cfg: PlanConfig) -> int:
     from nemo_lead.plan.fixes import find_fixes
     from nemo_lead.plan.host import describe_host, host_needs
     from nemo_lead.plan.job import job_shape, plan_job
-    from nemo_lead.plan.report import as_json, describe, layout_name, step_text
+    from nemo_lead.plan.report import as_json, describe, layout_name, overrides, step_text
     from nemo_lead.plan.search import rank_layouts
 
     try:
@@ -323,9 +323,11 @@ def run_plan(cfg: PlanConfig) -> int:
             fixes = find_fixes(shape, gpu, memory_gib=memory, reserve_gib=reserve, limit=cfg.fixes)
             ranking = (rank_layouts(shape, gpu, memory_gib=memory, reserve_gib=reserve, limit=max(cfg.fastest, 1))
                        if cfg.fastest or not plan.fits else None)
-            best = ranking.fastest[0].plan if ranking is not None and ranking.fastest else None
+            first = ranking.fastest[0] if ranking is not None and ranking.fastest else None
+            best = None if first is None else first.plan
             host = host_needs(plan, job.config, min(cfg.gpus, cfg.gpus_per_node), fastest=best,
-                              fastest_name=None if best is None else layout_name(best))
+                              fastest_name=None if first is None
+                              else f"{layout_name(best)} ({overrides(first.changes, job.prefix)})")
             text = describe(job.name, plan, fixes, job.prefix, ranking if cfg.fastest else None,
                             source=settings.mean_response_source)
             lines = [text, *describe_host(host)]

@@ -6,7 +6,9 @@ starts on GPUs.
     activations.py     the update phase's working memory (saved activations, the loss's logits temporaries)
     engine_memory.py   the generation phase's: the megatron engine's KV cache and temporaries
     job.py             one job: per GPU and phase, each component, what is left, the step time
-    timing.py          the step time from FLOPs and bytes at efficiencies measured on an H200
+    timing.py          the step time from FLOPs and bytes at efficiencies measured on an H200, the GPUs'
+                       datasheet figures, response lengths around a stated mean in a continuous batch
+    engine_stage.py    a stage that only generates (distill, eval): the engine's memory and the stage's time
     fixes.py           the smallest changes of the settings that make a job fit, ranked
     search.py          the layouts that fit, ranked by their step time (the fastest, the configured one's rank)
     report.py          the plan as text and as JSON; check.py: the check before a job starts

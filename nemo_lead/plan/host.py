@@ -90,8 +90,9 @@ def describe_host(h: HostNeeds) -> list[str]:
     disk = (f"{h.disk_bytes / GIB:,.0f} GiB with keep_last" if h.disk_bytes is not None
             else "every checkpoint is kept (keep_last=0)")
     if h.stage_seconds is not None:
-        time = (f"{h.steps} steps = {h.stage_seconds / 3600:,.1f} h (every response at max_tokens: "
-                f"{h.stage_seconds_all_at_max / 3600:,.1f} h)")
+        time = f"{h.steps} steps = {h.stage_seconds / 3600:,.1f} h"
+        if round(h.stage_seconds_all_at_max) != round(h.stage_seconds):  # RL at a stated mean response
+            time += f" (every response at max_tokens: {h.stage_seconds_all_at_max / 3600:,.1f} h)"
         if h.timed_layout:
             time += f" at the fastest layout that fits, {h.timed_layout} (as configured it does not fit)"
     else:
