@@ -272,8 +272,10 @@ def plan_engine_job(job: Job, cfg: PlanConfig, gpu: Any) -> EngineJobResult:
              f"  GiB per GPU: {memory}; total {p.total_bytes / gib:.1f} of {p.usable_bytes / gib:.1f} usable: "
              + ("fits" if p.fits else "does NOT fit")]
     if p.fits:
+        worst = (f" (every response at max_tokens: {p.worst_seconds / 3600:,.1f} h)"
+                 if round(p.worst_seconds) != round(p.seconds) else "")
         lines.append(f"  stage time ({responses_text(mean, c.sampling.max_tokens, settings.mean_response_source)}): "
-                     f"{p.seconds / 3600:,.1f} h (every response at max_tokens: {p.worst_seconds / 3600:,.1f} h)")
+                     f"{p.seconds / 3600:,.1f} h{worst}")
     else:
         lines.append(f"  stage time: none for a layout that does not fit (change {job.prefix}tp / pp, "
                      f"or {job.prefix}engine.kv_cache_gib)")
