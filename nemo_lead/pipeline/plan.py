@@ -198,13 +198,13 @@ def reported_step(recipe: str | None, stage: str, gpu: str, gpus: int) -> tuple[
     return None
 
 
-def _dataset_rows(config: Any) -> tuple[int, ...] | None:
+def _dataset_rows(config: Any, settings: PlanSettings) -> tuple[int, ...] | None:
     """Problems per dataset of a distill / eval stage: `plan.data_rows` (in all) when set, else counted from
     its files (None when one is not there yet: an earlier stage writes it)."""
     from nemo_lead.eval.config import dataset_specs
 
-    if config.plan.data_rows is not None:
-        return (config.plan.data_rows,)
+    if settings.data_rows is not None:
+        return (settings.data_rows,)
     rows = []
     for spec in dataset_specs(config.data):
         try:
@@ -234,7 +234,7 @@ def plan_engine_job(job: Job, cfg: PlanConfig, gpu: Any) -> EngineJobResult:
     c = job.config
     settings = c.plan.merged(cfg.plan)
     models = list(job.extras.get("models", {}).values()) or [c.model]
-    problems = _dataset_rows(c)
+    problems = _dataset_rows(c, settings)
     head = (f"{job.name} ({job.kind}): {len(models)} model{'s' if len(models) > 1 else ''} x "
             f"{c.sampling.n} samples per problem, tp {c.tp} pp {c.pp} dp {cfg.gpus // (c.tp * c.pp)} on "
             f"{cfg.gpus} x {gpu.name}")
