@@ -234,6 +234,9 @@ def plan_engine_job(job: Job, cfg: PlanConfig, gpu: Any) -> EngineJobResult:
     c = job.config
     settings = c.plan.merged(cfg.plan)
     models = list(job.extras.get("models", {}).values()) or [c.model]
+    if cfg.gpus % (c.tp * c.pp):
+        raise ConfigError(f"{job.prefix}tp, {job.prefix}pp: tp x pp = {c.tp * c.pp} does not divide the job's "
+                          f"{cfg.gpus} GPUs")
     problems = _dataset_rows(c, settings)
     head = (f"{job.name} ({job.kind}): {len(models)} model{'s' if len(models) > 1 else ''} x "
             f"{c.sampling.n} samples per problem, tp {c.tp} pp {c.pp} dp {cfg.gpus // (c.tp * c.pp)} on "
@@ -251,10 +254,10 @@ def plan_engine_job(job: Job, cfg: PlanConfig, gpu: Any) -> EngineJobResult:
                f"{job.prefix}plan.data_rows=N")
     if problems is None or hf_config is None:
         return EngineJobResult(f"{head}\n  stage time: none ({why})",
-                               {**base, "fits": True, "problems": None if problems is None else list(problems),
+                               {**base, "fits": None, "problems": None if problems is None else list(problems),
                                 "stage_seconds": None, "stage_seconds_all_at_max": None, "no_time": why}, None, None)
     mean = settings.mean_response_tokens
-    precision = "bf16" if c.precision in ("auto", "fp32") else c.precision
+    precision = "bf16" if c.precision == "auto" else c.precision  # auto: bf16 on a GPU (fp16 weights: the same bytes)
     p = plan_engine_stage(arch_from_hf(hf_config), gpu, gpus=cfg.gpus, tp=c.tp, pp=c.pp, precision=precision,
                           problems=problems, n=c.sampling.n, prompt_tokens=settings.value("prompt_tokens"),
                           max_tokens=c.sampling.max_tokens, mean_tokens=mean, problems_per_call=c.problems_per_call,
@@ -354,11 +357,11 @@ def run_plan(cfg: PlanConfig) -> int:
     print("\n\n".join(texts))
     if cfg.json:
         data = results[0] if len(results) == 1 else {
-            "stages": results, "fits": all(r["fits"] for r in results), "gpus": cfg.gpus,
+            "stages": results, "fits": all(r["fits"] is not False for r in results), "gpus": cfg.gpus,
             "total_seconds": _sum([t for _, t, _ in times]), "total_seconds_all_at_max": _sum([w for _, _, w in times]),
             "untimed_stages": [name for name, t, _ in times if t is None]}
         Path(cfg.json).write_text(json.dumps(data, indent=2) + "\n")
-    return 0 if all(r["fits"] for r in results) else 1
+    return 0 if all(r["fits"] is not False for r in results) else 1  # None: a stage that could not be planned
 
 
 def _sum(values: list[Optional[float]]) -> Optional[float]:

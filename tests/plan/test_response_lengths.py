@@ -141,4 +141,8 @@ def test_the_recipes_eval_and_distill_stages_in_the_plan(tmp_path, capsys):
     # a distill stage whose problems an earlier stage writes, without plan.data_rows: no time, and how to give it
     rc, p = _plan(tmp_path, "lead-14b", "--gpus", "8", "--gpu", "h100", R14B, "paths.teacher_model=qwq-32b",
                   "--stage", "distill", "stages.distill.plan.data_rows=null")
-    assert p["stage_seconds"] is None and "stages.distill.plan.data_rows=N" in p["no_time"]
+    assert p["stage_seconds"] is None and "stages.distill.plan.data_rows=N" in p["no_time"] and p["fits"] is None
+    assert rc == 0  # not planned is not "does not fit"
+    assert main(["plan", "lead-14b", "--gpus", "6", "--stage", "distill", R14B]) == 2
+    assert "stages.distill.tp, stages.distill.pp: tp x pp = 4 does not divide the job's 6 GPUs" in (
+        capsys.readouterr().err)
