@@ -110,9 +110,9 @@ class RLConfig(RunSettings):
             raise ValueError(f"engine.tp={self.engine.tp} engine.pp={self.engine.pp} (an engine layout of its own) "
                              f"with rollout.generator_ranks={self.rollout.generator_ranks} is not implemented yet: "
                              "the generators decode at the actor's layout (engine.tp=actor engine.pp=actor)")
-        if self.lead.rollout_correction.enabled and self.engine.kind == "trtllm" and self.rollout.top_p < 1:
+        if self.lead.rollout_correction.enabled and self.engine.kind in ("trtllm", "vllm") and self.rollout.top_p < 1:
             raise ValueError(f"lead.rollout_correction.mode={self.lead.rollout_correction.mode} needs the engine's "
-                             "untruncated log-probs, which engine.kind=trtllm cannot report with rollout.top_p < 1: "
+                             f"untruncated log-probs, which engine.kind={self.engine.kind} cannot report with rollout.top_p < 1: "
                              "set rollout.top_p=1 or lead.rollout_correction.mode=none")
 
     def _check_lag(self) -> None:
