@@ -143,6 +143,10 @@ class VllmEngine:
             if size % tp:
                 raise ValueError(f"engine.tp={tp} does not divide the actor replica's {size} ranks")
             self.replicas = (size // tp, rank // tp) if size > tp else None
+            # external_launcher reads the rank from the environment (torchrun / srun and the local launcher set
+            # it; a one-process job initialises torch.distributed without it)
+            os.environ.setdefault("RANK", str(dist.get_rank()))
+            os.environ.setdefault("LOCAL_RANK", str(torch.cuda.current_device() if self.cuda else 0))
         else:
             if tp != 1:
                 raise ValueError(f"engine.tp={tp}: an engine TP > 1 needs the job's ranks (torch.distributed)")
