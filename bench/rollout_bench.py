@@ -17,6 +17,11 @@ per decode step the weights and the live KV cache are read once, so bound = (wei
 
     .venv/bin/python bench/rollout_bench.py --gpu --out /tmp/rollout_gpu.json [--record]
 
+`--vllm` (CPU, in the vllm leg's virtualenv): the vllm engine on vLLM's CPU build against the megatron engine,
+vLLM's own `LLM.generate` and transformers on SmolLM2-135M (bench/rollout_vllm.py).
+
+    OMP_NUM_THREADS=1 .venv-vllm/bin/python bench/rollout_bench.py --vllm --record
+
 `--tp 2` (GPU, under torchrun, one process per GPU): the same at TP2, the engine on the TP2 model's modules,
 eager steps against CUDA graphs with the TP all-reduces captured (`engine.cuda_graphs_tp`); bytes and the
 bound per GPU (its shards of the weights and of the KV heads). Rank 0 records and writes the JSON.
@@ -254,7 +259,16 @@ def main() -> None:
     ap.add_argument("--sync-every", type=int, default=None, help="GPU: engine host-sync interval")
     ap.add_argument("--bandwidth-tbs", type=float, default=4.8, help="GPU: HBM bandwidth (H200: 4.8)")
     ap.add_argument("--tp", type=int, default=1, help="GPU: tensor-parallel ranks (> 1: under torchrun, one per GPU)")
+    ap.add_argument("--vllm", action="store_true", help="CPU, in .venv-vllm: the vllm engine against the megatron "
+                    "engine, vLLM's LLM.generate and transformers on SmolLM2-135M (bench/rollout_vllm.py); "
+                    "--new-tokens 128 there by default")
     args = ap.parse_args()
+    if args.vllm:
+        from rollout_vllm import vllm_cpu_bench
+
+        if "--new-tokens" not in sys.argv:
+            args.new_tokens = 128
+        return vllm_cpu_bench(args, record, machine_line)
     (gpu_bench if args.gpu else cpu_bench)(args)
 
 

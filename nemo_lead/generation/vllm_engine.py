@@ -34,11 +34,14 @@ restores it (and Python's and NumPy's), so building it does not change what the 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
+import sys
 import tempfile
 import warnings
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -107,6 +110,34 @@ class _RandomState:
         np.random.set_state(self.numpy)
 
 
+@contextlib.contextmanager
+def _keeping_default_group():
+    """vLLM's engine shutdown tears down "its" distributed environment, which under external_launcher is the
+    job's own default process group; keep that one (vLLM's own groups are still destroyed)."""
+    real = dist.destroy_process_group
+
+    def destroy(group=None):
+        if group is not None:
+            real(group)
+
+    dist.destroy_process_group = destroy
+    try:
+        yield
+    finally:
+        dist.destroy_process_group = real
+
+
+def _shutdown(core) -> None:
+    """vLLM's in-process engine core shut down, the job's process group kept; at interpreter exit (the
+    finalizer), after the job destroyed its groups, what is left to tear down may already be gone."""
+    with _keeping_default_group():
+        try:
+            core.shutdown()
+        except (ValueError, RuntimeError):
+            if not sys.is_finalizing():
+                raise
+
+
 _said: set[str] = set()
 
 
@@ -166,6 +197,9 @@ class VllmEngine:
         finally:
             state.restore()
         self._vllm = vllm
+        client = self.llm.llm_engine.engine_core  # vLLM's own finalizer would destroy the job's process group
+        if client._finalizer.detach() is not None:
+            client._finalizer = weakref.finalize(client, _shutdown, client.engine_core)
         # unseeded calls: a base drawn once for the job (every rank builds its engine together), then one per call
         base = [int.from_bytes(os.urandom(7), "little")]
         if distributed and dist.get_world_size() > 1:
@@ -175,6 +209,13 @@ class VllmEngine:
         self.weight_version: int | None = None
         self.refit_stats: dict[str, Any] = {}
         self.refit(actor, version=weight_version)
+
+    def close(self) -> None:
+        """Shut vLLM down (its memory, its process groups), keeping the job's; idempotent. The jobs call it
+        before they tear down torch.distributed."""
+        llm, self.llm = getattr(self, "llm", None), None
+        if llm is not None:
+            llm.llm_engine.engine_core._finalizer()
 
     # ----------------------------------------------------------------------------- the in-process worker
     def _worker(self):

@@ -304,6 +304,8 @@ def rl_job(cfg: RLConfig) -> None:
     finally:
         if ctx is not None and ctx.verifier is not None:
             ctx.verifier.close()
+        if ctx is not None and hasattr(ctx.engine, "close"):  # vllm: before the job's process groups go
+            ctx.engine.close()
 
 
 def _preflight(cfg: RLConfig) -> None:
