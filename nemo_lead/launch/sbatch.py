@@ -144,6 +144,8 @@ def render_sbatch(cfg: SubmitConfig, plan: JobPlan, run_dir: str, mounts: Option
         sb.append("--requeue")
     if signal:
         sb.append(f"--signal=USR1@{signal}")
+    if cfg.secrets:  # by name: SLURM copies the values from the submitting shell (ALL: the rest as before)
+        sb.append("--export=" + ",".join(["ALL", *cfg.secrets]))
     sb += list(cfg.sbatch_args)
 
     lines = ["#!/bin/bash", f"# nemo-lead job {plan.name!r}, written by `nemo-lead submit`."]
@@ -170,6 +172,12 @@ def render_sbatch(cfg: SubmitConfig, plan: JobPlan, run_dir: str, mounts: Option
             lines.append(f"export {key}={value if value.startswith('${') else shlex.quote(value)}  # {why}")
     for key, value in cfg.env.items():
         lines.append(f"export {key}={shlex.quote(str(value))}")
+    if cfg.secrets:
+        lines += ["", "# credentials come from the submitting shell (sbatch --export), never from a file",
+                  f"for name in {' '.join(cfg.secrets)}; do",
+                  '  [ -n "${!name:-}" ] || { echo "[nemo-lead] $name is not set: export it in the shell that runs '
+                  'nemo-lead submit" >&2; exit 1; }',
+                  "done"]
     if cfg.setup:
         lines += ["", "# setup", *cfg.setup]
     lines += ["", "cmd=(" + " ".join(shlex.quote(a) for a in plan.argv) + ")",

@@ -14,6 +14,7 @@ target and the sizes mean: `nemo_lead.launch.submit_config`; the script itself: 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -62,6 +63,14 @@ def run_submit(cfg: SubmitConfig) -> int:
         print(f"nemo-lead submit: {e}", file=sys.stderr)
         return 2
     log_dir = Path(run_dir) / "slurm"
+    unset = [name for name in cfg.secrets if not os.environ.get(name)]
+    if unset and not cfg.dry_run:
+        print(f"nemo-lead submit: secrets: {', '.join(unset)} not set in this shell; export them first (the jobs "
+              "take their values from the submitting shell, no file holds them)", file=sys.stderr)
+        return 2
+    if unset:
+        print(f"nemo-lead submit: note: secrets: {', '.join(unset)} not set in this shell; a submit without "
+              "--dry-run refuses to start until they are", file=sys.stderr)
     if cfg.dry_run:
         for i, (name, note, script) in enumerate(jobs):
             how = f"; {note}" if note else ""

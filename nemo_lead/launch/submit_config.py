@@ -16,6 +16,7 @@ The dry run prints each job's size and where each value came from.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -24,6 +25,22 @@ from nemo_lead.plan.settings import PlanSettings
 COMMANDS = ("sft", "rl", "eval", "generate", "convert", "run")
 SIZE_KEYS = ("nodes", "gpus_per_node", "tasks_per_node", "time")
 DEFAULT_SIZE = {"nodes": 1, "gpus_per_node": 8, "tasks_per_node": None, "time": "04:00:00"}  # tasks: one per GPU
+
+
+# environment names that hold credentials: their values never go into a file `submit` writes (scripts, the
+# run folder); the job takes them from the submitting shell by name (`secrets`, sbatch --export)
+SECRET_NAME = re.compile(r"^[A-Za-z0-9_]*_(KEY|TOKEN|SECRET|PASSWORD)$", re.IGNORECASE)
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# NAME=value inside a shell line or an sbatch / srun option (`export HF_TOKEN=...`, `--export=ALL,X_KEY=...`)
+SECRET_ASSIGNMENT = re.compile(r"(?<![A-Za-z0-9_])([A-Za-z0-9_]*_(?:KEY|TOKEN|SECRET|PASSWORD))=(?=\S)", re.IGNORECASE)
+
+
+def secret_refusal(name: str, where: str) -> str:
+    """The message that refuses a credential's value given as `where`, saying how to pass it instead."""
+    return (f"{where}: {name} looks like a credential (*_KEY, *_TOKEN, *_SECRET, *_PASSWORD), and its value would "
+            f"be written in plain text to OUT/slurm/*.sbatch. Export it in the shell you submit from "
+            f"(export {name}=...; or `wandb login` / a credentials file on the cluster) and pass its name: "
+            f"secrets=[{name}] (the job takes it from that shell through sbatch --export; no file holds it)")
 
 
 def time_seconds(value: str, key: str = "time") -> int:
@@ -88,6 +105,9 @@ class SubmitConfig:
     # the job's environment
     executable: Optional[str] = None  # what runs `nemo-lead`; None: `nemo-lead` in a container, else this Python
     env: dict[str, str] = field(default_factory=dict)  # extra exports (NAME: value); they win over the defaults
+    # names of variables the jobs take from the submitting shell (sbatch --export=ALL,NAME): credentials such as
+    # WANDB_API_KEY or HF_TOKEN, whose values are never written to a file (env.NAME=value refuses them)
+    secrets: list[str] = field(default_factory=list)
     setup: list[str] = field(default_factory=list)  # shell lines before srun (module load ..., source venv)
     sbatch_args: list[str] = field(default_factory=list)  # extra #SBATCH options ("--mem=0", "--reservation=x")
     srun_args: list[str] = field(default_factory=list)  # extra srun options
@@ -112,6 +132,18 @@ class SubmitConfig:
             raise ValueError(f"master_port must be in 1024..65535, got {self.master_port}")
         if "out" in self.job:
             raise ValueError("set the run folder with out=DIR (--out), not job.out")
+        for name in self.env:
+            if SECRET_NAME.match(str(name)):
+                raise ValueError(secret_refusal(str(name), f"env.{name}"))
+        for key in ("setup", "sbatch_args", "srun_args"):
+            for line in getattr(self, key):
+                hit = SECRET_ASSIGNMENT.search(str(line))
+                if hit:
+                    raise ValueError(secret_refusal(hit.group(1), key))
+        for name in self.secrets:
+            if not ENV_NAME.match(str(name)):
+                raise ValueError(f"secrets: {name!r} is not an environment variable's name (give the name, not "
+                                 "NAME=value: the value stays in the submitting shell)")
         for name, size in self.stage_slurm.items():
             if not isinstance(size, dict):
                 raise ValueError(f"stage_slurm.{name} must be a mapping of {', '.join(SIZE_KEYS)}")
