@@ -28,12 +28,12 @@ from .sbatch import JobPlan
 from .submit_config import DEFAULT_SIZE, SIZE_KEYS, SubmitConfig, check_size
 
 
-def find_recipe_file(spec: str) -> Path | None:
-    """A recipe given as a path, or by name in recipes/; None when it is neither."""
+def find_recipe_file(spec: str) -> tuple[Path | None, str]:
+    """A recipe given as a path, or by name in recipes/, and ""; else None and why (the nearest names)."""
     try:
-        return find_recipe(spec)
-    except ConfigError:
-        return None
+        return find_recipe(spec), ""
+    except ConfigError as e:
+        return None, str(e)
 
 
 # a stage of a kind that needs no GPU (problem selection, the demo's files) runs as one task without GPUs,
@@ -104,11 +104,11 @@ def plan_jobs(cfg: SubmitConfig) -> tuple[list[JobPlan], str, list[str]]:
     extra = job_overrides(cfg.job)
     if cfg.plan.check is not None and "plan" not in cfg.job:  # the jobs check the plan again when they start
         extra.append(f"plan.check={cfg.plan.check}")
-    recipe = None if cfg.command not in (None, "run") else find_recipe_file(cfg.target or "")
+    recipe, why = (None, "") if cfg.command not in (None, "run") else find_recipe_file(cfg.target or "")
     if cfg.command in (None, "run"):
         if recipe is None:
-            raise ConfigError(f"target {cfg.target!r} is neither a recipe file nor a name in "
-                              f"{recipes_dir()}; for a command's config file add command=sft|rl|...")
+            raise ConfigError(f"target: {why} (in {recipes_dir()}); for a command's config file add "
+                              "command=sft|rl|...")
         stages = recipe_stages(recipe)
         if cfg.command is None and not stages:
             raise ConfigError(f"{recipe} has no `stages:`; for a command's config file add command=sft|rl|...")

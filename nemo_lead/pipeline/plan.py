@@ -124,7 +124,12 @@ def command_job(cfg: PlanConfig) -> Job:
     """A command's config: its conf/ defaults, the target file, the job.* overrides."""
     target = Path(cfg.target).expanduser() if cfg.target else None
     if target is not None and not target.is_file():
-        raise ConfigError(f"target {cfg.target!r} is neither a recipe nor a config file")
+        try:
+            find_recipe(cfg.target)
+            why = "a recipe without `stages:`"
+        except ConfigError as e:
+            why = str(e)
+        raise ConfigError(f"target {cfg.target!r} is not a config file, and {why}")
     kind = cfg.command or _command_of(target)
     with tempfile.TemporaryDirectory() as tmp:  # what a plan needs no value of, unless the file gives one
         stub = Path(tmp) / "plan-stub.yaml"

@@ -56,9 +56,10 @@ def find_recipe(spec: str) -> Path:
         if candidate.is_file():
             return candidate.resolve()
     names = sorted(p.stem for p in recipes_dir().glob("*.yaml"))
-    hint = difflib.get_close_matches(spec, names, n=1)
-    raise ConfigError(f"recipe {spec!r} is neither a file nor one of recipes/: {', '.join(names)}"
-                      + (f" (did you mean {hint[0]!r}?)" if hint else ""))
+    hint = difflib.get_close_matches(Path(spec).stem if spec.endswith(".yaml") else spec, names, n=3)
+    raise ConfigError(f"recipe {spec!r} is neither a file nor one of recipes/"
+                      + (f" (did you mean {' or '.join(repr(h) for h in hint)}?)" if hint else "")
+                      + f"; the recipes: {', '.join(names)}")
 
 
 @dataclass

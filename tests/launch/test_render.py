@@ -1,6 +1,7 @@
 """`nemo-lead submit` scripts: their structure for 1 and 4 nodes, with and without a container, recipes as
 chains of stage jobs, and the script run for real against stand-in `srun` / `scontrol` (no cluster)."""
 
+import contextlib
 import os
 import shlex
 import stat
@@ -173,8 +174,23 @@ def test_command_needs_a_run_folder_and_an_existing_config(tmp_path):
         render_jobs(config("command=sft"))
     with pytest.raises(ConfigError, match="config file not found"):
         render_jobs(config(f"target={tmp_path}/nope.yaml", "command=sft", f"out={tmp_path}/r"))
-    with pytest.raises(ConfigError, match="neither a recipe file nor a name"):
+    with pytest.raises(ConfigError, match=r"recipe '.*nope.yaml' is neither a file nor one of recipes/; the recipes: "
+                                          r"ablation-7b-grpo, .*lead-14b"):
         render_jobs(config(f"target={tmp_path}/nope.yaml", f"out={tmp_path}/r"))
+
+
+@pytest.mark.parametrize("argv, hint", [
+    (["submit", "lead14b", "--dry-run"], "did you mean 'lead-14b' or 'lead-14b-h200'?); the recipes: ablation-7b-grpo"),
+    (["plan", "lead14b", "--gpus", "8"], "did you mean 'lead-14b' or 'lead-14b-h200'?); the recipes: ablation-7b-grpo"),
+    (["submit", "lead-14b", "--partitoin", "batch"], "--partitoin: did you mean --partition?"),
+    (["submit", "lead-14b", "--contaner-image=x"], "--contaner-image=x: did you mean --container-image or"),
+    (["plan", "lead-14b", "--gpus", "8", "--gpu-memroy-gib", "80"], "did you mean --gpu-memory-gib?"),
+])
+def test_typos_get_the_nearest_names(tmp_path, monkeypatch, capsys, argv, hint):
+    monkeypatch.chdir(tmp_path)  # a recipe name, not a file here
+    with pytest.raises(SystemExit) if "--" in hint else contextlib.nullcontext():
+        assert main(argv) == 2
+    assert hint in capsys.readouterr().err
 
 
 def test_cli_dry_run_prints_every_job_and_writes_nothing(tmp_path, recipe, capsys):
