@@ -73,7 +73,7 @@ def test_secrets_reach_the_job_by_name_and_no_written_file_holds_the_value(tmp_p
     monkeypatch.setenv("HF_TOKEN", SECRET + "-hf")
     assert main(args) == 0
     written = [p for p in out.rglob("*") if p.is_file()]
-    assert sorted(p.name for p in written) == ["eval.sbatch", "pick.sbatch", "submitted.jsonl"]
+    assert sorted(p.name for p in written) == ["eval.sbatch", "submitted.jsonl"]  # pick runs in eval's job
     for path in written:
         assert SECRET not in path.read_text(), path
     script = (out / "slurm" / "eval.sbatch").read_text()
@@ -94,6 +94,6 @@ def test_the_dry_run_names_the_unset_secrets_and_renders_them(tmp_path, recipe, 
     assert main(["submit", str(recipe), "--out", str(tmp_path / "r"), "secrets=[HF_TOKEN]", "--dry-run"]) == 0
     captured = capsys.readouterr()
     assert "note: secrets: HF_TOKEN not set in this shell" in captured.err
-    assert captured.out.count("#SBATCH --export=ALL,HF_TOKEN") == 2
+    assert captured.out.count("#SBATCH --export=ALL,HF_TOKEN") == 1
     jobs, _ = render_jobs(load_config(SubmitConfig, [], [f"target={recipe}", f"out={tmp_path}/r"]))
     assert all("--export" not in script for _, _, script in jobs)  # none named: SLURM's default, nothing added
