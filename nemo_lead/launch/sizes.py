@@ -202,6 +202,8 @@ def _unplanned(p: Any, why: str) -> Any:
 def host_sizes(cfg: SubmitConfig, plans: list[Any]) -> list[Any]:
     """`plans` (`nemo-lead submit`'s JobPlans) with what each job's plan asks of SLURM (module docstring).
     `cfg`: as `planned_config` returns it."""
+    if all(p.gpus_per_node == 0 for p in plans):
+        return plans  # jobs without GPUs (a CPU partition): SLURM's defaults; the plan is of GPU jobs
     if cfg.command in PLANNED_KINDS:
         try:
             job = command_job(PlanConfig(target=cfg.target, command=cfg.command, gpus=1, job=dict(cfg.job)))

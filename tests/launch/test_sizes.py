@@ -182,3 +182,13 @@ def test_the_h200_recipe_is_planned_on_h200s(capsys):
                        "job.paths.base_model=/lustre/models/R1-Distill-Qwen-14B"], capsys)
     step = {name: float(re.search(r"step ([\d,]+) s", jobs[name][0]).group(1).replace(",", "")) for name in ("stage1",)}
     assert step["stage1"] < float(re.search(r"step ([\d,]+) s", h100["stage1"][0]).group(1).replace(",", ""))
+
+
+def test_jobs_without_gpus_keep_slurms_defaults(tmp_path):
+    """A command's job on a CPU partition (--gpus-per-node 0): no plan of GPU jobs' host memory applies."""
+    (tmp_path / "sft.yaml").write_text("actor: {model: tiny-qwen2}\ndata: {path: t.jsonl}\n")
+    cfg = ["command=sft", f"target={tmp_path / 'sft.yaml'}", f"out={tmp_path / 'run'}"]
+    (_, _, cpu), = render_jobs(load_config(SubmitConfig, [], [*cfg, "gpus_per_node=0", "tasks_per_node=2"]))[0]
+    assert "mem" not in sbatch_options(cpu) and "cpus-per-task" not in sbatch_options(cpu)
+    (_, _, gpu), = render_jobs(load_config(SubmitConfig, [], cfg))[0]
+    assert sbatch_options(gpu)["mem"].endswith("G") and sbatch_options(gpu)["mem"] != "0"
