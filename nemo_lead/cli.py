@@ -166,7 +166,7 @@ COMMANDS: dict[str, Command] = {
         "runs itself on tp x pp local ranks.",
     ),
     "submit": Command(
-        help="Render sbatch scripts for a recipe (one job per stage) or a command and submit them to SLURM "
+        help="Render sbatch scripts for a recipe (one job per GPU stage) or a command and submit them to SLURM "
         "(--dry-run prints them).",
         schema="nemo_lead.launch.submit:SubmitConfig",
         runner="nemo_lead.launch.submit:run_submit",
@@ -177,7 +177,7 @@ COMMANDS: dict[str, Command] = {
         list_flags=("--stages",),
         switches={"--dry-run": "dry_run"},
         positional="target",
-        epilog="TARGET: a recipe (file or name in recipes/: one job per stage, chained with afterok, each sized by\n"
+        epilog="TARGET: a recipe (file or name in recipes/: one job per GPU stage, chained with afterok, each sized by\n"
         "the stage's `slurm:`), or a config file for --command sft|rl|eval|generate|convert (one job).\n"
         "job.KEY=VALUE goes to the job's command line as KEY=VALUE. --dry-run prints the scripts.",
     ),

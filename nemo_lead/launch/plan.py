@@ -3,10 +3,13 @@
 `nemo-lead submit` sits above the pipeline: it reads recipes with the pipeline's reader
 (`nemo_lead.pipeline.recipe`) and stage kinds from its registry (`nemo_lead.pipeline.kinds`).
 
-A recipe becomes one job per stage, `nemo-lead run RECIPE --out OUT only=STAGE`, each sized by the
+A recipe becomes one job per GPU stage, `nemo-lead run RECIPE --out OUT only=STAGE`, each sized by the
 stage's `slurm:` mapping (distillation and evaluation rarely want the training's node count) unless the
 command line says otherwise (`nemo_lead.launch.submit_config`: the order of the layers), in the recipe's
-order; `nemo-lead submit` chains them with `afterok`. Only what sizing needs is read from the
+order, no `--time` beyond `max_time`; `nemo-lead submit` chains them with `afterok`. A stage that needs no
+GPU (a problem selection: seconds) is no job on the GPU partition: it runs as one task at the start of the
+next GPU job (`JobPlan.before`), or with `host_stages=job` (or a `stage_slurm` entry) as a short job of its
+own, one task without GPUs. Only what sizing needs is read from the
 recipe here (stage names and `slurm:`, through `_base_` includes); `nemo-lead run` checks the rest when
 the job starts.
 """

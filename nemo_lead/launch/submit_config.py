@@ -88,7 +88,7 @@ class SubmitConfig:
     # NAME: {nodes, gpus_per_node, tasks_per_node, time, partition, account, qos}
     stage_slurm: dict[str, Any] = field(default_factory=dict)
     stages: list[str] = field(default_factory=list)  # recipe stages to submit (default: all, in order)
-    chain: bool = True  # recipes: one job per stage (afterok chain); false: one job runs the whole recipe
+    chain: bool = True  # recipes: one job per GPU stage (afterok chain); false: one job runs the whole recipe
     # the longest --time of a job (most clusters cap jobs at a day): a stage that needs more continues in the
     # same job after a requeue (the loops checkpoint and requeue before the limit); null: no cap
     max_time: Optional[str] = "24:00:00"

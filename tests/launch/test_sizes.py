@@ -158,6 +158,11 @@ def test_a_model_the_login_node_cannot_read(tmp_path, capsys):
     assert opts["mem"] == "296G" and opts["cpus-per-task"] == "3" and opts["signal"] != "USR1@300"
     assert "paths.base=/nowhere/R1-Distill-Qwen-14B is not readable here: planned with the shape of preset " \
            "r1-distill-qwen-14b" in err and "not checked" not in err
+    # no GPU named anywhere: the host memory, which does not depend on the GPU, is planned all the same
+    _recipe(tmp_path, "presets: {base: r1-distill-qwen-14b}\n")
+    assert main(argv[:-2] + ["--dry-run"]) == 0
+    out, err = capsys.readouterr()
+    assert sbatch_options(out)["mem"] == "296G" and "the memory plan is not checked here" in err
 
 
 def test_hardware_and_presets_are_read_and_checked(tmp_path):
