@@ -129,7 +129,8 @@ class SubmitConfig:
     master_port: Optional[int] = None  # None: 20000 + job id % 20000 (what every rank computes alike)
     dry_run: bool = False  # print the script(s); submit nothing
     # the memory plan of each job on these GPUs before submitting (plan.gpu=h100 or plan.gpu_memory_gib=80;
-    # without either it is left to the jobs); plan.check=warn|off also reaches the jobs
+    # without either the recipe's `hardware.gpu`, else it is left to the jobs); plan.check=warn|off also
+    # reaches the jobs
     plan: PlanSettings = field(default_factory=PlanSettings)
 
     def __post_init__(self) -> None:
