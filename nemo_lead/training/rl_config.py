@@ -104,6 +104,9 @@ class RLConfig(RunSettings):
             raise ValueError("rollout.temperature must be > 0 (the policy-gradient ratio needs a sampling distribution)")
         if self.old_logprobs not in OLD_LOGPROBS:
             raise ValueError(f"old_logprobs must be one of {list(OLD_LOGPROBS)}, got {self.old_logprobs!r}")
+        if self.validation.every < 1 or self.validation.n < 1:
+            raise ValueError(f"validation.every and validation.n must be >= 1, got {self.validation.every} and "
+                             f"{self.validation.n}")
         self._check_lag()
         check_engine_layout(self.engine, tp=self.actor.tp, pp=self.actor.pp)
         if self.rollout.generator_ranks and has_own_layout(self.engine, tp=self.actor.tp, pp=self.actor.pp):
@@ -138,5 +141,3 @@ class RLConfig(RunSettings):
     def resolved_answer_region(self) -> str:
         """`verify.answer_region`, or the LEAD preset's where it is None."""
         return self.verify.region(self.lead.default_answer_region)
-        if self.validation.every < 1 or self.validation.n < 1:
-            raise ValueError("validation.every and validation.n must be >= 1")
