@@ -55,6 +55,9 @@ step actor_bench "${ACTOR_LIMIT:-240}" $PY bench/actor_bench.py --gpu --record -
   ${ACTOR_ARGS:-}
 NEMO_LEAD_GPU_TESTS=1 step gpu_tests "${TEST_LIMIT:-150}" $PY -m pytest -q -p no:cacheprovider -W ignore::DeprecationWarning tests/gpu
 step rollout_bench "${ROLLOUT_LIMIT:-120}" $PY bench/rollout_bench.py --gpu --record ${ROLLOUT_ARGS:-}
+# the same step measures engine.kind=vllm on the same weights where vLLM imports (the plan's assumed fraction)
+$PY -c "from nemo_lead.generation.vllm_engine import import_vllm; import_vllm()" >/dev/null 2>&1 \
+  || echo "rollout_bench: engine.kind=vllm skipped (vLLM is not installed in this environment)" | tee -a "$summary"
 gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
 if [ "$gpus" -lt 2 ] && { [ -z "${STEPS:-}" ] || [[ " $STEPS " == *" rollout_tp2 "* ]]; }; then
   echo "rollout_tp2: skipped ($gpus GPU here; the TP2 decode measurement needs 2)" | tee -a "$summary"

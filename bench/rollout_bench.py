@@ -17,6 +17,11 @@ per decode step the weights and the live KV cache are read once, so bound = (wei
 
     .venv/bin/python bench/rollout_bench.py --gpu --out /tmp/rollout_gpu.json [--record]
 
+`--vllm` (CPU, in the vllm leg's virtualenv): the vllm engine on vLLM's CPU build against the megatron engine,
+vLLM's own `LLM.generate` and transformers on SmolLM2-135M (bench/rollout_vllm.py).
+
+    OMP_NUM_THREADS=1 .venv-vllm/bin/python bench/rollout_bench.py --vllm --record
+
 `--tp 2` (GPU, under torchrun, one process per GPU): the same at TP2, the engine on the TP2 model's modules,
 eager steps against CUDA graphs with the TP all-reduces captured (`engine.cuda_graphs_tp`); bytes and the
 bound per GPU (its shards of the weights and of the KV heads). Rank 0 records and writes the JSON.
@@ -157,6 +162,16 @@ def cpu_bench(args) -> None:
 
 
 # ----------------------------------------------------------------------------- GPU: decode rate vs bandwidth
+VLLM_ROW = "vLLM (engine.kind=vllm)"
+
+
+def with_vllm() -> bool:
+    """vLLM imports here (the GPU bench then adds its row)."""
+    from nemo_lead.generation.vllm_engine import vllm_importable
+
+    return vllm_importable()
+
+
 def gpu_bench(args) -> dict:
     from nemo_lead.generation import MegatronEngine, SamplingParams
     from nemo_lead.models import build_gpt
@@ -177,9 +192,20 @@ def gpu_bench(args) -> dict:
         kv_bytes = args.batch * (args.prompt_len + 1 + steps / 2) * kv_per_token  # mean live KV read per step
         bytes_per_step = weight_bytes + kv_bytes
         rows = {}
-        for name, graphs in (("eager steps", False), ("CUDA graphs", True)):  # baseline first, same run
-            engine = MegatronEngine(model, max_batch_size=args.batch, sync_every=args.sync_every, cuda_graphs=graphs,
-                                    cuda_graphs_tp=tp > 1)
+        engines = [("eager steps", lambda: MegatronEngine(model, max_batch_size=args.batch, sync_every=args.sync_every,
+                                                          cuda_graphs=False, cuda_graphs_tp=tp > 1)),
+                   ("CUDA graphs", lambda: MegatronEngine(model, max_batch_size=args.batch, sync_every=args.sync_every,
+                                                          cuda_graphs=True, cuda_graphs_tp=tp > 1))]
+        if with_vllm():  # the vllm engine on the same weights (its own copy), where vLLM is installed
+            from nemo_lead.generation import EngineConfig, build_engine
+
+            engines.append((VLLM_ROW, lambda: build_engine(EngineConfig(kind="vllm", max_batch_size=args.batch), model)))
+        elif lead:
+            print("vLLM is not installed here: no engine.kind=vllm row", flush=True)
+        sync_every = args.sync_every
+        for name, make in engines:  # baseline first, same run
+            engine = make()
+            sync_every = getattr(engine, "_sync_every", sync_every)
 
             def timed(tokens: int, engine=engine) -> float:
                 params = SamplingParams(temperature=1.0, max_tokens=tokens, seed=0)  # no stop ids: all run to the end
@@ -197,13 +223,16 @@ def gpu_bench(args) -> dict:
                 "prefill_plus_first_token_s": prefill, "decode_s": decode_s, "decode_tokens_per_s": args.batch * steps / decode_s,
                 "ms_per_step": 1000 * step_s, "achieved_tb_per_s": bytes_per_step / step_s / 1e12,
                 "fraction_of_bandwidth_bound": bytes_per_step / step_s / (args.bandwidth_tbs * 1e12),
-                "graph_captures": engine.graph_stats["captures"], "graph_replays": engine.graph_stats["replays"],
+                "graph_captures": getattr(engine, "graph_stats", {}).get("captures", "-"),
+                "graph_replays": getattr(engine, "graph_stats", {}).get("replays", "-"),
             }
+            if hasattr(engine, "close"):
+                engine.close()
             if lead:
                 print(name, json.dumps(rows[name]), flush=True)
         out = {
             "model": ("dry run: small shape on CPU" if args.dry_run else "Qwen2-1.5B shape") + f", bf16, random weights, local spec, TP{tp}",
-            "batch": args.batch, "prompt_len": args.prompt_len, "decode_tokens": steps, "sync_every": engine._sync_every,
+            "batch": args.batch, "prompt_len": args.prompt_len, "decode_tokens": steps, "sync_every": sync_every,
             "weight_gb": weight_bytes / 1e9, "mean_kv_gb_per_step": kv_bytes / 1e9, "bandwidth_tb_per_s": args.bandwidth_tbs,
             "rows": rows, "speedup": rows["eager steps"]["decode_s"] / rows["CUDA graphs"]["decode_s"],
             "device": "cpu (dry run)" if args.dry_run else torch.cuda.get_device_name(), "torch": torch.__version__,
@@ -232,6 +261,9 @@ def gpu_bench(args) -> dict:
               for k, r in out["rows"].items()),
             "",
             f"CUDA graphs vs eager steps: **{out['speedup']:.1f}x** decode speed.",
+            *([f"The vllm engine's fraction, {out['rows'][VLLM_ROW]['fraction_of_bandwidth_bound']:.3f}, is what the plan's "
+               "`VLLM_DECODE_BANDWIDTH_FRACTION` (nemo_lead/plan/timing.py) assumes from a published figure until measured."]
+              if VLLM_ROW in out["rows"] else []),
             *([f"The plan's `TP_GRAPH_DECODE_BANDWIDTH_FRACTION` (nemo_lead/plan/timing.py) is the CUDA graphs row's "
                f"fraction, {out['rows']['CUDA graphs']['fraction_of_bandwidth_bound']:.3f}, once graph captures > 0."]
               if tp > 1 else []),
@@ -254,7 +286,16 @@ def main() -> None:
     ap.add_argument("--sync-every", type=int, default=None, help="GPU: engine host-sync interval")
     ap.add_argument("--bandwidth-tbs", type=float, default=4.8, help="GPU: HBM bandwidth (H200: 4.8)")
     ap.add_argument("--tp", type=int, default=1, help="GPU: tensor-parallel ranks (> 1: under torchrun, one per GPU)")
+    ap.add_argument("--vllm", action="store_true", help="CPU, in .venv-vllm: the vllm engine against the megatron "
+                    "engine, vLLM's LLM.generate and transformers on SmolLM2-135M (bench/rollout_vllm.py); "
+                    "--new-tokens 128 there by default")
     args = ap.parse_args()
+    if args.vllm:
+        from rollout_vllm import vllm_cpu_bench
+
+        if "--new-tokens" not in sys.argv:
+            args.new_tokens = 128
+        return vllm_cpu_bench(args, record, machine_line)
     (gpu_bench if args.gpu else cpu_bench)(args)
 
 

@@ -14,6 +14,7 @@ Subcommands are declared in `COMMANDS`: a schema dataclass and a runner function
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib
 import json
 import sys
@@ -166,7 +167,7 @@ COMMANDS: dict[str, Command] = {
         "runs itself on tp x pp local ranks.",
     ),
     "submit": Command(
-        help="Render sbatch scripts for a recipe (one job per stage) or a command and submit them to SLURM "
+        help="Render sbatch scripts for a recipe (one job per GPU stage) or a command and submit them to SLURM "
         "(--dry-run prints them).",
         schema="nemo_lead.launch.submit:SubmitConfig",
         runner="nemo_lead.launch.submit:run_submit",
@@ -177,7 +178,7 @@ COMMANDS: dict[str, Command] = {
         list_flags=("--stages",),
         switches={"--dry-run": "dry_run"},
         positional="target",
-        epilog="TARGET: a recipe (file or name in recipes/: one job per stage, chained with afterok, each sized by\n"
+        epilog="TARGET: a recipe (file or name in recipes/: one job per GPU stage, chained with afterok, each sized by\n"
         "the stage's `slurm:`), or a config file for --command sft|rl|eval|generate|convert (one job).\n"
         "job.KEY=VALUE goes to the job's command line as KEY=VALUE. --dry-run prints the scripts.",
     ),
@@ -317,6 +318,22 @@ def _print_config(name: str, cfg, with_reference: bool) -> None:
 RENAMED_FLAGS = {"--gpu-memory-gb": "--gpu-memory-gib"}
 
 
+def _flag_hints(name: str | None, cmd: Command | None, unknown: list[str]) -> str:
+    """For each unknown --flag of `cmd`, its nearest flags (a typo such as --partitoin), and where to see them all."""
+    if cmd is None:
+        return ""
+    known = ["--config", "--print-config", "--explain", "--help", *cmd.flags, *cmd.switches,
+             *(a for names in cmd.aliases.values() for a in names)]
+    hints = []
+    for flag in unknown:
+        if flag.startswith("-"):
+            near = difflib.get_close_matches(flag.split("=", 1)[0], known, n=3, cutoff=0.7)
+            hints.append(f"{flag}: did you mean {' or '.join(near)}?" if near else f"{flag}: no such flag")
+    if not hints:
+        return ""
+    return "\n  " + "\n  ".join(hints) + f"\n  (the flags: `nemo-lead {name} --help`; every key: `nemo-lead {name} --explain`)"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = _build_parser()
     # overrides may come anywhere (`--samples 4 lead.alpha=0.1 --seed 3`): argparse fills a positional list only
@@ -336,7 +353,7 @@ def main(argv: list[str] | None = None) -> int:
         if flag.split("=", 1)[0] in RENAMED_FLAGS:
             parser.error(f"{flag.split('=', 1)[0]} is now {RENAMED_FLAGS[flag.split('=', 1)[0]]}")
     if unknown:
-        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}{_flag_hints(args.command, cmd, unknown)}")
     args.overrides = [*(getattr(args, "overrides", None) or []), *extra]
     if args.command is None:
         parser.print_help()

@@ -26,6 +26,7 @@ import dataclasses
 import difflib
 import importlib.resources
 import os
+import re
 import typing
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -223,6 +224,10 @@ def _read_yaml(path: Path) -> list[_Layer]:
     return layers
 
 
+# what YAML 1.1 (PyYAML) reads as a base-60 number: 20:00:00 -> 72000, 1:30 -> 90
+SEXAGESIMAL = re.compile(r"[-+]?[0-9][0-9_]*(:[0-5]?[0-9])+(\.[0-9_]*)?")
+
+
 def _parse_overrides(overrides: Sequence[str]) -> _Layer:
     data: dict = {}
     for item in overrides:
@@ -233,6 +238,8 @@ def _parse_overrides(overrides: Sequence[str]) -> _Layer:
             value = yaml.safe_load(raw) if raw != "" else ""
         except yaml.YAMLError:
             value = raw
+        if SEXAGESIMAL.fullmatch(raw.strip()):  # time=20:00:00 is a time, not YAML 1.1's base-60 number 72000
+            value = raw.strip()
         node = data
         parts = key.strip().split(".")
         for p in parts[:-1]:

@@ -212,7 +212,7 @@ def markdown(schemas: dict[str, type]) -> str:
             if e.type == "section":
                 out.append(f"| **`{e.key}`** | | | | | {_cell(e.help)} |")
                 continue
-            allowed = " \\| ".join(f"`{_value(c)}`" for c in e.choices) if e.choices else e.type
+            allowed = " \\| ".join(f"`{_value(c)}`" for c in e.choices) if e.choices else _cell(e.type)
             out.append(f"| `{e.key}` | `{_cell(_value(e.default))}` | {allowed} | {e.resume} | "
                        f"{'yes' if e.results else 'no'} | {_cell(e.help)} |")
     return "\n".join(out) + "\n"

@@ -1,6 +1,7 @@
 """The documentation's links hold: every relative link in README.md, docs/*.md and bench/README.md points at a
 file of the repository, every `#anchor` at a heading of the file it names (GitHub's anchor rules), and every
-repository path the pages name in backticks exists. Also the words: no "reference implementation"."""
+repository path the pages name in backticks exists, and every table row has its header's number of cells.
+Also the words: no "reference implementation"."""
 
 from __future__ import annotations
 
@@ -61,6 +62,42 @@ def links(path: Path) -> list[tuple[int, str]]:
         for m in LINK.finditer(CODE_SPAN.sub("", line)):
             out.append((n, m.group(1)))
     return out
+
+
+def table_cells(line: str) -> int:
+    """The cells of a Markdown table row as GitHub splits it: at every `|` not escaped as `\\|` (a `|` inside
+    a code span splits too), the outer pipes dropped."""
+    parts = re.split(r"(?<!\\)\|", line.strip())
+    return len(parts) - (parts[0] == "") - (parts[-1] == "")
+
+
+def table_mismatches(path: Path) -> list[str]:
+    """'file:line: N cells, the header has M' for each table row whose cells differ from its header's: GitHub
+    drops the cells beyond the header's and leaves missing ones empty, so such a row shows other text than
+    was written, and a row with its first cell lost reads as a link without its subject."""
+    out, header = [], None
+    for n, line in prose_lines(path.read_text()):
+        if not line.lstrip().startswith("|"):
+            header = None
+            continue
+        if header is None:
+            header = table_cells(line)
+        elif (cells := table_cells(line)) != header:
+            out.append(f"{path.name}:{n}: {cells} cells, the header has {header}")
+    return out
+
+
+def test_table_checker_counts_cells(tmp_path):
+    page = tmp_path / "page.md"
+    page.write_text("| a | b |\n| --- | --- |\n| `x \\| y` | z |\n| one | two | three |\n\ntext\n\n| c |\n| --- |\n"
+                    "| d |\n| [e](e.md) |\n")
+    assert table_cells("| a | b |") == 2 and table_cells("a | b") == 2 and table_cells(r"| a \| b |") == 1
+    assert table_mismatches(page) == ["page.md:4: 3 cells, the header has 2"]
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_table_row_has_the_headers_cells(page):
+    assert not table_mismatches(page), "\n".join(table_mismatches(page))
 
 
 def test_anchor_rules_match_githubs():

@@ -192,7 +192,7 @@ class LeadConfig:
 
     @classmethod
     def reference_code(cls) -> LeadConfig:
-        """What the authors' verl fork (aeroplanepaper/GRPO-LEAD, commit 9344bef) observably does, quirks
+        """What the authors' verl fork (aeroplanepaper/GRPO-LEAD at commit 9344bef) observably does, quirks
         included. Rewards and advantages: the length term only when the mean of the group's 3 shortest
         responses (any outcome) exceeds 4,000 tokens (a group of 2 or fewer: always, their third minimum
         stays infinite), sample std of the correct lengths, -1 wrong, 0 no readable answer, -2 repetition,

@@ -1,7 +1,7 @@
 """`nemo-lead prepare deepscaler SRC --out DIR`: the recipes' `paths.deepscaler` file from the public
 DeepScaleR release, read the way the GRPO-LEAD authors read it.
 
-What their code reads (aeroplanepaper/GRPO-LEAD at commit 8c1e032, deepscaler/data/preprocess/
+What their code reads (aeroplanepaper/GRPO-LEAD at commit 9344bef, deepscaler/data/preprocess/
 data_preprocess.ipynb, lines of the .ipynb file):
 - line 24: the training files `amc`, `omni_math`, `aime`, `still`, `math` (olympiad.json is left out, "too
   large, too long to train"), line 28: each `../train/NAME.json`, a JSON list of records with `problem`,

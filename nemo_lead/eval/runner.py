@@ -263,6 +263,14 @@ def _generate_pending(cfg, prep: Prepared, info, pending: list[int], store, grad
     end (`_stop_before`), with every finished chunk stored. As in the training loops, the first chunk(s) of
     a job always run (nothing is measured yet), so that every attempt of a requeued job makes progress."""
     engine = build_engine(engine_config_for(cfg.engine, prep.source), load_policy(prep.source, info, prep.precision))
+    try:
+        return _generate_with(engine, cfg, prep, info, pending, store, grader, progress)
+    finally:
+        if hasattr(engine, "close"):  # vllm: before the job's process groups go
+            engine.close()
+
+
+def _generate_with(engine, cfg, prep: Prepared, info, pending: list[int], store, grader, progress: EvalProgress) -> bool:
     deadline = Deadline.from_env(os.environ)  # the same environment on every rank; rank 0 measures and decides
     for start in range(0, len(pending), info.dp):
         if deadline is not None and start and _stop_before(deadline, info, start, len(pending), progress):

@@ -7,7 +7,8 @@
     metrics = logprob_mismatch([r.policy_logprobs for r in rollouts], actor_logprobs)
 
 Engines: `MegatronEngine` (KV-cache sampler on the live actor modules; CPU and GPU, TP and PP) and
-`TrtllmEngine` (TensorRT-LLM, refit in memory; GPU container only, imported lazily). `sample_tokens` is the
+`VllmEngine` (vLLM in every rank's process, refit in memory; GPU image, the vllm extra or vLLM's CPU build,
+imported lazily), `TrtllmEngine` (TensorRT-LLM, refit in memory; GPU container only, imported lazily). `sample_tokens` is the
 one sampling function, shared with evaluation. Imports models and parallel only (docs/design.md, Layers).
 """
 
@@ -21,6 +22,7 @@ from .engine import (
     check_engine_layout,
     engine_config_for,
     has_own_layout,
+    resolve_engine_kind,
 )
 from .megatron_engine import MegatronEngine, resolve_model
 from .params import FINISH_REASONS, Rollout, RolloutEngine, SamplingParams, check_prompts
@@ -28,6 +30,6 @@ from .sampling import Draw, make_generator, sample_tokens, truncated_logits
 
 __all__ = [
     "ENGINE_KINDS", "FINISH_REASONS", "Draw", "EngineConfig", "MegatronEngine", "Rollout", "RolloutEngine",
-    "SamplingParams", "build_engine", "check_engine_layout", "check_prompts", "engine_config_for", "eval_mode", "has_own_layout", "logprob_mismatch", "make_generator", "resolve_model",
+    "SamplingParams", "build_engine", "check_engine_layout", "check_prompts", "engine_config_for", "eval_mode", "has_own_layout", "logprob_mismatch", "resolve_engine_kind", "make_generator", "resolve_model",
     "sample_tokens", "truncated_logits",
 ]

@@ -103,7 +103,12 @@ def generate_rank(cfg: GenerateConfig) -> None:
         progress = LoopProgress("generate", 1, mode=cfg.progress, active=info.rank == 0, unit="call")
         progress.say(f"{len(ids)} prompts x {params.n} samples, max_tokens {params.max_tokens}, "
                      f"engine {cfg.engine.kind} (tp {info.tp}, pp {info.pp})")
-        rollouts = build_engine(cfg.engine, model).generate(ids, params)
+        engine = build_engine(cfg.engine, model)
+        try:
+            rollouts = engine.generate(ids, params)
+        finally:
+            if hasattr(engine, "close"):  # vllm: before the job's process groups go
+                engine.close()
         tokens = sum(r.num_tokens for r in rollouts)
         progress.step(1, {"samples": str(len(rollouts)), "tokens": f"{tokens:,}"})
         progress.close()

@@ -2,14 +2,16 @@
 
     engine = build_engine(EngineConfig(kind="megatron", max_batch_size=256), actor)
 
-`kind="trtllm"` imports TensorRT-LLM only here, when asked for, and fails with one clear error where it
-is not installed (see `nemo_lead.generation.trtllm_engine.INSTALL_HINT`).
+`kind="trtllm"` and `kind="vllm"` import TensorRT-LLM / vLLM only when asked for, and fail with one clear
+error where they are not installed (`trtllm_engine.INSTALL_HINT`, `vllm_params.INSTALL_HINT`). `kind="auto"`
+(`resolve_engine_kind`): vLLM on a GPU machine where it imports, the megatron engine otherwise.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import shutil
 import tempfile
 from dataclasses import dataclass, field
@@ -23,7 +25,8 @@ from .megatron_engine import MegatronEngine
 from .params import RolloutEngine
 from .trtllm_engine import TrtllmEngine
 
-ENGINE_KINDS = ("megatron", "trtllm")
+ENGINE_KINDS = ("megatron", "vllm", "trtllm")
+AUTO_KIND = "auto"  # engine.kind: vLLM where it is importable on a GPU, megatron otherwise (`resolve_engine_kind`)
 AT_THE_MODELS_LAYOUT = "actor"  # engine.tp / engine.pp: the engine decodes on the model's own modules
 # engine.tp / engine.pp: chosen when a job starts (`nemo_lead.plan.check.resolve_engine_auto`); a config
 # that still holds it decodes at the model's own layout
@@ -53,8 +56,38 @@ class TrtllmConfig:
 
 
 @dataclass
+class VllmConfig:
+    """Options of the `vllm` engine (vLLM 0.32; `nemo_lead.generation.vllm_params` says what it sets itself
+    and what it refuses). Its batch is engine.max_batch_size (vLLM's max_num_seqs), its KV cache
+    engine.kv_cache_gib, its TP engine.tp (replicas at one stage)."""
+
+    # GPU: the share of the device's memory vLLM may take (weights, activations, CUDA graphs and the KV cache)
+    # when engine.kv_cache_gib is unset; the actor's own memory must fit beside it (its optimizer state is
+    # offloaded meanwhile with actor.offload_during_generation)
+    gpu_memory_utilization: float = 0.5
+    # GPU: what sleeping during the update frees. 1: the KV cache, the weights kept on the host; 2: the KV
+    # cache and the weights (the refit that follows reloads them). None: 1 on a GPU. vLLM's CPU build has no
+    # sleep mode: leave it None there
+    sleep_level: Optional[int] = None
+    enforce_eager: Optional[bool] = None  # None: eager on CPU (no compile at start), CUDA graphs on a GPU
+    max_model_len: Optional[int] = None  # prompt + response tokens per sequence; None: the model's limit
+    llm_kwargs: dict[str, Any] = field(default_factory=dict)  # more vllm.LLM arguments (enable_chunked_prefill, ...)
+
+    def __post_init__(self) -> None:
+        if not 0 < self.gpu_memory_utilization < 1:
+            raise ValueError(f"engine.vllm.gpu_memory_utilization must be in (0, 1), got {self.gpu_memory_utilization!r}")
+        if self.sleep_level not in (None, 1, 2):
+            raise ValueError(f"engine.vllm.sleep_level must be 1, 2 or null, got {self.sleep_level!r}")
+        if self.max_model_len is not None and self.max_model_len < 2:
+            raise ValueError(f"engine.vllm.max_model_len must be >= 2 (or null), got {self.max_model_len!r}")
+
+
+@dataclass
 class EngineConfig:
-    kind: str = field(default="megatron", metadata={"choices": ENGINE_KINDS})  # megatron | trtllm
+    # megatron: nemo-lead's own engine (CPU and GPU, no extra dependency); vllm: vLLM (the GPU image, the vllm
+    # extra, or its CPU build); trtllm: TensorRT-LLM (its image); auto: vllm where it is importable on a GPU,
+    # megatron otherwise, said in the job's log (docs/support.md, "Which engine")
+    kind: str = field(default="megatron", metadata={"choices": (*ENGINE_KINDS, AUTO_KIND)})
     max_batch_size: int = 256  # megatron: sequences decoding at once (continuous batching)
     max_prefill_tokens: int = 16384  # megatron: padded prompt tokens prefilled together
     sync_every: Optional[int] = None  # megatron: decode steps between host syncs (None: 1 on CPU, 8 on GPU)
@@ -65,9 +98,11 @@ class EngineConfig:
     # off until a GPU run has measured it (bench/gpu_session.sh, step rollout_tp2; docs/engine-layout.md).
     # PP > 1: never
     cuda_graphs_tp: bool = False
-    # megatron: bytes of K and V cache this rank may hold, in GB (1e9 bytes); None = no budget (the cache grows
-    # on demand up to max_batch_size rows). Sequences reserve longest prompt + max_tokens slots at admission
-    # and wait for rows when the budget is full (nemo_lead.generation.kv_budget); results do not change
+    # bytes of K and V cache this rank may hold, in GiB (2^30 bytes). megatron: None = no budget (the cache grows
+    # on demand up to max_batch_size rows); sequences reserve longest prompt + max_tokens slots at admission
+    # and wait for rows when the budget is full (nemo_lead.generation.kv_budget); results do not change.
+    # vllm: its KV cache (kv_cache_memory_bytes); None = engine.vllm.gpu_memory_utilization on a GPU, 1 GiB
+    # on a CPU
     kv_cache_gib: Optional[float] = None
     # megatron: the engine's model-parallel layout. actor: the engine decodes on the model's own modules, so
     # at its TP / PP (actor.tp / actor.pp; eval and generate: tp / pp); a number equal to that layout means
@@ -81,10 +116,11 @@ class EngineConfig:
     pp: str = AUTO
     refit_bucket_mb: float = 512  # megatron, engine layout of its own: weights gathered per collective, in MB
     trtllm: TrtllmConfig = field(default_factory=TrtllmConfig)
+    vllm: VllmConfig = field(default_factory=VllmConfig)
 
     def __post_init__(self) -> None:
-        if self.kind not in ENGINE_KINDS:
-            raise ValueError(f"kind must be one of {', '.join(ENGINE_KINDS)}, got {self.kind!r}")
+        if self.kind not in (*ENGINE_KINDS, AUTO_KIND):
+            raise ValueError(f"engine.kind must be one of {', '.join((*ENGINE_KINDS, AUTO_KIND))}, got {self.kind!r}")
         if self.max_batch_size < 1 or self.max_prefill_tokens < 1:
             raise ValueError("max_batch_size and max_prefill_tokens must be >= 1")
         if self.sync_every is not None and self.sync_every < 1:
@@ -119,11 +155,36 @@ def auto_layouts(cfg: EngineConfig, *, tp: int, pp: int) -> list[tuple[int, int]
     return engine_layouts(tp, pp, cfg.tp, cfg.pp)
 
 
+def vllm_layout(cfg: EngineConfig, *, tp: int, pp: int, prefix: str = "actor.") -> int:
+    """The vllm engine's TP over a model at `prefix`tp x `prefix`pp: engine.tp (auto and actor: the model's TP;
+    a number b dividing it), one stage (engine.pp auto, 1, or actor over a one-stage model). vLLM's own
+    pipeline parallelism is not used: replicas at one stage, as the megatron engine's copies. ValueError
+    naming the key otherwise."""
+    pp_value = str(cfg.pp)
+    if not (pp_value in (AUTO, "1") or (pp_value == AT_THE_MODELS_LAYOUT and pp == 1)):
+        raise ValueError(f"engine.pp={pp_value} with engine.kind=vllm over {prefix}pp={pp}: the vLLM engine runs as "
+                         "replicas at one stage (an engine PP of its own is not supported): set engine.pp=1 (or auto)")
+    value = str(cfg.tp)
+    b = tp if value in (AUTO, AT_THE_MODELS_LAYOUT) else int(value)
+    if tp % b:
+        raise ValueError(f"engine.tp={value} with engine.kind=vllm over {prefix}tp={tp}: an engine replica's ranks "
+                         f"must lie inside one actor replica's TP group, so engine.tp must divide {prefix}tp")
+    return b
+
+
 def check_engine_layout(cfg: EngineConfig, *, tp: int, pp: int, prefix: str = "actor.", own_layout: bool = True) -> None:
     """`cfg.tp` / `cfg.pp` against the layout of the model the engine decodes on (`prefix`tp / `prefix`pp):
     the model's own (`actor` or the same numbers) or, where `own_layout` (rl), TP1 x PP1 (a copy per rank);
     else a ValueError naming both values. TensorRT-LLM runs its own layout (one TP1 copy per GPU), so with
-    engine.kind=trtllm they must stay at `actor`."""
+    engine.kind=trtllm they must stay at `actor`; vLLM runs replicas at one stage (`vllm_layout`); in eval /
+    generate (not `own_layout`) at the model's TP, so that every rank holds the same rollouts."""
+    if cfg.kind == "vllm":
+        b = vllm_layout(cfg, tp=tp, pp=pp, prefix=prefix)
+        if not own_layout and b != tp * pp:
+            raise ValueError(f"engine.tp={cfg.tp} engine.pp={cfg.pp} with engine.kind=vllm over {prefix}tp={tp} "
+                             f"{prefix}pp={pp}: here the engine runs at the model's layout, one stage: set "
+                             f"{prefix}pp=1 and engine.tp={AT_THE_MODELS_LAYOUT}")
+        return
     for key in ("tp", "pp"):
         value = str(getattr(cfg, key))
         if value not in (AUTO, AT_THE_MODELS_LAYOUT) and cfg.kind != "megatron":
@@ -152,6 +213,28 @@ def check_engine_layout(cfg: EngineConfig, *, tp: int, pp: int, prefix: str = "a
                              "are not implemented yet")
 
 
+def resolve_engine_kind(cfg: EngineConfig) -> EngineConfig:
+    """`cfg` with engine.kind=auto made concrete: vllm on a machine with a GPU where vLLM imports, megatron
+    otherwise, said once (rank 0); and for vllm, engine.tp / engine.pp auto made the one layout it takes here
+    (tp: the actor's, pp: 1; `vllm_layout`). Other kinds pass unchanged."""
+    if cfg.kind == "vllm":
+        return dataclasses.replace(cfg, tp=AT_THE_MODELS_LAYOUT if str(cfg.tp) == AUTO else cfg.tp,
+                                   pp="1" if str(cfg.pp) == AUTO else cfg.pp)
+    if cfg.kind != AUTO_KIND:
+        return cfg
+    import torch
+
+    if not torch.cuda.is_available():
+        kind, why = "megatron", "no GPU here"
+    else:
+        from .vllm_engine import vllm_importable
+
+        kind, why = ("vllm", "vLLM is installed") if vllm_importable() else ("megatron", "vLLM is not installed")
+    if os.environ.get("RANK", "0") == "0":
+        print(f"[nemo-lead] engine.kind=auto: {kind} ({why})", flush=True)
+    return resolve_engine_kind(dataclasses.replace(cfg, kind=kind))
+
+
 def engine_config_for(cfg: EngineConfig, source: Any) -> EngineConfig:
     """`cfg` ready for the model `source` (a `nemo_lead.models.source.ModelSource`): the `trtllm` engine without
     an hf_dir gets the model's HF folder, or for a checkpoint a temporary folder with its config.json and
@@ -167,10 +250,19 @@ def engine_config_for(cfg: EngineConfig, source: Any) -> EngineConfig:
     return dataclasses.replace(cfg, trtllm=dataclasses.replace(cfg.trtllm, hf_dir=hf_dir))
 
 
-def build_engine(cfg: EngineConfig, actor: Any, *, release_copy: bool = False) -> RolloutEngine:
+def build_engine(cfg: EngineConfig, actor: Any, *, release_copy: bool = False, weight_version: int = 0) -> RolloutEngine:
     """The engine `cfg.kind` over `actor` (a GPTModel, a list of one chunk, or an object with `.model`).
     megatron with a layout of its own (`has_own_layout` for the job's TP / PP): a copy per engine replica, freed
-    between generations when `release_copy` (`actor.offload_during_generation`)."""
+    between generations when `release_copy` (`actor.offload_during_generation`). vllm: built on every rank,
+    filled from `actor`, whose weights are those of optimizer step `weight_version`."""
+    cfg = resolve_engine_kind(cfg)
+    if cfg.kind == "vllm":
+        from megatron.core import parallel_state as ps
+
+        from .vllm_engine import VllmEngine
+
+        tp = vllm_layout(cfg, tp=ps.get_tensor_model_parallel_world_size(), pp=ps.get_pipeline_model_parallel_world_size())
+        return VllmEngine(actor, cfg, tp=tp, weight_version=weight_version)
     if cfg.kind == "megatron":
         from megatron.core import parallel_state as ps
 

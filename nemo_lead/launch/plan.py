@@ -3,10 +3,13 @@
 `nemo-lead submit` sits above the pipeline: it reads recipes with the pipeline's reader
 (`nemo_lead.pipeline.recipe`) and stage kinds from its registry (`nemo_lead.pipeline.kinds`).
 
-A recipe becomes one job per stage, `nemo-lead run RECIPE --out OUT only=STAGE`, each sized by the
+A recipe becomes one job per GPU stage, `nemo-lead run RECIPE --out OUT only=STAGE`, each sized by the
 stage's `slurm:` mapping (distillation and evaluation rarely want the training's node count) unless the
 command line says otherwise (`nemo_lead.launch.submit_config`: the order of the layers), in the recipe's
-order; `nemo-lead submit` chains them with `afterok`. Only what sizing needs is read from the
+order, no `--time` beyond `max_time`; `nemo-lead submit` chains them with `afterok`. A stage that needs no
+GPU (a problem selection: seconds) is no job on the GPU partition: it runs as one task at the start of the
+next GPU job (`JobPlan.before`), or with `host_stages=job` (or a `stage_slurm` entry) as a short job of its
+own, one task without GPUs. Only what sizing needs is read from the
 recipe here (stage names and `slurm:`, through `_base_` includes); `nemo-lead run` checks the rest when
 the job starts.
 """
@@ -25,20 +28,20 @@ from nemo_lead.pipeline.kinds import KINDS
 from nemo_lead.pipeline.recipe import find_recipe, read_recipe, recipes_dir
 
 from .sbatch import JobPlan
-from .submit_config import DEFAULT_SIZE, SIZE_KEYS, SubmitConfig, check_size
+from .submit_config import DEFAULT_SIZE, SIZE_KEYS, WHERE_KEYS, SubmitConfig, check_size, time_seconds
 
 
-def find_recipe_file(spec: str) -> Path | None:
-    """A recipe given as a path, or by name in recipes/; None when it is neither."""
+def find_recipe_file(spec: str) -> tuple[Path | None, str]:
+    """A recipe given as a path, or by name in recipes/, and ""; else None and why (the nearest names)."""
     try:
-        return find_recipe(spec)
-    except ConfigError:
-        return None
+        return find_recipe(spec), ""
+    except ConfigError as e:
+        return None, str(e)
 
 
-# a stage of a kind that needs no GPU (problem selection, the demo's files) runs as one task without GPUs,
-# unless the stage's `slurm:` says otherwise
-HOST_SIZE = {"nodes": 1, "gpus_per_node": 0, "tasks_per_node": 1}
+# a stage of a kind that needs no GPU (problem selection, the demo's files) in a job of its own: one task
+# without GPUs for a short while, unless the stage's `slurm:` or stage_slurm says otherwise
+HOST_SIZE = {"nodes": 1, "gpus_per_node": 0, "tasks_per_node": 1, "time": "00:30:00"}
 
 
 def recipe_stages(path: Path) -> dict[str, dict[str, Any]]:
@@ -79,6 +82,9 @@ def _size(cfg: SubmitConfig, recipe: dict[str, Any] | None = None, stage: dict[s
     stage's `slurm:` < the command line < `stage_slurm.NAME`."""
     size, source = dict(DEFAULT_SIZE), dict.fromkeys(DEFAULT_SIZE, "default")
     recipe = dict(recipe or {})
+    where = {k: v for layer in (recipe, stage or {}) for k, v in layer.items() if k in WHERE_KEYS and v is not None}
+    recipe = {k: v for k, v in recipe.items() if k not in WHERE_KEYS}
+    stage = {k: v for k, v in (stage or {}).items() if k not in WHERE_KEYS}
     host = recipe.pop("host", False)  # needs no GPU: its size is HOST_SIZE, the recipe's and stage_slurm's only
     command_line = {} if host else {k: getattr(cfg, k) for k in SIZE_KEYS}
     layers = (({**HOST_SIZE, **recipe} if host else recipe, "recipe"), (command_line, "command line"),
@@ -91,11 +97,17 @@ def _size(cfg: SubmitConfig, recipe: dict[str, Any] | None = None, stage: dict[s
         size["tasks_per_node"], source["tasks_per_node"] = size["gpus_per_node"] or 1, "one per GPU"
     overridden = [f"{k} {v} (the recipe says {recipe[k]})" for k, v in size.items()
                   if recipe and recipe.get(k) is not None and source[k] != "recipe" and recipe[k] != v]
+    capped = ""
+    if cfg.max_time is not None and time_seconds(size["time"]) > time_seconds(cfg.max_time):
+        capped = f" (capped from {size['time']} at max_time; the stage continues after a requeue)"
+        size["time"] = cfg.max_time
     resources = (f"{size['nodes']} node(s) x {size['gpus_per_node']} GPU(s), {size['tasks_per_node']} task(s) per "
-                 f"node, time {size['time']}")
+                 f"node, time {size['time']}{capped}")
+    if where:
+        resources += ", " + ", ".join(f"{k} {v}" for k, v in where.items())
     if overridden:
         resources += "; from the command line: " + ", ".join(overridden)
-    return {**size, "resources": resources}
+    return {**size, **where, "resources": resources}
 
 
 def plan_jobs(cfg: SubmitConfig) -> tuple[list[JobPlan], str, list[str]]:
@@ -104,11 +116,11 @@ def plan_jobs(cfg: SubmitConfig) -> tuple[list[JobPlan], str, list[str]]:
     extra = job_overrides(cfg.job)
     if cfg.plan.check is not None and "plan" not in cfg.job:  # the jobs check the plan again when they start
         extra.append(f"plan.check={cfg.plan.check}")
-    recipe = None if cfg.command not in (None, "run") else find_recipe_file(cfg.target or "")
+    recipe, why = (None, "") if cfg.command not in (None, "run") else find_recipe_file(cfg.target or "")
     if cfg.command in (None, "run"):
         if recipe is None:
-            raise ConfigError(f"target {cfg.target!r} is neither a recipe file nor a name in "
-                              f"{recipes_dir()}; for a command's config file add command=sft|rl|...")
+            raise ConfigError(f"target: {why} (in {recipes_dir()}); for a command's config file add "
+                              "command=sft|rl|...")
         stages = recipe_stages(recipe)
         if cfg.command is None and not stages:
             raise ConfigError(f"{recipe} has no `stages:`; for a command's config file add command=sft|rl|...")
@@ -122,13 +134,22 @@ def plan_jobs(cfg: SubmitConfig) -> tuple[list[JobPlan], str, list[str]]:
         base = [*exe, "run", recipe_arg, "--out", out]
         if cfg.command == "run" or not cfg.chain:
             return [JobPlan(name="recipe", argv=tuple(base + extra), **_size(cfg))], out, needed
+        chosen = [(n, s) for n, s in stages.items() if not cfg.stages or n in cfg.stages]
         plans: list[JobPlan] = []
-        for name, slurm in stages.items():
-            if cfg.stages and name not in cfg.stages:
+        waiting: list[tuple[str, tuple[str, ...]]] = []  # CPU-only stages that run at the start of the next GPU job
+        for i, (name, slurm) in enumerate(chosen):
+            argv = tuple([*base, f"only={name}", *extra])
+            gpu_job_after = any(not s.get("host") for _, s in chosen[i + 1:])
+            if slurm.get("host") and cfg.host_stages == "next" and name not in cfg.stage_slurm and gpu_job_after:
+                waiting.append((name, argv))
                 continue
             note = f"starts after job {plans[-1].name!r} succeeded (afterok)" if plans else ""
-            plans.append(JobPlan(name=name, argv=tuple([*base, f"only={name}", *extra]), note=note,
+            if waiting:
+                note += ("; " if note else "") + (f"runs {', '.join(n for n, _ in waiting)} first (no GPU: one task "
+                                                  "each, seconds)")
+            plans.append(JobPlan(name=name, argv=argv, note=note, before=tuple(waiting),
                                  **_size(cfg, slurm, cfg.stage_slurm.get(name, {}))))
+            waiting = []
         return plans, out, needed
     if cfg.stages or cfg.stage_slurm:
         raise ConfigError("stages / stage_slurm apply to recipes; this submits one command")

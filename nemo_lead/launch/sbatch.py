@@ -39,6 +39,16 @@ DEFAULT_ENV: dict[str, tuple[str, str]] = {
     "TRANSFORMERS_OFFLINE": ("1", "same"),
 }
 
+def cache_env(run_dir: str) -> dict[str, str]:
+    """Where the jobs' libraries cache: Hugging Face's (tokenizers, datasets) in the run folder, kept across the
+    chain; compiled kernels (Triton, TorchInductor) and other XDG caches on the node's own /tmp, per job (fast,
+    and no file locking on a shared file system). The home folder is not mounted in the container
+    (--no-container-mount-home) and may not be writable on compute nodes. `env.NAME=...` overrides each."""
+    node = "/tmp/nemo-lead-${SLURM_JOB_ID:-job}"
+    return {"HF_HOME": f"{run_dir.rstrip('/')}/cache/huggingface", "TRITON_CACHE_DIR": f"{node}/triton",
+            "TORCHINDUCTOR_CACHE_DIR": f"{node}/inductor", "XDG_CACHE_HOME": f"{node}/xdg"}
+
+
 DEFAULT_SIGNAL_S = 300  # the warning of a job without a plan of its step time (eval, distill, select)
 
 TASK_WRAPPER = ('trap "" USR1; export RANK=$SLURM_PROCID LOCAL_RANK=$SLURM_LOCALID WORLD_SIZE=$SLURM_NTASKS; '
@@ -62,6 +72,11 @@ class JobPlan:
     signal_seconds: Optional[int] = None  # the plan's warning before the limit (nemo_lead.plan.stop_times)
     margin_s: Optional[int] = None  # the plan's deadline margin (NEMO_LEAD_DEADLINE_MARGIN_S)
     stops: str = ""  # how the plan sized the two, in words (printed by the dry run)
+    # stages that need no GPU, run first as one task each: (stage name, what the task runs)
+    before: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    partition: Optional[str] = None  # None: the submit's partition / account / qos
+    account: Optional[str] = None
+    qos: Optional[str] = None
 
 
 def log_path(log_dir: str, name: str) -> str:
@@ -86,9 +101,12 @@ def container_mounts(cfg: SubmitConfig, needed: list[str]) -> list[str]:
     return mounts
 
 
-def srun_line(cfg: SubmitConfig, plan: JobPlan, mounts: list[str], workdir: str) -> list[str]:
-    """The srun command (as words) that starts the job's tasks."""
-    words = ["srun", "--kill-on-bad-exit=1", f"--nodes={plan.nodes}", f"--ntasks-per-node={plan.tasks_per_node}"]
+def srun_line(cfg: SubmitConfig, plan: JobPlan, mounts: list[str], workdir: str, one_task: bool = False) -> list[str]:
+    """The srun command (as words) that starts the job's tasks (`one_task`: a single task on the first node,
+    for a stage that needs no GPU)."""
+    words = ["srun", "--kill-on-bad-exit=1"]
+    words += ["--nodes=1", "--ntasks=1"] if one_task else [f"--nodes={plan.nodes}",
+                                                           f"--ntasks-per-node={plan.tasks_per_node}"]
     if cfg.container_image:
         words += [f"--container-image={cfg.container_image}", f"--container-workdir={workdir}"]
         if mounts:
@@ -129,14 +147,15 @@ def render_sbatch(cfg: SubmitConfig, plan: JobPlan, run_dir: str, mounts: Option
     cpus = cfg.cpus_per_task or plan.cpus_per_task
     if cpus:
         sb.append(f"--cpus-per-task={cpus}")
-    if cfg.mem == "plan" and plan.mem_gib:
-        sb.append(f"--mem={plan.mem_gib}G")
+    if cfg.mem == "plan" and plan.mem_gib is not None:
+        sb.append(f"--mem={plan.mem_gib}G" if plan.mem_gib else "--mem=0")  # 0: no plan, the whole node
     elif cfg.mem not in (None, "plan"):
         sb.append(f"--mem={_no_space(str(cfg.mem), 'mem')}")
     sb.append(f"--time={plan.time}")
     for key in ("partition", "account", "qos"):
-        if getattr(cfg, key):
-            sb.append(f"--{key}={_no_space(str(getattr(cfg, key)), key)}")
+        value = getattr(plan, key) or getattr(cfg, key)
+        if value:
+            sb.append(f"--{key}={_no_space(str(value), key)}")
     if cfg.exclusive and plan.gpus_per_node:
         sb.append("--exclusive")
     sb += [f"--output={log_path(log_dir, plan.name)}", "--open-mode=append", f"--chdir={run_dir}"]
@@ -144,6 +163,8 @@ def render_sbatch(cfg: SubmitConfig, plan: JobPlan, run_dir: str, mounts: Option
         sb.append("--requeue")
     if signal:
         sb.append(f"--signal=USR1@{signal}")
+    if cfg.secrets:  # by name: SLURM copies the values from the submitting shell (ALL: the rest as before)
+        sb.append("--export=" + ",".join(["ALL", *cfg.secrets]))
     sb += list(cfg.sbatch_args)
 
     lines = ["#!/bin/bash", f"# nemo-lead job {plan.name!r}, written by `nemo-lead submit`."]
@@ -168,10 +189,25 @@ def render_sbatch(cfg: SubmitConfig, plan: JobPlan, run_dir: str, mounts: Option
     for key, (value, why) in DEFAULT_ENV.items():
         if key not in cfg.env:
             lines.append(f"export {key}={value if value.startswith('${') else shlex.quote(value)}  # {why}")
+    caches = [(k, v) for k, v in cache_env(run_dir).items() if k not in cfg.env]
+    if caches:
+        lines += ["# caches: in the run folder and on the node, never in a home folder the job may not see"]
+        lines += [f'export {k}="{v}"' for k, v in caches]
     for key, value in cfg.env.items():
         lines.append(f"export {key}={shlex.quote(str(value))}")
+    if cfg.secrets:
+        lines += ["", "# credentials come from the submitting shell (sbatch --export), never from a file",
+                  f"for name in {' '.join(cfg.secrets)}; do",
+                  '  [ -n "${!name:-}" ] || { echo "[nemo-lead] $name is not set: export it in the shell that runs '
+                  'nemo-lead submit" >&2; exit 1; }',
+                  "done"]
     if cfg.setup:
         lines += ["", "# setup", *cfg.setup]
+    for stage, argv in plan.before:
+        lines += ["", f"# stage {stage} needs no GPU: one task before the job's own stage (skipped once it is done)",
+                  " ".join(shlex.quote(w) for w in srun_line(cfg, plan, mounts or [], workdir, one_task=True))
+                  + f" \\\n    bash -c {shlex.quote(TASK_WRAPPER)} nemo-lead-task "
+                  + " ".join(shlex.quote(a) for a in argv) + " || exit $?"]
     lines += ["", "cmd=(" + " ".join(shlex.quote(a) for a in plan.argv) + ")",
               " ".join(shlex.quote(w) for w in srun_line(cfg, plan, mounts or [], workdir))
               + f" \\\n    bash -c {shlex.quote(TASK_WRAPPER)} nemo-lead-task \"${{cmd[@]}}\"",

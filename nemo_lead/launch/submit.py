@@ -14,37 +14,43 @@ target and the sizes mean: `nemo_lead.launch.submit_config`; the script itself: 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-from nemo_lead.pipeline.plan import check_submit, host_sizes  # recipes are resolved by the pipeline layer
-
 from .plan import plan_jobs
 from .sbatch import container_mounts, log_path, render_sbatch
+from .sizes import check_submit, host_sizes, planned_config
 from .submit_config import SubmitConfig
 
-__all__ = ["SubmitConfig", "run_submit", "render_jobs", "submit_script"]
+__all__ = ["SubmitConfig", "run_submit", "render_jobs", "sbatch_argv", "submit_script"]
 
 
 def render_jobs(cfg: SubmitConfig) -> tuple[list[tuple[str, str, str]], str]:
     """[(job name, header note, script)] in submission order, and the run folder. Pure."""
     plans, run_dir, needed = plan_jobs(cfg)
-    plans = host_sizes(cfg, plans)
+    plans = host_sizes(planned_config(cfg)[0], plans)
     mounts = container_mounts(cfg, needed) if cfg.container_image else []
     return [(p.name, "; ".join(x for x in (p.note, p.resources, p.stops) if x), render_sbatch(cfg, p, run_dir, mounts))
             for p in plans], run_dir
 
 
-def submit_script(script: Path, after: str | None = None) -> str:
-    """`sbatch --parsable [--dependency=afterok:AFTER] SCRIPT`; the job id. RuntimeError with SLURM's message."""
+def sbatch_argv(script: str, after: str | None = None) -> list[str]:
+    """How `submit` hands a script to SLURM: after the previous job of the chain succeeded, and cancelled when
+    that one fails (`--kill-on-invalid-dep`)."""
     args = ["sbatch", "--parsable"]
     if after:
         args += [f"--dependency=afterok:{after}", "--kill-on-invalid-dep=yes"]
+    return [*args, script]
+
+
+def submit_script(script: Path, after: str | None = None) -> str:
+    """`sbatch --parsable [--dependency=afterok:AFTER] SCRIPT`; the job id. RuntimeError with SLURM's message."""
     try:
-        done = subprocess.run([*args, str(script)], capture_output=True, text=True, timeout=120)
+        done = subprocess.run(sbatch_argv(str(script), after), capture_output=True, text=True, timeout=120)
     except subprocess.TimeoutExpired:
         raise RuntimeError(f"sbatch {script}: no answer from SLURM within 120 s") from None
     if done.returncode != 0:
@@ -56,16 +62,27 @@ def run_submit(cfg: SubmitConfig) -> int:
     """The `nemo-lead submit` command; exit status 0 submitted (or printed), 1 SLURM refused, 2 bad input."""
     try:
         jobs, run_dir = render_jobs(cfg)
-        if check_submit(cfg, plan_jobs(cfg)[0]):
+        planned, notes = planned_config(cfg)
+        if check_submit(cfg, planned, plan_jobs(cfg)[0], notes):
             return 2
     except (ValueError, OSError) as e:
         print(f"nemo-lead submit: {e}", file=sys.stderr)
         return 2
     log_dir = Path(run_dir) / "slurm"
+    unset = [name for name in cfg.secrets if not os.environ.get(name)]
+    if unset and not cfg.dry_run:
+        print(f"nemo-lead submit: secrets: {', '.join(unset)} not set in this shell; export them first (the jobs "
+              "take their values from the submitting shell, no file holds them)", file=sys.stderr)
+        return 2
+    if unset:
+        print(f"nemo-lead submit: note: secrets: {', '.join(unset)} not set in this shell; a submit without "
+              "--dry-run refuses to start until they are", file=sys.stderr)
     if cfg.dry_run:
         for i, (name, note, script) in enumerate(jobs):
             how = f"; {note}" if note else ""
-            print(f"# ===== job {i + 1} of {len(jobs)}: {log_dir / (name + '.sbatch')}{how}")
+            path = str(log_dir / (name + ".sbatch"))
+            print(f"# ===== job {i + 1} of {len(jobs)}: {path}{how}")
+            print("# " + " ".join(sbatch_argv(path, f"<job id of {jobs[i - 1][0]}>" if i else None)))
             print(script)
         return 0
     if shutil.which("sbatch") is None:

@@ -20,9 +20,7 @@ them: one job's plan as an object with `layout`, `fits`, `gpu_memory_bytes`, `pe
 
 from __future__ import annotations
 
-import dataclasses
 import json
-import math
 import sys
 import tempfile
 from dataclasses import dataclass, field
@@ -34,7 +32,6 @@ import yaml
 from nemo_lead.config import ConfigError, load_config
 from nemo_lead.data import DataError, load_problems
 from nemo_lead.plan.settings import PlanSettings
-from nemo_lead.plan.stop_times import stop_times
 
 from .config import RunConfig, load_recipe, resolve_stage
 from .kinds import KINDS, PLANNED_KINDS, schema
@@ -135,7 +132,12 @@ def command_job(cfg: PlanConfig) -> Job:
     """A command's config: its conf/ defaults, the target file, the job.* overrides."""
     target = Path(cfg.target).expanduser() if cfg.target else None
     if target is not None and not target.is_file():
-        raise ConfigError(f"target {cfg.target!r} is neither a recipe nor a config file")
+        try:
+            find_recipe(cfg.target)
+            why = "a recipe without `stages:`"
+        except ConfigError as e:
+            why = str(e)
+        raise ConfigError(f"target {cfg.target!r} is not a config file, and {why}")
     kind = cfg.command or _command_of(target)
     with tempfile.TemporaryDirectory() as tmp:  # what a plan needs no value of, unless the file gives one
         stub = Path(tmp) / "plan-stub.yaml"
@@ -405,90 +407,3 @@ def check_recipe(run: RunConfig, names: list[str], done: dict[str, dict]) -> int
             failures.append(failure)
             stop = stop or settings.check != "warn"
     return report_failures("run", failures, "error" if stop else "warn")
-
-
-# ----------------------------------------------------------------------------- before `nemo-lead submit` submits
-def _submit_run(cfg: Any) -> RunConfig:
-    job = dict(cfg.job)
-    return RunConfig(recipe=str(find_recipe(cfg.target)), paths=dict(job.get("paths") or {}),
-                     stages=dict(job.get("stages") or {}), plan=PlanSettings(**(job.get("plan") or {})))
-
-
-def host_sizes(cfg: Any, plans: list[Any]) -> list[Any]:
-    """`plans` (`nemo-lead submit`'s JobPlans) with the host memory and CPU cores of each SFT / RL stage's
-    plan (`nemo_lead.plan.host`), and its warning and deadline margin (`nemo_lead.plan.stop_times`); a stage
-    whose model cannot be read here keeps SLURM's defaults."""
-    from nemo_lead.plan.check import hf_config_of
-    from nemo_lead.plan.host import host_needs
-    from nemo_lead.plan.job import job_shape, plan_job
-
-    if cfg.command not in (None, "run") or not cfg.target:
-        return plans
-    try:
-        jobs = {j.name: j for j in recipe_jobs(_submit_run(cfg))}
-    except (ConfigError, ValueError, OSError):
-        return plans  # the preflight names what is wrong
-    out = []
-    for p in plans:
-        job = jobs.get(p.name)
-        if job is None or p.gpus_per_node == 0:
-            out.append(p)
-            continue
-        settings = job.config.plan.merged(cfg.plan)
-        try:
-            hf_config, divisible = hf_config_of(job.config.actor.model)
-            shape = job_shape(job.config, job.kind, hf_config, gpus=p.nodes * p.tasks_per_node, settings=settings,
-                              vocab_divisible_by=divisible, gpu=_gpu(settings), memory_gib=settings.gpu_memory_gib)
-        except (ValueError, OSError, KeyError):
-            out.append(p)
-            continue
-        plan = plan_job(shape, _gpu(settings), memory_gib=settings.gpu_memory_gib, reserve_gib=settings.value("reserve_gib"))
-        h = host_needs(plan, job.config, p.tasks_per_node)
-        p = dataclasses.replace(p, mem_gib=math.ceil(h.memory_gib_per_node), cpus_per_task=h.cpus_per_task)
-        if plan.time is not None:  # the warning and the margin from the longest step (every response at
-            # max_tokens: a step may take that long) and the checkpoint's time
-            stops = stop_times(plan.worst_time.total, h.checkpoint_bytes, p.nodes)
-            p = dataclasses.replace(p, signal_seconds=stops.signal_s, margin_s=stops.margin_s, stops=stops.describe())
-        out.append(p)
-    return out
-
-
-def check_submit(cfg: Any, plans: list[Any]) -> int:
-    """The plan of every job `nemo-lead submit` is about to submit (`plans`: its JobPlans), on GPUs named by
-    the submit's `plan.gpu` / `plan.gpu_memory_gib` (the login node has none); 2 when one cannot fit."""
-    from nemo_lead.plan.check import check_job, report_failures
-    from nemo_lead.plan.timing import gpu_named
-
-    settings = cfg.plan
-    if cfg.command in (None, "run"):
-        run = _submit_run(cfg)
-        ranks = {p.name: p.nodes * p.tasks_per_node for p in plans}
-        found = recipe_conflicts(run, world=ranks.get("recipe", ranks), prefix="job.stages.", missing_ok=True)
-        if report("submit", *found, sys.stderr):
-            return 2
-    sized = [p for p in plans if p.gpus_per_node > 0]
-    if settings.check == "off" or not sized:
-        return 0
-    if settings.gpu is None and settings.gpu_memory_gib is None:
-        print("nemo-lead submit: the memory plan is not checked here (name the GPUs: plan.gpu=h100 or "
-              "plan.gpu_memory_gib=80); each job checks it when it starts", file=sys.stderr)
-        return 0
-    gpu = gpu_named(settings.gpu or "h100")
-    if cfg.command in (None, "run"):
-        jobs = {j.name: j for j in recipe_jobs(run)}
-        pairs = [(jobs[p.name], p) for p in sized if p.name in jobs]
-        pairs += [(j, p) for p in sized if p.name == "recipe" for j in jobs.values()]  # chain=false: one job
-    elif cfg.command in PLANNED_KINDS:
-        pairs = [(command_job(PlanConfig(target=cfg.target, command=cfg.command, gpus=1, job=dict(cfg.job))), sized[0])]
-    else:
-        return 0
-    failures, stop = [], False
-    for job, size in pairs:
-        stage_settings = job.config.plan.merged(settings)
-        failure = check_job(job.name, job.config, job.kind, gpus=size.nodes * size.tasks_per_node, gpu=gpu,
-                            memory_gib=stage_settings.gpu_memory_gib, settings=stage_settings,
-                            prefix=f"job.{job.prefix}" if job.prefix.startswith("stages.") else job.prefix)
-        if failure:
-            failures.append(failure)
-            stop = stop or stage_settings.check != "warn"
-    return report_failures("submit", failures, "error" if stop else "warn")

@@ -5,6 +5,8 @@ A recipe is a list of stages run in order, plus named paths users override:
     description: GRPO-LEAD 14B
     paths:                                   # keys with clear names; `nemo-lead run R paths.base_model=DIR`
       base_model: models/DeepSeek-R1-Distill-Qwen-14B
+    hardware: {gpu: h100, gpus_per_node: 8}  # optional: what it is sized for (`submit` plans on it)
+    presets: {base_model: r1-distill-qwen-14b}  # optional: conf/model shapes of paths a login node cannot read
     stages:
       - name: sft                            # unique; the stage folder is OUT/stages/<name>/
         kind: sft                            # prepare | select | distill | sft | rl | eval (see config.py)
@@ -20,6 +22,11 @@ substituted as text.
 `_base_: other.yaml` (relative to the file) starts from another recipe: `paths` merge key by key, and a
 stage whose `name` is already in the base merges into it (nested mappings key by key; `kind` may not
 change); other stages are appended. So one rung of an ablation ladder is its base plus a changed preset.
+
+`hardware` names the GPUs the recipe's layouts were chosen for, so that `nemo-lead submit` plans memory,
+host and time on them when its command line names none (`plan.gpu` wins). `presets` maps a `paths` key to the
+conf/model preset of the same shape: when the path is not readable where `submit` runs (a login node that
+does not mount the models), the plan reads the preset instead, and says so. Neither changes what a job runs.
 
 Every key remembers the file and line it came from, so that errors name them.
 """
@@ -37,7 +44,8 @@ import yaml
 
 from nemo_lead.config import BASE_KEY, ConfigError, package_data
 
-TOP_KEYS = ("description", "paths", "stages")
+TOP_KEYS = ("description", "paths", "hardware", "presets", "stages")
+HARDWARE_KEYS = ("gpu", "gpus_per_node")
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")
 REF_RE = re.compile(r"\$\{([^}]*)\}")
 
@@ -56,9 +64,10 @@ def find_recipe(spec: str) -> Path:
         if candidate.is_file():
             return candidate.resolve()
     names = sorted(p.stem for p in recipes_dir().glob("*.yaml"))
-    hint = difflib.get_close_matches(spec, names, n=1)
-    raise ConfigError(f"recipe {spec!r} is neither a file nor one of recipes/: {', '.join(names)}"
-                      + (f" (did you mean {hint[0]!r}?)" if hint else ""))
+    hint = difflib.get_close_matches(Path(spec).stem if spec.endswith(".yaml") else spec, names, n=3)
+    raise ConfigError(f"recipe {spec!r} is neither a file nor one of recipes/"
+                      + (f" (did you mean {' or '.join(repr(h) for h in hint)}?)" if hint else "")
+                      + f"; the recipes: {', '.join(names)}")
 
 
 @dataclass
@@ -88,6 +97,8 @@ class Recipe:
     paths: dict[str, Any]
     stages: list[StageSpec]
     path_where: dict[str, str] = field(default_factory=dict)
+    hardware: dict[str, Any] = field(default_factory=dict)  # gpu, gpus_per_node: what the recipe is sized for
+    presets: dict[str, str] = field(default_factory=dict)  # paths key -> the conf/model preset of its shape
 
     def stage(self, name: str) -> StageSpec:
         for s in self.stages:
@@ -159,6 +170,8 @@ def read_recipe(path: str | Path, _seen: tuple[Path, ...] = ()) -> Recipe:
         recipe.paths[str(k)] = v
         recipe.path_where[str(k)] = top.get(f"paths.{k}", str(path))
 
+    _read_hardware(recipe, data, top, path)
+
     stages = data.get("stages", [])
     if not isinstance(stages, list):
         raise ConfigError(f"{top.get('stages', path)}: `stages` must be a list of stages")
@@ -172,6 +185,33 @@ def read_recipe(path: str | Path, _seen: tuple[Path, ...] = ()) -> Recipe:
     if not recipe.stages:
         raise ConfigError(f"{path}: the recipe has no stages")
     return recipe
+
+
+def _read_hardware(recipe: Recipe, data: dict, top: dict[str, str], path: Path) -> None:
+    """`hardware` and `presets` (merged key by key over a `_base_`'s), checked for their shape here; the GPU's
+    name and the presets' are checked where they are used (`nemo_lead.launch.sizes`)."""
+    hardware = data.get("hardware") or {}
+    if not isinstance(hardware, dict):
+        raise ConfigError(f"{top.get('hardware', path)}: `hardware` must be a mapping ({', '.join(HARDWARE_KEYS)})")
+    for key, value in hardware.items():
+        where = top.get(f"hardware.{key}", path)
+        if key not in HARDWARE_KEYS:
+            hint = difflib.get_close_matches(str(key), HARDWARE_KEYS, n=1)
+            raise ConfigError(f"{where}: unknown key hardware.{key}"
+                              + (f" (did you mean 'hardware.{hint[0]}'?)" if hint else f"; it takes {', '.join(HARDWARE_KEYS)}"))
+        if key == "gpus_per_node" and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+            raise ConfigError(f"{where}: hardware.gpus_per_node must be an integer >= 1, got {value!r}")
+        if key == "gpu" and not isinstance(value, str):
+            raise ConfigError(f"{where}: hardware.gpu must be a GPU's name (h100, h200, ...), got {value!r}")
+        recipe.hardware[key] = value
+    presets = data.get("presets") or {}
+    if not isinstance(presets, dict) or not all(isinstance(v, str) for v in presets.values()):
+        raise ConfigError(f"{top.get('presets', path)}: `presets` maps paths keys to conf/model preset names")
+    for key, value in presets.items():
+        if key not in recipe.paths:
+            raise ConfigError(f"{top.get(f'presets.{key}', path)}: presets.{key}: the recipe has no paths.{key}; "
+                              f"paths: {', '.join(recipe.paths) or 'none'}")
+        recipe.presets[str(key)] = value
 
 
 def _add_stage(recipe: Recipe, raw: Any, source: str, where: dict[str, str]) -> None:

@@ -249,9 +249,18 @@ def run_recipe(cfg: RunConfig) -> int:
         state = read_state(out)
         todo = [recipe.stage(cfg.only)] if cfg.only else recipe.stages
         world = detect_launch(os.environ).world_size
+        finished = [n for n, r in state["stages"].items() if r.get("status") == "done"]
         found = recipe_conflicts(cfg, world=world if world > 1 else None, names=[s.name for s in todo],
-                                 done=[n for n, r in state["stages"].items() if r.get("status") == "done"],
-                                 missing_ok=cfg.dry_run)
+                                 done=finished, missing_ok=cfg.dry_run)
+        # what the stages after these read from outside the run (a base model, a teacher, data) is there now:
+        # `only=sft_problems` with a base model path that does not exist fails now, not a day later in SFT
+        # (their ranks are unknown here: those jobs check them)
+        first = recipe.stages.index(todo[0]) if todo else len(recipe.stages)
+        later = [s.name for s in recipe.stages[first:] if s not in todo and s.name not in finished]
+        if later:
+            errors, notes = recipe_conflicts(cfg, names=later, done=finished, missing_ok=cfg.dry_run)
+            found = (found[0] + [f"{e} (an input of a later stage)" for e in errors],
+                     found[1] + [n for n in notes if "no such file" in n])
         if report("run", *found, sys.stderr):
             return 2
         if cfg.dry_run:

@@ -71,7 +71,12 @@ class Batch:
 
 
 def sample_batch(s: Any, step: int, version: int) -> Batch:
-    """Phases 1-5 for `step` with the engine's current weights (which are W_version). Collective."""
+    """Phases 1-5 for `step` with the engine's current weights (which are W_version). Collective. An engine
+    that keeps a weight version (vllm) must hold W_version: stale weights would be an error, not a silent lag."""
+    held = getattr(s.ctx.engine, "weight_version", None)
+    if held is not None and held != version:
+        raise RuntimeError(f"step {step}: the rollout engine holds the weights of step {held}, the batch needs those "
+                           f"of step {version}")
 
     times = dict.fromkeys(SAMPLE_TIMES, 0.0)
     seen, selected, rounds = select_groups(s, step, times)

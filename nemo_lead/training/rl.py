@@ -52,7 +52,7 @@ from nemo_lead.algorithms import (
 from nemo_lead.algorithms.loss import MAX, METRIC_REDUCTIONS, metric_keys
 from nemo_lead.data import load_problems
 from nemo_lead.eval.metrics import CONS_AT_K, MEAN_LENGTH, PASS_AT_1, cons_at_k, mean_length, pass_at_k
-from nemo_lead.generation import SamplingParams
+from nemo_lead.generation import SamplingParams, resolve_engine_kind
 from nemo_lead.parallel.local import run_command
 from nemo_lead.plan.check import check_before_start, resolve_engine_auto
 
@@ -156,9 +156,12 @@ def update_policy(s: RLState, batch, on_policy: bool) -> dict[str, float]:
     return out
 
 
-def refit(s: RLState) -> None:
-    """9. refit."""
-    s.ctx.engine.refit(s.run.actor)
+def refit(s: RLState, step: int) -> None:
+    """9. refit: the engine takes W_step (an engine that keeps a weight version records `step`)."""
+    if hasattr(s.ctx.engine, "weight_version"):
+        s.ctx.engine.refit(s.run.actor, version=step)
+    else:
+        s.ctx.engine.refit(s.run.actor)
 
 
 def step_metrics(step: int, seen: list[Group], selected: list[Group], rounds: int) -> dict[str, Any]:
@@ -201,7 +204,7 @@ def rl_step(s: RLState, step: int) -> dict[str, Any]:
         update = update_policy(s, batch, on_policy=old_logprobs_from_update(s.cfg))  # 8: update
         times["time/train"] = time.monotonic() - t0
         t0 = time.monotonic()
-        refit(s)                                                          # 9: refit
+        refit(s, step)                                                    # 9: refit
         times["time/refit"] = time.monotonic() - t0
         metrics.update({"skipped": 0, **dict.fromkeys(update_keys(s.cfg)), **update, **logp_metrics})
     times.update(s.batches.after_update(s, step))                         # split layout: weights to the generators
@@ -267,7 +270,7 @@ def rl_job(cfg: RLConfig) -> None:
     ctx = None
     stopped = False
     try:
-        ctx, ends = rollout_context(cfg, source, run.info, run.actor, run.tokenizer, run.tokenizer_dir)
+        ctx, ends = rollout_context(cfg, source, run.info, run.actor, run.tokenizer, run.tokenizer_dir, run.step)
         if cfg.prompts_per_step > len(problems):
             run.say(f"note: prompts_per_step={cfg.prompts_per_step} is more than the {len(problems)} problems of "
                     f"data.path: every step samples some problems twice (their groups are trained twice)")
@@ -301,6 +304,8 @@ def rl_job(cfg: RLConfig) -> None:
     finally:
         if ctx is not None and ctx.verifier is not None:
             ctx.verifier.close()
+        if ctx is not None and hasattr(ctx.engine, "close"):  # vllm: before the job's process groups go
+            ctx.engine.close()
 
 
 def _preflight(cfg: RLConfig) -> None:
@@ -312,6 +317,7 @@ def _preflight(cfg: RLConfig) -> None:
 
 def run_rl(cfg: RLConfig) -> int:
     """`nemo-lead rl`: the exit status (0 done or stopped by a signal after a checkpoint)."""
+    cfg.engine = resolve_engine_kind(cfg.engine)  # engine.kind auto: vllm on GPUs where installed, printed
     cfg = resolve_engine_auto(cfg, "rl")  # engine.tp / engine.pp auto: the plan's choice, printed
     if check_before_start(cfg, "rl"):  # on GPUs: a layout that cannot fit stops here, saying what to change
         return 2

@@ -104,15 +104,18 @@ class RLConfig(RunSettings):
             raise ValueError("rollout.temperature must be > 0 (the policy-gradient ratio needs a sampling distribution)")
         if self.old_logprobs not in OLD_LOGPROBS:
             raise ValueError(f"old_logprobs must be one of {list(OLD_LOGPROBS)}, got {self.old_logprobs!r}")
+        if self.validation.every < 1 or self.validation.n < 1:
+            raise ValueError(f"validation.every and validation.n must be >= 1, got {self.validation.every} and "
+                             f"{self.validation.n}")
         self._check_lag()
         check_engine_layout(self.engine, tp=self.actor.tp, pp=self.actor.pp)
         if self.rollout.generator_ranks and has_own_layout(self.engine, tp=self.actor.tp, pp=self.actor.pp):
             raise ValueError(f"engine.tp={self.engine.tp} engine.pp={self.engine.pp} (an engine layout of its own) "
                              f"with rollout.generator_ranks={self.rollout.generator_ranks} is not implemented yet: "
                              "the generators decode at the actor's layout (engine.tp=actor engine.pp=actor)")
-        if self.lead.rollout_correction.enabled and self.engine.kind == "trtllm" and self.rollout.top_p < 1:
+        if self.lead.rollout_correction.enabled and self.engine.kind in ("trtllm", "vllm") and self.rollout.top_p < 1:
             raise ValueError(f"lead.rollout_correction.mode={self.lead.rollout_correction.mode} needs the engine's "
-                             "untruncated log-probs, which engine.kind=trtllm cannot report with rollout.top_p < 1: "
+                             f"untruncated log-probs, which engine.kind={self.engine.kind} cannot report with rollout.top_p < 1: "
                              "set rollout.top_p=1 or lead.rollout_correction.mode=none")
 
     def _check_lag(self) -> None:
@@ -138,5 +141,3 @@ class RLConfig(RunSettings):
     def resolved_answer_region(self) -> str:
         """`verify.answer_region`, or the LEAD preset's where it is None."""
         return self.verify.region(self.lead.default_answer_region)
-        if self.validation.every < 1 or self.validation.n < 1:
-            raise ValueError("validation.every and validation.n must be >= 1")

@@ -115,13 +115,15 @@ def select_groups(s: RLState, step: int, times: dict[str, float]) -> tuple[list[
 
 
 # ----------------------------------------------------------------------------- the engine and verifier of a job
-def rollout_context(cfg: RLConfig, source, info, model, tokenizer, tokenizer_dir: str):
-    """(the job's RolloutContext: the engine on `model`, the verifier's worker pool on global rank 0 (the
-    caller closes it), the end tokens): rl_job's, and the split layout's generators'."""
+def rollout_context(cfg: RLConfig, source, info, model, tokenizer, tokenizer_dir: str, weight_version: int = 0):
+    """(the job's RolloutContext: the engine on `model`, whose weights are optimizer step `weight_version`'s,
+    the verifier's worker pool on global rank 0 (the caller closes it), the end tokens): rl_job's, and the
+    split layout's generators'."""
     verifier = cfg.verify.verifier(cfg.lead.default_answer_region, rule=cfg.lead.outcome_rule) if info.rank == 0 else None
     try:
         engine_cfg = engine_config_for(cfg.engine, source)  # trtllm: a HF folder to build from; weights by refit
-        ctx = RolloutContext(info=info, engine=build_engine(engine_cfg, model, release_copy=cfg.actor.offload_during_generation), tokenizer=tokenizer, prompt_cfg=cfg.prompt,
+        ctx = RolloutContext(info=info, engine=build_engine(engine_cfg, model, release_copy=cfg.actor.offload_during_generation,
+                                                                weight_version=weight_version), tokenizer=tokenizer, prompt_cfg=cfg.prompt,
                              verifier=verifier, check_repetition=cfg.lead.check_repetition,
                              think_open=bool(open_think(tokenizer, cfg.prompt)))
     except BaseException:

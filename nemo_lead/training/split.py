@@ -250,7 +250,11 @@ def generator_job(cfg: Any, link: Link) -> None:
                 version = _receive_weights(link, params, plan, peer)
             if version is None:  # the trainers stopped early
                 break
-            ctx.engine.refit(model)  # the megatron engine runs on `model` itself: this costs nothing
+            if hasattr(ctx.engine, "weight_version"):  # vllm: loads W_version in place (once), and records it
+                if ctx.engine.weight_version != version:
+                    ctx.engine.refit(model, version=version)
+            else:
+                ctx.engine.refit(model)  # the megatron engine runs on `model` itself: this costs nothing
             waited = time.monotonic() - t0
             batch = sample_batch(s, j, version)
             batch.times["time/wait_weights"] = waited  # the generator idle, waiting for weights

@@ -275,7 +275,7 @@ def test_asking_for_trtllm_without_it_gives_one_clear_error():
     cfg = EngineConfig(kind="trtllm", trtllm=TrtllmConfig(hf_dir="/nonexistent"))
     with pytest.raises(TrtllmUnavailable, match=r"containers/Dockerfile.*nemo-lead\[trtllm\]"):
         build_engine(cfg, actor=None)
-    with pytest.raises(ValueError, match="kind must be one of megatron, trtllm"):
-        EngineConfig(kind="vllm")
+    with pytest.raises(ValueError, match="engine.kind must be one of megatron, vllm, trtllm, auto"):
+        EngineConfig(kind="tensorrt")
     with pytest.raises(ValueError, match="trtllm.kv_cache_fraction"):
         TrtllmConfig(kv_cache_fraction=1.5)

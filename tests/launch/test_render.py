@@ -1,6 +1,7 @@
 """`nemo-lead submit` scripts: their structure for 1 and 4 nodes, with and without a container, recipes as
 chains of stage jobs, and the script run for real against stand-in `srun` / `scontrol` (no cluster)."""
 
+import contextlib
 import os
 import shlex
 import stat
@@ -67,8 +68,11 @@ def test_one_node_bare_metal(tmp_path, rl_config_file):
     out = tmp_path / "runs" / "rl1"
     (name, note, script), = render_jobs(config(str(f"target={rl_config_file}"), "command=rl", f"out={out}",
                                                "job.steps=20", "job.lead.alpha=0.1"))[0]
-    assert name == "rl" and note == "1 node(s) x 8 GPU(s), 8 task(s) per node, time 04:00:00"
+    # no model to plan with (the config names none): the whole node's memory, saying why
+    assert name == "rl" and note.startswith("1 node(s) x 8 GPU(s), 8 task(s) per node, time 04:00:00; --mem=0 (the "
+                                            "whole node): no plan here (invalid configuration: --model is required")
     opts = sbatch_options(script)
+    assert opts["mem"] == "0" and "cpus-per-task" not in opts
     assert opts["nodes"] == "1" and opts["ntasks-per-node"] == "8" and opts["gpus-per-node"] == "8"
     assert opts["time"] == "04:00:00" and opts["signal"] == "USR1@300" and opts["requeue"] is True
     assert opts["output"] == f"{out}/slurm/rl-%j.log" and opts["open-mode"] == "append"
@@ -82,6 +86,13 @@ def test_one_node_bare_metal(tmp_path, rl_config_file):
     assert words[:4] == ["srun", "--kill-on-bad-exit=1", "--nodes=1", "--ntasks-per-node=8"]
     assert "CUDA_DEVICE_MAX_CONNECTIONS=1" in script and "TORCH_NCCL_ASYNC_ERROR_HANDLING=1" in script
     assert "HF_HUB_OFFLINE=1" in script
+    # caches: Hugging Face's in the run folder, compiled kernels on the node; env.NAME wins
+    assert f'\nexport HF_HOME="{out}/cache/huggingface"\n' in script
+    for name, folder in (("TRITON_CACHE_DIR", "triton"), ("TORCHINDUCTOR_CACHE_DIR", "inductor"), ("XDG_CACHE_HOME", "xdg")):
+        assert f'\nexport {name}="/tmp/nemo-lead-${{SLURM_JOB_ID:-job}}/{folder}"\n' in script
+    (_, _, mine), = render_jobs(config(f"target={rl_config_file}", "command=rl", f"out={out}",
+                                       "env.TRITON_CACHE_DIR=/scratch/t"))[0]
+    assert mine.count("TRITON_CACHE_DIR=") == 1 and "\nexport TRITON_CACHE_DIR=/scratch/t\n" in mine
     subprocess.run(["bash", "-n"], input=script, text=True, check=True)
 
 
@@ -117,29 +128,40 @@ def test_mounts_that_cover_the_run_folder_are_not_repeated(tmp_path, rl_config_f
 
 def test_recipe_becomes_a_chain_of_stage_jobs(tmp_path, recipe):
     jobs, run_dir = render_jobs(config(f"target={recipe}", f"out={tmp_path}/lead", "nodes=4",
-                                       "stage_slurm.rl1.time=2-00:00:00", "job.paths.base_model=/m"))
-    assert [name for name, _, _ in jobs] == ["pick", "distill", "rl1", "eval"]
+                                       "stage_slurm.rl1.time=20:00:00", "job.paths.base_model=/m"))
+    # the stage that needs no GPU runs as one task at the start of the next GPU job, not as a job of its own
+    assert [name for name, _, _ in jobs] == ["distill", "rl1", "eval"]
     sizes = {name: sbatch_options(s) for name, _, s in jobs}
-    # a stage that needs no GPU: one task, no GPUs, not a whole node
-    assert (sizes["pick"]["nodes"], sizes["pick"]["ntasks-per-node"]) == ("1", "1")
-    assert "gpus-per-node" not in sizes["pick"] and "exclusive" not in sizes["pick"]
+    lines = jobs[0][2].splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("srun ") and "--ntasks=1" in line)
+    assert lines[at].split()[:4] == ["srun", "--kill-on-bad-exit=1", "--nodes=1", "--ntasks=1"]
+    assert lines[at + 1].endswith(f"run {recipe} --out {run_dir} only=pick paths.base_model=/m || exit $?")
+    assert at < next(i for i, line in enumerate(lines) if line.startswith("cmd=("))
+    assert jobs[0][1].startswith("runs pick first (no GPU: one task each, seconds); 4 node(s) x 8 GPU(s)")
     # the flags win over a stage's slurm: (and say so), stage_slurm over both; the rest comes from the recipe
     assert (sizes["distill"]["nodes"], sizes["distill"]["time"]) == ("4", "02:00:00")
-    assert (sizes["rl1"]["nodes"], sizes["rl1"]["time"], sizes["rl1"]["gpus-per-node"]) == ("4", "2-00:00:00", "8")
+    assert (sizes["rl1"]["nodes"], sizes["rl1"]["time"], sizes["rl1"]["gpus-per-node"]) == ("4", "20:00:00", "8")
     assert (sizes["eval"]["nodes"], sizes["eval"]["gpus-per-node"], sizes["eval"]["ntasks-per-node"]) == ("4", "4", "4")
     notes = {name: note for name, note, _ in jobs}
     assert notes["distill"].endswith("4 node(s) x 8 GPU(s), 8 task(s) per node, time 02:00:00; from the command "
                                      "line: nodes 4 (the recipe says 2)")
     flagless, _ = render_jobs(config(f"target={recipe}", f"out={tmp_path}/lead"))
-    assert {n: sbatch_options(s)["nodes"] for n, _, s in flagless} == {"pick": "1", "distill": "2", "rl1": "1",
-                                                                      "eval": "1"}
+    assert {n: sbatch_options(s)["nodes"] for n, _, s in flagless} == {"distill": "2", "rl1": "1", "eval": "1"}
     for name, _, script in jobs:
         assert command_line(script).endswith(f"run {recipe} --out {run_dir} only={name} paths.base_model=/m)")
         assert sbatch_options(script)["output"] == f"{run_dir}/slurm/{name}-%j.log"
     assert [note.split("; ")[0] for _, note, _ in jobs[1:]] == [
-        "starts after job 'pick' succeeded (afterok)", "starts after job 'distill' succeeded (afterok)",
-        "starts after job 'rl1' succeeded (afterok)"]
-    assert jobs[0][1].startswith("1 node(s) x 0 GPU(s)")
+        "starts after job 'distill' succeeded (afterok)", "starts after job 'rl1' succeeded (afterok)"]
+    # host_stages=job: a short job of its own, one task without GPUs, on the partition stage_slurm names
+    own, _ = render_jobs(config(f"target={recipe}", f"out={tmp_path}/lead", "host_stages=job", "partition=gpu",
+                                "stage_slurm.pick.partition=cpu", "stage_slurm.pick.qos=short"))
+    assert [n for n, _, _ in own] == ["pick", "distill", "rl1", "eval"] and "--ntasks=1" not in own[1][2]
+    pick = sbatch_options(own[0][2])
+    assert (pick["nodes"], pick["ntasks-per-node"], pick["time"], pick["partition"], pick["qos"]) == (
+        "1", "1", "00:30:00", "cpu", "short")
+    assert "gpus-per-node" not in pick and "exclusive" not in pick
+    assert sbatch_options(own[1][2])["partition"] == "gpu"  # the others: the command line's
+    assert own[0][1].startswith("1 node(s) x 0 GPU(s), 1 task(s) per node, time 00:30:00, partition cpu, qos short")
     one, _ = render_jobs(config(f"target={recipe}", f"out={tmp_path}/lead", "chain=false"))
     assert len(one) == 1 and command_line(one[0][2]).endswith(f"run {recipe} --out {run_dir})")
     some, _ = render_jobs(config(f"target={recipe}", f"out={tmp_path}/lead", "stages=[rl1, eval]"))
@@ -151,8 +173,7 @@ def test_recipe_bases_and_names(tmp_path, recipe):
     child.write_text(f"_base_: {recipe.name}\nstages:\n  - name: rl1\n    slurm: {{nodes: 8}}\n")
     jobs, run_dir = render_jobs(config(f"target={child}"))
     assert run_dir == os.path.abspath("runs/child")  # a recipe's default run folder, as `nemo-lead run` has it
-    assert [(n, sbatch_options(s)["nodes"]) for n, _, s in jobs] == [("pick", "1"), ("distill", "2"), ("rl1", "8"),
-                                                                     ("eval", "1")]
+    assert [(n, sbatch_options(s)["nodes"]) for n, _, s in jobs] == [("distill", "2"), ("rl1", "8"), ("eval", "1")]
 
 
 @pytest.mark.parametrize("overrides, message", [
@@ -173,8 +194,23 @@ def test_command_needs_a_run_folder_and_an_existing_config(tmp_path):
         render_jobs(config("command=sft"))
     with pytest.raises(ConfigError, match="config file not found"):
         render_jobs(config(f"target={tmp_path}/nope.yaml", "command=sft", f"out={tmp_path}/r"))
-    with pytest.raises(ConfigError, match="neither a recipe file nor a name"):
+    with pytest.raises(ConfigError, match=r"recipe '.*nope.yaml' is neither a file nor one of recipes/; the recipes: "
+                                          r"ablation-7b-grpo, .*lead-14b"):
         render_jobs(config(f"target={tmp_path}/nope.yaml", f"out={tmp_path}/r"))
+
+
+@pytest.mark.parametrize("argv, hint", [
+    (["submit", "lead14b", "--dry-run"], "did you mean 'lead-14b' or 'lead-14b-h200'?); the recipes: ablation-7b-grpo"),
+    (["plan", "lead14b", "--gpus", "8"], "did you mean 'lead-14b' or 'lead-14b-h200'?); the recipes: ablation-7b-grpo"),
+    (["submit", "lead-14b", "--partitoin", "batch"], "--partitoin: did you mean --partition?"),
+    (["submit", "lead-14b", "--contaner-image=x"], "--contaner-image=x: did you mean --container-image or"),
+    (["plan", "lead-14b", "--gpus", "8", "--gpu-memroy-gib", "80"], "did you mean --gpu-memory-gib?"),
+])
+def test_typos_get_the_nearest_names(tmp_path, monkeypatch, capsys, argv, hint):
+    monkeypatch.chdir(tmp_path)  # a recipe name, not a file here
+    with pytest.raises(SystemExit) if "--" in hint else contextlib.nullcontext():
+        assert main(argv) == 2
+    assert hint in capsys.readouterr().err
 
 
 def test_cli_dry_run_prints_every_job_and_writes_nothing(tmp_path, recipe, capsys):
@@ -182,7 +218,11 @@ def test_cli_dry_run_prints_every_job_and_writes_nothing(tmp_path, recipe, capsy
     assert main(["submit", str(recipe), "--out", str(out), "--nodes", "2", "--container-image", "img.sqsh",
                  "--container-mounts", "/lustre,/data:/data,/models:/models:ro", "--dry-run"]) == 0
     printed = capsys.readouterr().out
-    assert printed.count("#!/bin/bash") == 4 and f"# ===== job 4 of 4: {out}/slurm/eval.sbatch" in printed
+    assert printed.count("#!/bin/bash") == 3 and f"# ===== job 3 of 3: {out}/slurm/eval.sbatch" in printed
+    # how each is handed to SLURM: after the one before it succeeded
+    assert f"\n# sbatch --parsable {out}/slurm/distill.sbatch\n" in printed
+    assert (f"\n# sbatch --parsable --dependency=afterok:<job id of rl1> --kill-on-invalid-dep=yes "
+            f"{out}/slurm/eval.sbatch\n") in printed
     assert "--container-mounts=/lustre:/lustre,/data:/data,/models:/models:ro," in printed
     assert not out.exists()
     assert main(["submit", str(recipe), "--out", str(out), "--container-mounts", "data:/data", "dry_run=true"]) == 2

@@ -1,7 +1,8 @@
 """`nemo-lead submit` against a real one-node SLURM (conftest.py): a 2-task SFT job of the tiny model
 (gloo, data-parallel 2), the same job preempted with SIGUSR1 mid-run (checkpoint, `scontrol requeue`,
 resume: every step exactly once, the same numbers as the uninterrupted run), and a recipe as a chain of
-stage jobs that start one after the other and stop at the first failure."""
+stage jobs that start one after the other and stop at the first failure (a stage that needs no GPU running as
+one task at the start of the next job)."""
 
 from __future__ import annotations
 
@@ -116,6 +117,7 @@ def test_recipe_stages_run_as_a_chain(slurm, tmp_path):
         stages:
           - {name: first, kind: sft, slurm: {tasks_per_node: 1, time: "00:05:00"},
              actor: {model: tiny-qwen2}, data: {path: traces.jsonl}}
+          - {name: pick, kind: select, problems: [aime24]}
           - {name: second, kind: rl, actor: {model: "${stage:first.checkpoint}"}, data: {path: aime24}}
           - {name: bad, kind: eval, models: {x: "${stage:second.checkpoint}"}}
           - {name: never, kind: eval, models: {x: "${stage:second.checkpoint}"}}
@@ -127,15 +129,16 @@ def test_recipe_stages_run_as_a_chain(slurm, tmp_path):
     # the command line's --tasks-per-node 2 wins over the recipe's; stage_slurm over both
     jobs = submit(slurm, str(recipe), "--out", str(tmp_path / "run"), f"executable={fake}", f"env.LOG={log}",
                   "stage_slurm.first.tasks_per_node=1")
-    assert [name for _, name in jobs] == ["first", "second", "bad", "never"]
+    assert [name for _, name in jobs] == ["first", "second", "bad", "never"]  # pick: one task in second's job
     ids = dict((name, job_id) for job_id, name in jobs)
     assert slurm.wait(ids["second"], timeout=120)["JobState"] == "COMPLETED"
     assert slurm.wait(ids["bad"], timeout=120)["JobState"] == "FAILED"
     never = slurm.wait(ids["never"], timeout=60)  # its dependency can no longer be met: SLURM cancels it
     assert never["JobState"] == "CANCELLED"
     events = [line.split() for line in log.read_text().splitlines()]
-    assert [(s, e) for s, e, _ in events] == [("first", "start"), ("first", "end"), ("second", "start"),
-                                              ("second", "end"), ("bad", "start")]
+    assert [(s, e) for s, e, _ in events] == [("first", "start"), ("first", "end"), ("pick", "start"),
+                                              ("pick", "end"), ("second", "start"), ("second", "end"),
+                                              ("bad", "start")]
     times = [float(t) for _, _, t in events]
     assert times == sorted(times)  # each stage started after the previous one ended
     assert slurm.job(ids["first"])["NumTasks"] == "1" and slurm.job(ids["second"])["NumTasks"] == "2"

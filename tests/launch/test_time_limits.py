@@ -53,7 +53,7 @@ def test_the_script_exports_the_limit_and_the_start(tmp_path):
     """The lines the script runs before srun, run by bash: the job's end is its start plus `time`."""
     (tmp_path / "rl.yaml").write_text("steps: 10\n")
     (_, _, script), = render_jobs(load_config(SubmitConfig, [], [
-        f"target={tmp_path / 'rl.yaml'}", "command=rl", f"out={tmp_path / 'run'}", "time=1-12"]))[0]
+        f"target={tmp_path / 'rl.yaml'}", "command=rl", f"out={tmp_path / 'run'}", "time=1-12", "max_time=2-0"]))[0]
     lines = [line for line in script.splitlines() if line.startswith("export NEMO_LEAD_JOB_")]
     assert lines[0] == "export NEMO_LEAD_JOB_TIME_LIMIT_S=129600"  # 1 day 12 hours
 
@@ -66,3 +66,22 @@ def test_the_script_exports_the_limit_and_the_start(tmp_path):
     assert end_in_job(SLURM_JOB_START_TIME="1700000000") == 1_700_000_000 + 129_600
     before = int(time.time())
     assert before + 129_600 <= end_in_job() <= time.time() + 129_600  # the script's first second
+
+
+@pytest.mark.parametrize("over, time, note", [
+    (["time=1-12"], "24:00:00", "time 24:00:00 (capped from 1-12 at max_time; the stage continues after a requeue)"),
+    (["time=30:00:00", "max_time=12:00:00"], "12:00:00", "(capped from 30:00:00 at max_time"),
+    (["time=30:00:00", "max_time=null"], "30:00:00", "time 30:00:00;"),
+    (["time=20:00:00"], "20:00:00", "time 20:00:00;"),  # not YAML 1.1's base-60 number 72000 (minutes)
+])
+def test_no_job_is_longer_than_max_time(tmp_path, over, time, note):
+    (tmp_path / "rl.yaml").write_text("steps: 10\n")
+    (_, text, script), = render_jobs(load_config(SubmitConfig, [], [
+        f"target={tmp_path / 'rl.yaml'}", "command=rl", f"out={tmp_path / 'run'}", *over]))[0]
+    assert f"\n#SBATCH --time={time}\n" in script and note in text
+
+
+def test_an_unquoted_time_in_a_recipe_is_refused(tmp_path):
+    (tmp_path / "r.yaml").write_text("stages:\n  - {name: e, kind: eval, models: {m: tiny-qwen2}, slurm: {time: 20:00:00}}\n")
+    with pytest.raises(Exception, match=r"stages\[e\].slurm.time 72000 is a number: YAML reads an unquoted 20:00:00"):
+        render_jobs(load_config(SubmitConfig, [], [f"target={tmp_path / 'r.yaml'}", f"out={tmp_path / 'run'}"]))

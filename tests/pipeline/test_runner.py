@@ -202,6 +202,26 @@ def test_only_runs_one_stage_whose_inputs_are_done(setup, capsys):
     assert [name for name, _ in calls] == ["sft", "rl1"] and "rl2" not in _state(out)
 
 
+def test_a_later_stages_missing_input_stops_the_first_stage(setup, tmp_path, capsys):
+    """`only=data1` with the SFT model and the held-out set gone: refused now, naming the later stages' keys,
+    not when their jobs start; inputs an earlier stage writes are not asked for."""
+    recipe, out, calls, _ = setup
+    gone = tmp_path / "models" / "base"
+    recipe.write_text(recipe.read_text().replace("actor: {model: tiny-qwen2}", f"actor: {{model: {gone}}}"))
+    (tmp_path / "heldout.jsonl").unlink()
+    assert run(recipe, out, "only=data1") == 2
+    err = capsys.readouterr().err
+    assert f"stage sft: stages.sft.actor.model={gone}: no such file or folder (an input of a later stage)" in err
+    assert "stage data2: stages.data2.extra[0]=" in err and "stage eval: stages.eval.data=" in err
+    assert "rl1" not in err and calls == [] and not (out / STATE_FILE).exists()
+    assert run(recipe, out, "only=data1", "dry_run=true") == 0  # the dry run: notes
+    assert f"note: stage sft: stages.sft.actor.model={gone}: no such file" in capsys.readouterr().err
+    gone.mkdir(parents=True)
+    (gone / "config.json").write_text("{}")  # there, but not a model's config: its shape is checked too
+    assert run(recipe, out, "only=data1", f"paths.heldout={tmp_path / 'problems.jsonl'}") == 2
+    assert "stage sft: stages.sft.actor.model" in capsys.readouterr().err
+
+
 def test_dry_run_lists_stages_and_runs_nothing(setup, capsys):
     recipe, out, calls, _ = setup
     assert run(recipe, out, "dry_run=true") == 0

@@ -60,7 +60,9 @@ def test_sbatch_asks_for_the_plans_memory_and_cores(stage1):
     scripts = _scripts()
     assert scripts["stage1"]["mem"] == f"{math.ceil(h.memory_gib_per_node)}G"
     assert scripts["stage1"]["cpus-per-task"] == "3"
-    assert "mem" not in scripts["sft_problems"] and "mem" not in scripts["distill"]  # no plan of their own
+    assert "sft_problems" not in scripts  # no GPU: it runs at the start of the distill job
+    # distill: the plan's allowance per rank and grader process (verify.workers = 2)
+    assert scripts["distill"]["mem"] == f"{math.ceil(8 * HOST_GIB_PER_RANK + 2 * VERIFIER_GIB)}G"
     whole = _scripts(mem="0", cpus_per_task=16)
     assert whole["stage1"]["mem"] == "0" and whole["stage1"]["cpus-per-task"] == "16"
     assert whole["distill"]["mem"] == "0"

@@ -188,5 +188,5 @@ def test_submit_checks_each_jobs_plan_on_the_named_gpus(tmp_path, capsys):
     captured = capsys.readouterr()
     assert "starting anyway" in captured.err and "plan.check=warn" in captured.out  # the jobs get it too
     assert main([*base, "plan.gpu=h100"]) == 0  # the shipped recipe fits
-    assert main([*base, *unfit]) == 0  # no GPUs named: left to the jobs, and said so
-    assert "the memory plan is not checked here" in capsys.readouterr().err
+    assert main([*base, *unfit]) == 2  # no GPUs named: the recipe's (hardware: {gpu: h100})
+    assert "planned on the recipe's hardware, 8 x h100" in capsys.readouterr().err

@@ -47,9 +47,10 @@ def test_the_14b_rl_job_from_the_plans_figures():
     assert sbatch_options(script)["signal"] == f"USR1@{signal}"
     assert f"export NEMO_LEAD_DEADLINE_MARGIN_S={margin}  # signal USR1@{signal}" in script
     assert f"signal USR1@{signal}, deadline margin {margin} s (plan: step {step:,.0f} s" in note  # the dry run
-    # jobs without a plan of their step time keep SLURM's usual warning and the loops' default margin
-    assert sbatch_options(scripts["distill"][1])["signal"] == "USR1@300"
-    assert "NEMO_LEAD_DEADLINE_MARGIN_S" not in scripts["distill"][1]
+    # distill and eval: one chunk of problems instead of a step (nemo_lead.launch.sizes, tests/launch/test_sizes.py)
+    note, script = scripts["distill"]
+    assert "(plan: a chunk of 8 problems x 4 samples at 16,384 tokens" in note
+    assert sbatch_options(script)["signal"] != "USR1@300" and "export NEMO_LEAD_DEADLINE_MARGIN_S=" in script
 
     # the user's settings win: signal_seconds for every job, env.NEMO_LEAD_DEADLINE_MARGIN_S for the margin
     script = _scripts(signal_seconds=600, env={"NEMO_LEAD_DEADLINE_MARGIN_S": "50"})["stage1"][1]

@@ -179,3 +179,13 @@ def test_each_side_has_its_own_world_and_the_bridge_carries_weights_bit_for_bit(
     assert plan == 3
     assert trainer == {"role": "trainer", "world": 1, "dp": 1, "rank": 0}
     assert generator == {"role": "generator", "world": 1, "dp": 1, "rank": 0, "equal": True}
+
+
+def test_validation_every_zero_is_refused():
+    """Once dead code after a return: `validation.every=0` passed and divided by zero after step 1."""
+    from nemo_lead.training.actor_config import ActorConfig
+    from nemo_lead.training.rl_config import RLConfig, RLDataConfig, ValidationConfig
+
+    with pytest.raises(ValueError, match="validation.every and validation.n must be >= 1, got 0 and 4"):
+        RLConfig(actor=ActorConfig(model="tiny-qwen2"), data=RLDataConfig(path="p.jsonl"), out="run", steps=4,
+                 validation=ValidationConfig(every=0, n=4))

@@ -1,6 +1,6 @@
 """The authors' reading (`reference_code` presets) against the paper presets' reading, response by response.
 
-Expected rewards come from reading the authors' code (aeroplanepaper/GRPO-LEAD at 9344bef): the reward
+Expected rewards come from reading the authors' code (aeroplanepaper/GRPO-LEAD at commit 9344bef): the reward
 function sees prompt + response, reads the last `\\boxed{` before the first `</think>`, scores a format
 failure 0 (or -2 with repetition), a wrong answer -1 whatever its repetition, a right one 1. Each response
 is its own group here, so a correct one earns exactly 1 under every preset (z = 0). Repetitive responses
