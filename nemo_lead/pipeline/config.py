@@ -47,6 +47,9 @@ class RunConfig:
     plan: PlanSettings = field(default_factory=PlanSettings)  # laid over each SFT / RL stage's `plan` section
     # laid over each SFT / RL / eval stage's `wandb` section; stages are grouped under the run folder's name
     wandb: WandbSettings = field(default_factory=WandbSettings)
+    # laid over each stage that generates (rl, eval, distill): its `engine` keys, after the recipe's and before
+    # a stage's own stages.NAME.engine.* (`nemo-lead plan lead-14b engine.kind=vllm`)
+    engine: dict[str, Any] = field(default_factory=dict)
     # Filled from the recipe when the configuration is built (what --print-config shows): each stage's kind
     # and complete settings, references to outputs of earlier stages shown as <stage NAME: OUTPUT>.
     resolved: dict[str, Any] = field(default_factory=dict)
@@ -239,8 +242,12 @@ def resolve_stage(spec: StageSpec, recipe: Recipe, run: RunConfig, outputs: Opti
     cli_keys = set(flatten(cli, keep_empty=True))
     settings = dict(spec.settings)
     lookup = _stage_lookup(spec, recipe, run, outputs)
+    engine = {f"engine.{k}": v for k, v in flatten(run.engine or {}, keep_empty=True).items()}
+    if spec.kind not in ("rl", "eval", "distill"):
+        engine = {}
+    cli_keys |= set(engine)
     items = []
-    for key, value in [*flatten(settings, keep_empty=True).items(), *flatten(cli, keep_empty=True).items()]:
+    for key, value in [*flatten(settings, keep_empty=True).items(), *engine.items(), *flatten(cli, keep_empty=True).items()]:
         try:
             items.append((key, substitute(value, lookup)))
         except ConfigError as e:

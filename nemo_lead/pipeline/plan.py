@@ -58,6 +58,7 @@ class PlanConfig:
     plan: PlanSettings = field(default_factory=PlanSettings)  # gpu, gpu_memory_gib, reserve_gib, prompt_tokens, ...
     paths: dict[str, Any] = field(default_factory=dict)  # a recipe's paths (paths.base_model=DIR)
     stages: dict[str, Any] = field(default_factory=dict)  # a recipe's stage settings (stages.NAME.KEY=VALUE)
+    engine: dict[str, Any] = field(default_factory=dict)  # a recipe's generating stages' engine (engine.kind=vllm)
     job: dict[str, Any] = field(default_factory=dict)  # a command config's settings (job.actor.tp=4)
 
     def __post_init__(self) -> None:
@@ -165,7 +166,7 @@ def jobs_of(cfg: PlanConfig, kinds: tuple[str, ...] = PLANNED_KINDS) -> list[Job
     if recipe is not None:
         if cfg.job:
             raise ConfigError("job.* overrides apply to a command's config file; a recipe takes paths.* and stages.*")
-        run = RunConfig(recipe=str(recipe), paths=dict(cfg.paths), stages=dict(cfg.stages))
+        run = RunConfig(recipe=str(recipe), paths=dict(cfg.paths), stages=dict(cfg.stages), engine=dict(cfg.engine))
         jobs = recipe_jobs(run, [cfg.stage] if cfg.stage else None, kinds=kinds)
         if cfg.stage and not jobs:
             raise ConfigError(f"{recipe.name} has no {' / '.join(k.upper() if k in PLANNED_KINDS else k for k in kinds)}"
@@ -306,7 +307,7 @@ def run_plan(cfg: PlanConfig) -> int:
         recipe = _recipe_file(cfg.target) if cfg.command is None else None
         jobs = jobs_of(cfg, kinds=PLANNED_KINDS + ENGINE_KINDS if recipe is not None else PLANNED_KINDS)
         if recipe is not None:
-            run = RunConfig(recipe=str(recipe), paths=dict(cfg.paths), stages=dict(cfg.stages))
+            run = RunConfig(recipe=str(recipe), paths=dict(cfg.paths), stages=dict(cfg.stages), engine=dict(cfg.engine))
             planned = [j for j in jobs if j.kind in PLANNED_KINDS]
             found = recipe_conflicts(run, world={j.name: cfg.gpus for j in planned},
                                      names=[cfg.stage] if cfg.stage else None, missing_ok=True)

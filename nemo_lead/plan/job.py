@@ -39,12 +39,14 @@ from .parameters import DTYPE_BYTES, stage_parameters, static_bytes
 from .settings import PlanSettings
 from .timing import (
     GPU,
+    VLLM_GRAPH_GIB,
     StepTime,
     decode_graphs,
     generation_seconds,
     offload_seconds,
     refit_seconds,
     update_seconds,
+    vllm_refit_seconds,
 )
 
 GIB = 1 << 30
@@ -99,6 +101,7 @@ class JobShape:
     refit_bucket_mb: float = 512
     # with engine_tp1: the copy's TP (engine.tp=b engine.pp=1, b | tp), one replica per b GPUs; 1 = TP1 x PP1
     engine_tp: int = 1
+    vllm_memory_fraction: float = 0.0  # engine.kind=vllm: engine.vllm.gpu_memory_utilization
 
     @property
     def dp(self) -> int:
@@ -130,7 +133,10 @@ def job_shape(cfg: Any, kind: str, hf_config: dict, *, gpus: int, settings: Plan
         return JobShape(**common, longest=cfg.data.max_seq_len, sequences=cfg.global_batch)
     r, e = cfg.rollout, cfg.engine
     prompt_tokens = settings.value("prompt_tokens")
-    own = e.kind == "megatron" and _engine_value(e.pp, a.pp) == 1 and _engine_value(e.tp, a.tp) < a.tp * a.pp
+    # vllm always decodes on a copy of its own (replicas of engine.tp ranks at one stage); megatron only over a
+    # larger actor layout with engine.tp=b engine.pp=1
+    own = e.kind == "vllm" or (e.kind == "megatron" and _engine_value(e.pp, a.pp) == 1
+                               and _engine_value(e.tp, a.tp) < a.tp * a.pp)
     on_policy = cfg.old_logprobs == "auto" and cfg.ppo_epochs == 1 and cfg.minibatches == 1
     shape = JobShape(
         **common, longest=prompt_tokens + r.max_tokens, sequences=cfg.prompts_per_step * r.n,
@@ -141,6 +147,7 @@ def job_shape(cfg: Any, kind: str, hf_config: dict, *, gpus: int, settings: Plan
         cuda_graphs_tp=e.cuda_graphs_tp, kv_cache_gib=e.kv_cache_gib, top_p=r.top_p,
         mean_response_tokens=mean_response(settings, r.max_tokens),
         engine_tp1=own, refit_bucket_mb=e.refit_bucket_mb, engine_tp=_engine_value(e.tp, a.tp) if own else 1,
+        vllm_memory_fraction=e.vllm.gpu_memory_utilization if e.kind == "vllm" else 0.0,
     )
     options = engine_options(e, tp=a.tp, pp=a.pp, generator_ranks=r.generator_ranks)
     if len(options) > 1 and gpu:
@@ -172,6 +179,8 @@ def engine_options(engine: Any, *, tp: int, pp: int, generator_ranks: int = 0) -
     for the split layout, engine.kind=trtllm or a TP1 x PP1 actor ([]: no `auto` key)."""
     if "auto" not in (str(engine.tp), str(engine.pp)):
         return []
+    if engine.kind == "vllm":  # auto: the actor's TP at one stage (`generation.engine.resolve_engine_kind`)
+        return [(True, _engine_value(engine.tp, tp))]
     if engine.kind != "megatron" or (tp, pp) == (1, 1) or generator_ranks:
         return [(False, 1)]
     return [(False, 1) if layout == (tp, pp) else (True, layout[0]) for layout in engine_layouts(tp, pp, engine.tp, engine.pp)]
@@ -257,7 +266,7 @@ def plan_job(s: JobShape, gpu: GPU, *, memory_gib: float | None = None, reserve_
     stages: dict[str, int] = {}
     rows = 0
     optimizer = 0  # the most optimizer bytes of one rank over the stages
-    copy = _engine_copy_bytes(s) if s.engine_tp1 else 0
+    copy = (_vllm_weight_bytes(s) if s.engine == "vllm" else _engine_copy_bytes(s)) if s.engine_tp1 else 0
     for stage in range(s.pp):
         st, largest = _static(s.arch, s.tp, s.pp, s.dp, stage, s.precision, s.distributed_optimizer,
                               s.vocab_divisible_by)
@@ -270,10 +279,17 @@ def plan_job(s: JobShape, gpu: GPU, *, memory_gib: float | None = None, reserve_
         found = {"update": {**static, "activations": u.activations, "logits": u.logits}}
         if s.kind == "rl":
             g = _generation(s, stage, e)
+            pool = 0
+            if s.engine == "vllm":  # the pool it allocates decides the sequences decoding at once
+                pool = _vllm_kv_bytes(s, memory, copy, g)
+                g = _generation(s, stage, e, budget=pool)
+                pool = min(pool, _vllm_kv_bytes(s, memory, copy, g))  # the temporaries of the rows it holds
             rows = g.rows
             kept = {k: (0 if s.offload and k != "weights" else v) for k, v in static.items()}
             found["generation"] = {**kept, "kv_cache": g.kv_cache, "activations": g.activations, "logits": g.logits}
-            if s.engine_tp1:  # the copy, and while it is gathered a bucket's buffers (local and [tp, n])
+            if s.engine == "vllm":  # its weights, KV pool (allocated whole) and graphs; asleep during the update
+                found["generation"].update(engine_copy=copy, kv_cache=pool, cuda_graphs=int(VLLM_GRAPH_GIB * GIB))
+            elif s.engine_tp1:  # the copy, and while it is gathered a bucket's buffers (local and [tp, n])
                 found["generation"].update(engine_copy=copy, refit_buckets=int((s.tp + 1) * s.refit_bucket_mb * 1e6))
                 if not s.offload:  # kept from refit to the next generation: through the update too
                     found["update"]["engine_copy"] = copy
@@ -281,11 +297,13 @@ def plan_job(s: JobShape, gpu: GPU, *, memory_gib: float | None = None, reserve_
             if phase not in phases or sum(parts.values()) > sum(phases[phase].values()):
                 phases[phase], stages[phase] = parts, stage
     usable = memory - int(reserve_gib * GIB)
-    timed = s.engine == "megatron" or s.kind == "sft"
+    timed = s.engine in ("megatron", "vllm") or s.kind == "sft"
     time = _time(s, gpu, tokens, mbs, rows, phases, s.mean_response_tokens) if timed else None
     worst = (_time(s, gpu, tokens, mbs, rows, phases, None)
              if timed and s.kind == "rl" and s.mean_response_tokens is not None else None)
     host = min(s.gpus, GPUS_PER_NODE) * optimizer if s.kind == "rl" and s.offload else 0
+    if s.kind == "rl" and s.engine == "vllm":  # sleep level 1 keeps the engine's weights on the host meanwhile
+        host += min(s.gpus, GPUS_PER_NODE) * copy
     return JobPlan(shape=s, gpu=gpu, memory_bytes=memory, usable_bytes=usable, phases=phases, stages=stages,
                    tokens_per_microbatch=tokens, microbatches=mbs, engine_rows=rows, time=time,
                    host_bytes_per_node=host, worst=worst)
@@ -301,10 +319,25 @@ def _engine_copy_bytes(s: JobShape) -> int:
     return sharded + tables * rows * s.arch.hidden_size * DTYPE_BYTES[s.precision] * (b - 1) // b
 
 
-def _generation(s: JobShape, stage: int, e: int):
+def _vllm_weight_bytes(s: JobShape) -> int:
+    """vLLM's weights on one GPU at engine TP b: every table and layer sharded b ways (vocabulary included)."""
+    return _static(s.arch, s.engine_tp, 1, 1, 0, s.precision, False, s.vocab_divisible_by)[0].weights
+
+
+def _vllm_kv_bytes(s: JobShape, memory: int, weights: int, g) -> int:
+    """vLLM's KV pool, allocated whole at start: engine.kv_cache_gib, or what engine.vllm.gpu_memory_utilization
+    of the GPU leaves after its weights, graphs and the decode temporaries."""
+    if s.kv_cache_gib is not None:
+        return int(s.kv_cache_gib * KV_GIB)
+    return max(0, int(s.vllm_memory_fraction * memory) - weights - int(VLLM_GRAPH_GIB * GIB) - g.activations - g.logits)
+
+
+def _generation(s: JobShape, stage: int, e: int, budget: int | None = None):
+    """The engine's memory at `stage` (`budget`: its KV bytes, default engine.kv_cache_gib's)."""
     tp, pp, replicas = s.engine_layout
     prompts_per_replica = math.ceil(s.prompts / replicas)
-    budget = int(s.kv_cache_gib * KV_GIB) if s.kv_cache_gib is not None else None
+    if budget is None and s.kv_cache_gib is not None:
+        budget = int(s.kv_cache_gib * KV_GIB)
     return engine_memory(s.arch, tp=tp, pp=pp, stage=min(stage, pp - 1), e=e, sequences=prompts_per_replica * s.n, n=s.n,
                          prompt_tokens=s.prompt_tokens, max_tokens=s.max_tokens, max_batch_size=s.max_batch_size,
                          max_prefill_tokens=s.max_prefill_tokens, sync_every=s.sync_every, kv_budget_bytes=budget,
@@ -330,9 +363,12 @@ def _time(s: JobShape, gpu: GPU, tokens: int, mbs: int, rows: int, phases, mean:
     weights = phases["generation"].get("engine_copy") or phases["update"]["weights"]
     gen = generation_seconds(s.arch, gpu, tp=tp, pp=pp, weight_bytes=weights, slot_bytes=slot,
                              rows=rows, prompts=math.ceil(s.prompts / replicas), n=s.n, prompt_tokens=s.prompt_tokens,
-                             max_tokens=s.max_tokens, mean_tokens=mean, cuda_graphs=graphs)
+                             max_tokens=s.max_tokens, mean_tokens=mean, cuda_graphs=graphs, engine=s.engine)
     refit = offload_seconds(gpu, phases["update"]["optimizer"]) if s.offload else 0.0
-    if s.engine_tp1:
+    if s.engine == "vllm":
+        model = _static(s.arch, 1, 1, 1, 0, s.precision, False, s.vocab_divisible_by)[0].weights
+        refit += vllm_refit_seconds(gpu, model, weights, s.tp * s.pp)
+    elif s.engine_tp1:
         refit += refit_seconds(gpu, weights, s.tp * s.pp)
     return StepTime(generation=gen, update=update, refit=refit)
 

@@ -12,11 +12,15 @@ from .timing import (
     DECODE_BANDWIDTH_FRACTION,
     EAGER_HOST_S_PER_LAYER,
     HOST_LINK_FRACTION,
+    VLLM_DECODE_BANDWIDTH_FRACTION,
+    VLLM_DECODE_SOURCE,
+    VLLM_GRAPH_GIB,
     tail_share,
     update_fraction,
 )
 
-COMPONENTS = ("weights", "grads", "optimizer", "activations", "logits", "kv_cache", "engine_copy", "refit_buckets")
+COMPONENTS = ("weights", "grads", "optimizer", "activations", "logits", "kv_cache", "engine_copy", "refit_buckets",
+              "cuda_graphs")
 
 
 def _gib(n: int) -> str:
@@ -114,7 +118,12 @@ def describe(name: str, plan: JobPlan, fixes: list[Fix], prefix: str = "", ranki
     lines.append("    total".ljust(26) + "".join(_gib(plan.total(p)).rjust(12) for p in phases))
     lines.append("    left".ljust(26) + "".join(_gib(plan.left(p)).rjust(12) for p in phases))
     lines.append("    pipeline stage".ljust(26) + "".join(str(plan.stages[p]).rjust(12) for p in phases))
-    if s.kind == "rl" and s.engine != "megatron":
+    if s.kind == "rl" and s.engine == "vllm":
+        lines.append("  (engine.kind=vllm: engine_copy is vLLM's weights at engine TP "
+                     f"{s.engine_tp}, kv_cache its whole pool, cuda_graphs assumed {VLLM_GRAPH_GIB:g} GiB; asleep "
+                     f"during the update, its weights on the host. Decode at {VLLM_DECODE_BANDWIDTH_FRACTION:.0%} of the "
+                     f"bandwidth bound: {VLLM_DECODE_SOURCE})")
+    elif s.kind == "rl" and s.engine != "megatron":
         lines.append(f"  (engine.kind={s.engine}: the generation column counts the megatron engine's cache; "
                      "TensorRT-LLM keeps its own weights and takes engine.trtllm.kv_cache_fraction of the free memory)")
     lines.append("  fits: yes" if plan.fits else "  fits: NO - " + "; ".join(over_budget(plan)))
@@ -190,7 +199,10 @@ def as_json(name: str, plan: JobPlan, fixes: list[Fix], ranking: Ranking | None 
                                                            if s.kind == "rl" else None),
                         "longest_sequence": s.longest},
         "efficiencies": {"update_fraction_of_peak": update_fraction(plan.tokens_per_microbatch),
-                         "decode_fraction_of_bandwidth": DECODE_BANDWIDTH_FRACTION,
+                         "decode_fraction_of_bandwidth": (VLLM_DECODE_BANDWIDTH_FRACTION if s.engine == "vllm"
+                                                          else DECODE_BANDWIDTH_FRACTION),
+                         "decode_source": (VLLM_DECODE_SOURCE if s.engine == "vllm"
+                                           else "measured: bench/RESULTS.md, H200, 2026-11-30"),
                          "eager_decode_host_seconds_per_layer": EAGER_HOST_S_PER_LAYER,
                          "host_link_fraction": HOST_LINK_FRACTION, "source": "bench/RESULTS.md, H200, 2026-11-30"},
         "fixes": [{"changes": f.changes, **_phases(f.plan)} for f in fixes],

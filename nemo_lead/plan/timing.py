@@ -53,6 +53,17 @@ EAGER_HOST_S_PER_LAYER = (77.71e-3 - 8.10e-3) / 28
 # the CUDA-graph decode at engine TP > 1 as a fraction of the bandwidth bound: None = not measured yet
 TP_GRAPH_DECODE_BANDWIDTH_FRACTION: float | None = None
 HOST_LINK_FRACTION = 1.0  # nominal (not measured)
+# engine.kind=vllm's decode as a fraction of the bandwidth bound: ASSUMED from a published figure, not measured
+# by this project. InferenceBench's concurrency sweep (its "concurrency-sweep" recipe page, run 2026-05-16):
+# Llama-3.1-8B-Instruct, fp16, vLLM 0.21.0, one H100-80GB-HBM3, chatbot-short prompts, concurrency 1: TPOT p50
+# 6.48 ms; the step reads the 8.03B parameters' 16.06 GB (its KV of a few hundred tokens, ~0.05 GB, left out)
+# against 3.35 TB/s, a bound of 4.79 ms: 4.79 / 6.48 = 0.74. At the RL engine's batches the KV reads dominate and
+# vLLM's paged attention may reach another fraction: bench/gpu_session.sh's rollout_bench step measures it on
+# the same weights as the megatron engine (its vLLM row), and this figure is replaced then.
+VLLM_DECODE_BANDWIDTH_FRACTION = 4.794 / 6.48
+VLLM_DECODE_SOURCE = ("assumed, not measured by this project: InferenceBench concurrency sweep, Llama-3.1-8B fp16, "
+                      "vLLM 0.21.0, 1 x H100 80GB, concurrency 1, TPOT 6.48 ms (2026-05-16)")
+VLLM_GRAPH_GIB = 1.0  # vllm on a GPU: its CUDA graphs' memory pool, assumed (vLLM's log prints the real figure)
 LINK_FRACTION = 1.0  # of the nominal NVLink bandwidth reached by the refit's collectives (not measured)
 
 
@@ -175,17 +186,20 @@ def kv_positions_read(lengths: tuple[int, ...], prompt_tokens: int) -> int:
 
 def generation_seconds(arch: Arch, gpu: GPU, *, tp: int, pp: int, weight_bytes: int, slot_bytes: int, rows: int,
                        prompts: int, n: int, prompt_tokens: int, max_tokens: int, mean_tokens: float | None,
-                       cuda_graphs: bool, calls: int = 1) -> float:
+                       cuda_graphs: bool, calls: int = 1, engine: str = "megatron") -> float:
     """One replica generating n responses to each of `prompts` prompts in one engine call, `rows` at a time
     (the replicas run in parallel; each prompt is prefilled once), responses of mean `mean_tokens` (None:
     all at max_tokens); `calls` such calls one after the other (eval: a call per group of problems).
     `weight_bytes` / `slot_bytes`: one GPU's weights and KV bytes per row and position (one pipeline stage;
-    the engine runs its stages in turn, so a step reads all of them)."""
+    the engine runs its stages in turn, so a step reads all of them). `engine` "vllm": decode at
+    VLLM_DECODE_BANDWIDTH_FRACTION with CUDA graphs (vLLM's default on a GPU), the rest the same."""
     lengths = response_lengths(prompts * n, mean_tokens, max_tokens)
     steps = decode_steps(lengths, rows)
     read = steps * weight_bytes + kv_positions_read(lengths, prompt_tokens) * slot_bytes
     fraction = DECODE_BANDWIDTH_FRACTION
-    if cuda_graphs and tp > 1:  # counted only once measured (`decode_graphs`)
+    if engine == "vllm":
+        fraction, cuda_graphs = VLLM_DECODE_BANDWIDTH_FRACTION, True
+    elif cuda_graphs and tp > 1:  # counted only once measured (`decode_graphs`)
         fraction = TP_GRAPH_DECODE_BANDWIDTH_FRACTION
     decode_s = pp * read / (gpu.hbm_tbps * 1e12 * fraction)
     if not cuda_graphs:
@@ -207,6 +221,16 @@ def update_seconds(arch: Arch, gpu: GPU, *, gpus: int, pp: int, tokens: int, seq
 def offload_seconds(gpu: GPU, bytes_each_way: int) -> float:
     """Optimizer state to the host before generation and back after it."""
     return 2 * bytes_each_way / (gpu.host_gbps * 1e9 * HOST_LINK_FRACTION)
+
+
+def vllm_refit_seconds(gpu: GPU, model_bytes: int, copy_bytes: int, actor_ranks: int) -> float:
+    """engine.kind=vllm's refit on one GPU, all at nominal link speeds: every rank gathers the whole model in HF
+    names from its actor replica (NVLink: the part it does not hold) and streams it through the host
+    (`export_hf_weights` yields CPU tensors: the model to the host, the engine's shard back), and sleep level 1
+    moves the engine's weights to the host and back once per step."""
+    nvlink = model_bytes * (1 - 1 / actor_ranks) / (gpu.link_gbps * 1e9 * LINK_FRACTION)
+    host = (model_bytes + copy_bytes + 2 * copy_bytes) / (gpu.host_gbps * 1e9 * HOST_LINK_FRACTION)
+    return nvlink + host
 
 
 def refit_seconds(gpu: GPU, copy_bytes: int, actor_ranks: int) -> float:
