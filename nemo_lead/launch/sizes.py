@@ -104,10 +104,22 @@ def _rl_sft(p: Any, job: Any, cfg: SubmitConfig) -> Any:
     settings = job.config.plan.merged(cfg.plan)
     hf_config, divisible = _hf_config(job.config.actor.model)
     gpu = _gpu(settings)
-    shape = job_shape(job.config, job.kind, hf_config, gpus=p.nodes * p.tasks_per_node, settings=settings,
-                      vocab_divisible_by=divisible, gpu=gpu, memory_gib=settings.gpu_memory_gib)
-    plan = plan_job(shape, gpu, memory_gib=settings.gpu_memory_gib, reserve_gib=settings.value("reserve_gib"))
+    configs = [job.config]
+    if job.kind == "rl" and job.config.engine.kind == "auto":
+        # the job picks its engine on the node (vllm where installed and it fits, else megatron): its host
+        # memory, warning and runs are sized for the slower of the two, so neither outruns the sbatch file
+        configs = [dataclasses.replace(job.config, engine=dataclasses.replace(job.config.engine, kind=k))
+                   for k in ("vllm", "megatron")]
+    plans = []
+    for config in configs:
+        shape = job_shape(config, job.kind, hf_config, gpus=p.nodes * p.tasks_per_node, settings=settings,
+                          vocab_divisible_by=divisible, gpu=gpu, memory_gib=settings.gpu_memory_gib)
+        plans.append(plan_job(shape, gpu, memory_gib=settings.gpu_memory_gib, reserve_gib=settings.value("reserve_gib")))
+    timed = [pl for pl in plans if pl.time is not None]
+    plan = max(timed, key=lambda pl: pl.worst_time.total) if timed else plans[-1]
     h = host_needs(plan, job.config, p.tasks_per_node)
+    if len(plans) > 1:  # host memory: the larger of the two (vLLM's weights stay on the host while it sleeps)
+        h = max((host_needs(pl, job.config, p.tasks_per_node) for pl in plans), key=lambda x: x.memory_gib_per_node)
     p = dataclasses.replace(p, mem_gib=math.ceil(h.memory_gib_per_node), cpus_per_task=h.cpus_per_task)
     if plan.time is None:
         return p

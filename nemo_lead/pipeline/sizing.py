@@ -34,6 +34,7 @@ class Row:
     gpus: int
     gpu: str
     stage: str
+    engine: str = "auto"  # engine.kind: the recipe's (auto: the plan's faster that fits of vllm and megatron)
 
 
 ROWS = [
@@ -44,6 +45,11 @@ ROWS = [
     *[Row("32B", recipe, "r1-distill-qwen-32b", gpus, gpu, stage)
       for recipe, gpus, gpu in (("lead-32b", 16, "h100"), ("lead-32b-h200", 8, "h200")) for stage in ("sft", "stage1")],
     *[Row("72B", "lead-14b", "qwen2.5-72b", 32, gpu, stage) for gpu in ("h100", "h200") for stage in ("sft", "stage1")],
+    # the same stages with the megatron engine (where vLLM is not installed, or engine.kind=megatron)
+    *[Row("14B", recipe, "r1-distill-qwen-14b", 8, gpu, "stage1", "megatron")
+      for recipe, gpu in (("lead-14b", "h100"), ("lead-14b-h200", "h200"), ("lead-14b", "h20"))],
+    *[Row("32B", recipe, "r1-distill-qwen-32b", gpus, gpu, "stage1", "megatron")
+      for recipe, gpus, gpu in (("lead-32b", 16, "h100"), ("lead-32b-h200", 8, "h200"))],
 ]
 
 
@@ -62,7 +68,7 @@ class Planned:
 def plan_row(row: Row) -> Planned:
     """`row`'s stage as `nemo-lead plan` plans it, with the whole ranking."""
     cfg = PlanConfig(target=row.recipe, stage=row.stage, gpus=row.gpus, paths={"base_model": row.preset},
-                     plan=PlanSettings(gpu=row.gpu))
+                     plan=PlanSettings(gpu=row.gpu), engine={} if row.engine == "auto" else {"kind": row.engine})
     (job,) = jobs_of(cfg)
     hf_config, divisible = hf_config_of(job.config.actor.model)
     g = gpu_named(row.gpu)
@@ -81,7 +87,8 @@ def claim(p: Planned) -> str:
     """The sentence a recipe's comment carries for this GPU and stage: the step (at the stated mean and with
     every response at max_tokens), its rank among the layouts that fit, and the fastest."""
     r, plan = p.row, p.plan
-    head = f"`nemo-lead plan` on {r.gpus} x {r.gpu.upper()}, {r.stage}: "
+    engine = "" if r.engine == "auto" else f" engine.kind={r.engine}"
+    head = f"`nemo-lead plan{engine}` on {r.gpus} x {r.gpu.upper()}, {r.stage}: "
     best = p.ranking.fastest[0] if p.ranking.fastest else None
     if not plan.fits:
         return head + "does not fit" + (f"; the fastest that fits: {layout_name(best.plan)}, {best.seconds:,.0f} s"
@@ -120,18 +127,19 @@ def table_row(p: Planned) -> str:
     fastest = ("none" if best is None else "as shipped" if not best.changes
                else f"{layout_name(best.plan)}: {step_text(best.plan)}; `{overrides(best.changes)}`")
     shown = plan if plan.fits or best is None else best.plan
-    return (f"| {r.label} | {r.gpus} x {r.gpu.upper()} | {r.stage} | {recipe} | {shipped} | {worst} | {rank} | "
-            f"{fastest} | {_memory(shown)} |")
+    engine = "-" if plan.shape.kind == "sft" else (f"auto: {plan.shape.engine}" if r.engine == "auto" else r.engine)
+    return (f"| {r.label} | {r.gpus} x {r.gpu.upper()} | {r.stage} | {recipe} | {engine} | {shipped} | {worst} | "
+            f"{rank} | {fastest} | {_memory(shown)} |")
 
 
 def sizing_table(planned: list[Planned] | None = None) -> str:
     """docs/sizing.md's table, between its markers."""
     planned = planned if planned is not None else [plan_row(r) for r in ROWS]
     lines = [TABLE_BEGIN,
-             "| model | GPUs | stage | recipe | as shipped: layout, step at the stated mean (generation + update + "
-             "refit) | every response at max_tokens | rank of the layouts that fit | the plan's fastest that fits | "
-             "GiB per GPU update / generation; host GiB per node (as shipped, else the fastest) |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+             "| model | GPUs | stage | recipe | engine.kind | as shipped: layout, step at the stated mean (generation + "
+             "update + refit) | every response at max_tokens | rank of the layouts that fit | the plan's fastest that "
+             "fits | GiB per GPU update / generation; host GiB per node (as shipped, else the fastest) |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
              *[table_row(p) for p in planned], TABLE_END]
     return "\n".join(lines) + "\n"
 

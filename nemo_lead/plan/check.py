@@ -22,7 +22,7 @@ from nemo_lead.models.hf_config import read_hf_config
 from nemo_lead.parallel import detect_launch
 
 from .fixes import find_fixes
-from .job import GIB, engine_options, job_shape, plan_job
+from .job import AUTO_KIND, GIB, engine_options, job_shape, plan_job
 from .report import describe
 from .settings import PlanSettings
 from .timing import GPU, gpu_named
@@ -94,13 +94,42 @@ def check_before_start(cfg: Any, kind: str) -> int:
     return report_failures(kind, [failure] if failure else [], settings.check or "error")
 
 
+def resolve_engine_kind_auto(cfg: Any, kind: str = "rl") -> Any:
+    """`cfg` with engine.kind=auto made concrete before an rl job starts, printed once: on a machine with a GPU
+    where vLLM is installed, the faster that fits of vllm and megatron in the plan (`job.auto_engine_kind`);
+    elsewhere megatron."""
+    e = cfg.engine
+    if e.kind != AUTO_KIND:
+        return cfg
+    import importlib.util
+
+    chosen, why = "megatron", "no GPU here" if not torch.cuda.is_available() else "vLLM is not installed"
+    if torch.cuda.is_available() and importlib.util.find_spec("vllm") is not None:
+        settings = getattr(cfg, "plan", None) or PlanSettings()
+        gpu, memory = device_gpu(settings)
+        hf_config, divisible = hf_config_of(cfg.actor.model)
+        shape = job_shape(cfg, kind, hf_config, gpus=gpus_of_job(cfg), settings=settings, vocab_divisible_by=divisible,
+                          gpu=gpu, memory_gib=memory)
+        chosen, why = shape.engine, "the plan's faster that fits on this GPU"
+        if chosen == "vllm" and shape.kv_cache_gib != e.kv_cache_gib:
+            why += f"; its KV pool {shape.kv_cache_gib} GiB, the largest under engine.kv_cache_gib={e.kv_cache_gib} that fits"
+            e = dataclasses.replace(e, kv_cache_gib=shape.kv_cache_gib)
+    cfg.engine = dataclasses.replace(e, kind=chosen)
+    if detect_launch(os.environ).rank == 0:
+        print(f"nemo-lead {kind}: engine.kind=auto -> {chosen} ({why})", file=sys.stderr, flush=True)
+    return cfg
+
+
 def resolve_engine_auto(cfg: Any, kind: str = "rl") -> Any:
     """`cfg` with engine.tp / engine.pp `auto` replaced by the layout chosen for this job (printed once):
     on GPUs the plan's fastest that fits of the engine at the actor's layout and the engine replicas at one
     stage and a TP dividing actor.tp (`nemo_lead.plan.job.auto_engine_layout`); without a GPU, the split
     layout, engine.kind=trtllm or an actor at TP1 x PP1, the actor's (a CPU job's memory is the host's: a
     copy is asked for explicitly), or the first layout the keys set allow when that is not the actor's."""
+    cfg = resolve_engine_kind_auto(cfg, kind)
     e = cfg.engine
+    if e.kind == "vllm":  # one layout: the actor's TP at one stage (`nemo_lead.generation.engine.vllm_layout`)
+        return cfg
     if "auto" not in (str(e.tp), str(e.pp)):
         return cfg
     settings = getattr(cfg, "plan", None) or PlanSettings()

@@ -50,6 +50,7 @@ from .timing import (
 )
 
 GIB = 1 << 30
+AUTO_KIND = "auto"  # engine.kind: chosen by the plan (`auto_engine_kind`), as `nemo_lead.generation.engine` says
 KV_GIB = 2**30  # engine.kv_cache_gib's unit (`nemo_lead.generation.kv_budget.GIB`)
 # the actor's token budget per micro-batch on a GPU when actor.micro_batch_tokens is None
 # (`nemo_lead.training.actor_config.GPU_MICRO_BATCH_TOKENS`; the plans are for GPUs)
@@ -131,6 +132,9 @@ def job_shape(cfg: Any, kind: str, hf_config: dict, *, gpus: int, settings: Plan
     )
     if kind == "sft":
         return JobShape(**common, longest=cfg.data.max_seq_len, sequences=cfg.global_batch)
+    if cfg.engine.kind == AUTO_KIND:  # on `gpu`: the faster that fits of vllm and megatron; else megatron
+        return auto_engine_kind(cfg, hf_config, gpus=gpus, settings=settings, vocab_divisible_by=vocab_divisible_by,
+                                gpu=gpu, memory_gib=memory_gib)
     r, e = cfg.rollout, cfg.engine
     prompt_tokens = settings.value("prompt_tokens")
     # vllm always decodes on a copy of its own (replicas of engine.tp ranks at one stage); megatron only over a
@@ -155,6 +159,36 @@ def job_shape(cfg: Any, kind: str, hf_config: dict, *, gpus: int, settings: Plan
     if options:  # auto: the plan's choice on a GPU, else the first allowed (the actor's layout where it is)
         shape = dataclasses.replace(shape, engine_tp1=options[0][0], engine_tp=options[0][1])
     return shape
+
+
+def auto_engine_kind(cfg: Any, hf_config: dict, *, gpus: int, settings: PlanSettings, vocab_divisible_by: int,
+                     gpu: GPU | None, memory_gib: float | None, kinds: tuple[str, ...] = ("vllm", "megatron")) -> JobShape:
+    """engine.kind=auto planned: of `kinds` (vllm first: the GPU default where it is installed), the shape whose
+    plan on `gpu` fits with the shortest step, the first on a tie; the last (megatron) without a `gpu` or when
+    none fits (the check before start then says what to change). vllm takes engine.kv_cache_gib as a cap: its
+    largest pool under it that fits beside its weights."""
+    shapes = []
+    for kind in kinds:
+        one = dataclasses.replace(cfg, engine=dataclasses.replace(cfg.engine, kind=kind))
+        shapes.append(job_shape(one, "rl", hf_config, gpus=gpus, settings=settings,
+                                vocab_divisible_by=vocab_divisible_by, gpu=gpu, memory_gib=memory_gib))
+    if gpu is None:
+        return shapes[-1]
+    from .fixes import fit_generation
+
+    def evaluate(sh: JobShape) -> JobPlan:
+        return plan_job(sh, gpu, memory_gib=memory_gib, reserve_gib=settings.value("reserve_gib"))
+
+    plans = []
+    for sh in shapes:
+        plan = evaluate(sh)
+        if sh.engine == "vllm" and not plan.fits and sh.kv_cache_gib is not None:
+            # vLLM allocates its pool whole beside its own weights: engine.kv_cache_gib is then a cap, and the
+            # largest pool under it that fits is taken (the job's start says so)
+            plan = fit_generation(sh, plan, evaluate, cap_gib=sh.kv_cache_gib) or plan
+        plans.append(plan)
+    best = faster_plan(plans)
+    return best.shape if best is not None else shapes[-1]
 
 
 def mean_response(settings: PlanSettings, max_tokens: int) -> Optional[float]:

@@ -47,7 +47,8 @@ def overrides(changes: dict[str, Any], prefix: str = "") -> str:
 
 def layout_name(plan: JobPlan) -> str:
     s = plan.shape
-    return f"tp {s.tp} pp {s.pp} dp {s.dp}" + (f", engine tp {s.engine_tp} x {s.gpus // s.engine_tp}" if s.engine_tp1 else "")
+    engine = "vllm" if s.engine == "vllm" else "engine"
+    return f"tp {s.tp} pp {s.pp} dp {s.dp}" + (f", {engine} tp {s.engine_tp} x {s.gpus // s.engine_tp}" if s.engine_tp1 else "")
 
 
 def step_text(plan: JobPlan) -> str:
@@ -138,8 +139,10 @@ def describe(name: str, plan: JobPlan, fixes: list[Fix], prefix: str = "", ranki
                      f"generation {t.generation:,.0f} s + update {t.update:,.0f} s + refit/offload {t.refit:,.0f} s "
                      f"= {t.total:,.0f} s; every response at max_tokens (the worst case): {w.total:,.0f} s")
     if plan.host_bytes_per_node:
+        what = ("pinned optimizer copies" if s.engine != "vllm" else
+                "vLLM's sleeping weights" + (" and pinned optimizer copies" if s.offload else ""))
         lines.append(f"  host memory per node while generating: {plan.host_bytes_per_node / GIB:,.1f} GiB "
-                     f"(pinned optimizer copies of {min(s.gpus, GPUS_PER_NODE)} ranks)")
+                     f"({what} of {min(s.gpus, GPUS_PER_NODE)} ranks)")
     if not plan.fits:
         if not fixes:
             lines.append("  no change of the settings searched makes it fit: more GPUs, or GPUs with more memory")

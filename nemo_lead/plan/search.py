@@ -6,7 +6,8 @@
 Searched: the layout (`actor.tp` within a node, `actor.pp` dividing the layers, the rest of the GPUs
 data-parallel: `fixes.layouts_of`), `actor.sequence_parallel` (TP > 1), activation recomputation (none,
 selective, full with one layer per chunk), `actor.optim.use_distributed_optimizer` (DP > 1) and, for RL,
-`actor.offload_during_generation`, each on and off; for the megatron engine each of these also with the
+`actor.offload_during_generation`, each on and off (engine.kind=vllm: its engine at each layout's TP, one
+stage, a copy of its own); for the megatron and vllm engines each of these also with the
 largest KV budget (`engine.kv_cache_gib`) that fits, at most what all of a replica's rows need at full length,
 and over an actor at TP or PP > 1 the engine both at the actor's layout and with a copy of its own at every
 TP b dividing the actor's, one stage (engine.tp=b engine.pp=1: b = 1 is a copy per GPU; `JobShape.engine_tp1`,
@@ -113,7 +114,10 @@ def shapes_searched(base: JobShape) -> list[JobShape]:
         if (sp and tp == 1) or (distributed != base.distributed_optimizer and dp == 1) or (engine_tp1 and tp * pp == 1):
             continue
         # a copy of its own at every engine TP b dividing the actor's (b < tp x pp: not the actor's layout)
-        for engine_tp in [b for b in range(1, tp + 1) if tp % b == 0 and b < tp * pp] if engine_tp1 else [1]:
+        engine_tps = [b for b in range(1, tp + 1) if tp % b == 0 and b < tp * pp] if engine_tp1 else [1]
+        if base.engine == "vllm":  # vLLM: always its own copy, at the actor's TP and one stage (`vllm_layout`)
+            engine_tp1, engine_tps = True, [tp]
+        for engine_tp in engine_tps:
             out.append(dataclasses.replace(base, tp=tp, pp=pp, sequence_parallel=sp, recompute=recompute,
                                            distributed_optimizer=distributed, offload=offload, engine_tp1=engine_tp1,
                                            engine_tp=engine_tp))
@@ -124,7 +128,7 @@ def _variants(s: JobShape, evaluate: Callable[[JobShape], JobPlan]) -> list[JobP
     """`s` as set, and (megatron engine) with the largest KV budget that fits, when that admits more rows."""
     plan = evaluate(s)
     out = [plan]
-    if s.kind == "rl" and s.engine == "megatron" and not (s.kv_cache_gib is None and plan.fits):
+    if s.kind == "rl" and s.engine in ("megatron", "vllm") and not (s.kv_cache_gib is None and plan.fits):
         fitted = fit_generation(s, plan, evaluate, cap_gib=needed_budget_gib(s))
         if fitted is not None and fitted.shape != s:
             out.append(fitted)

@@ -317,8 +317,8 @@ def _preflight(cfg: RLConfig) -> None:
 
 def run_rl(cfg: RLConfig) -> int:
     """`nemo-lead rl`: the exit status (0 done or stopped by a signal after a checkpoint)."""
-    cfg.engine = resolve_engine_kind(cfg.engine)  # engine.kind auto: vllm on GPUs where installed, printed
-    cfg = resolve_engine_auto(cfg, "rl")  # engine.tp / engine.pp auto: the plan's choice, printed
+    cfg = resolve_engine_auto(cfg, "rl")  # engine.kind / engine.tp / engine.pp auto: the plan's choice, printed
+    cfg.engine = resolve_engine_kind(cfg.engine)  # vllm: its one layout for the auto keys left
     if check_before_start(cfg, "rl"):  # on GPUs: a layout that cannot fit stops here, saying what to change
         return 2
     ranks = cfg.actor.tp * cfg.actor.pp + cfg.rollout.generator_ranks

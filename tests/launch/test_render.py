@@ -200,8 +200,8 @@ def test_command_needs_a_run_folder_and_an_existing_config(tmp_path):
 
 
 @pytest.mark.parametrize("argv, hint", [
-    (["submit", "lead14b", "--dry-run"], "did you mean 'lead-14b' or 'lead-14b-h200'?); the recipes: ablation-7b-grpo"),
-    (["plan", "lead14b", "--gpus", "8"], "did you mean 'lead-14b' or 'lead-14b-h200'?); the recipes: ablation-7b-grpo"),
+    (["submit", "lead14b", "--dry-run"], "did you mean 'lead-14b' or 'lead-14b-h200'"),
+    (["plan", "lead14b", "--gpus", "8"], "did you mean 'lead-14b' or 'lead-14b-h200'"),
     (["submit", "lead-14b", "--partitoin", "batch"], "--partitoin: did you mean --partition?"),
     (["submit", "lead-14b", "--contaner-image=x"], "--contaner-image=x: did you mean --container-image or"),
     (["plan", "lead-14b", "--gpus", "8", "--gpu-memroy-gib", "80"], "did you mean --gpu-memory-gib?"),

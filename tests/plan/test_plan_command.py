@@ -5,6 +5,7 @@ by patching `torch.cuda.is_available` and the device's kind and memory (`nemo_le
 """
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -21,8 +22,11 @@ UNFIT = ["stages.stage1.actor.sequence_parallel=false", "stages.stage1.actor.off
 
 
 def _plan(tmp_path, *args):
+    """`nemo-lead plan ARGS --json`: a recipe's RL stages with the megatron engine, whose figures these tests
+    compute (the recipes take engine.kind=auto: tests/plan/test_vllm_plan.py)."""
     out = tmp_path / "plan.json"
-    rc = main(["plan", *args, "--json", str(out)])
+    recipe = bool(args) and not args[0].startswith("-") and not Path(args[0]).exists()
+    rc = main(["plan", *args, *(["engine.kind=megatron"] if recipe else []), "--json", str(out)])
     return rc, json.loads(out.read_text())
 
 

@@ -3,6 +3,7 @@ continuous batch, the worst case beside it, the engine stages (distill, eval), t
 no time for a layout that does not fit."""
 
 import json
+from pathlib import Path
 import math
 
 import pytest
@@ -24,8 +25,11 @@ R14B = "paths.base_model=r1-distill-qwen-14b"
 
 
 def _plan(tmp_path, *args):
+    """`nemo-lead plan ARGS --json`: a recipe's RL stages with the megatron engine, whose figures these tests
+    compute (the recipes take engine.kind=auto: tests/plan/test_vllm_plan.py)."""
     out = tmp_path / "plan.json"
-    rc = main(["plan", *args, "--json", str(out)])
+    recipe = bool(args) and not args[0].startswith("-") and not Path(args[0]).exists()
+    rc = main(["plan", *args, *(["engine.kind=megatron"] if recipe else []), "--json", str(out)])
     return rc, json.loads(out.read_text())
 
 

@@ -7,6 +7,7 @@ layout's changes again.
 
 import dataclasses
 import json
+from pathlib import Path
 
 import pytest
 
@@ -78,8 +79,11 @@ def test_the_largest_useful_kv_budget_holds_a_replicas_rows_at_full_length(shape
 
 
 def _plan(tmp_path, *args):
+    """`nemo-lead plan ARGS --json`: a recipe's RL stages with the megatron engine, whose figures these tests
+    compute (the recipes take engine.kind=auto: tests/plan/test_vllm_plan.py)."""
     out = tmp_path / "plan.json"
-    rc = main(["plan", *args, "--json", str(out)])
+    recipe = bool(args) and not args[0].startswith("-") and not Path(args[0]).exists()
+    rc = main(["plan", *args, *(["engine.kind=megatron"] if recipe else []), "--json", str(out)])
     return rc, json.loads(out.read_text())
 
 
