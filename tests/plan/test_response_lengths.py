@@ -3,8 +3,8 @@ continuous batch, the worst case beside it, the engine stages (distill, eval), t
 no time for a layout that does not fit."""
 
 import json
-from pathlib import Path
 import math
+from pathlib import Path
 
 import pytest
 
