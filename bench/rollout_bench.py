@@ -73,16 +73,23 @@ def run_megatron(model, prompts, n, new_tokens, eos, seed):
     return sum(r.num_tokens for r in rollouts), time.perf_counter() - t
 
 
-def run_transformers(hf, prompts, n, new_tokens, eos, pad, seed):
-    """transformers' generate with its KV cache, prompts left-padded, the same sampling (T = 1, no top-k/p)."""
-    from transformers import GenerationConfig
-
+def left_padded(prompts: list[list[int]], pad: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Token ids [batch, longest] padded on the left with `pad`, and the attention mask (transformers' generate)."""
     width = max(len(p) for p in prompts)
     ids = torch.full((len(prompts), width), pad, dtype=torch.long)
     mask = torch.zeros_like(ids)
     for i, p in enumerate(prompts):
         ids[i, width - len(p):] = torch.tensor(p)
         mask[i, width - len(p):] = 1
+    return ids, mask
+
+
+def run_transformers(hf, prompts, n, new_tokens, eos, pad, seed):
+    """transformers' generate with its KV cache, prompts left-padded, the same sampling (T = 1, no top-k/p)."""
+    from transformers import GenerationConfig
+
+    ids, mask = left_padded(prompts, pad)
+    width = ids.shape[1]
     cfg = GenerationConfig(do_sample=True, temperature=1.0, top_k=0, top_p=1.0, max_new_tokens=new_tokens,
                            num_return_sequences=n, eos_token_id=eos, pad_token_id=pad, use_cache=True)
     torch.manual_seed(seed)

@@ -34,12 +34,10 @@ def _timed(fn):
 
 
 def _transformers_greedy(hf, prompts, new_tokens, pad):
-    width = max(len(p) for p in prompts)
-    ids = torch.full((len(prompts), width), pad, dtype=torch.long)
-    mask = torch.zeros_like(ids)
-    for i, p in enumerate(prompts):
-        ids[i, width - len(p):] = torch.tensor(p)
-        mask[i, width - len(p):] = 1
+    from rollout_bench import left_padded
+
+    ids, mask = left_padded(prompts, pad)
+    width = ids.shape[1]
     with torch.no_grad():
         out = hf.generate(input_ids=ids, attention_mask=mask, do_sample=False, max_new_tokens=new_tokens,
                           min_new_tokens=new_tokens, pad_token_id=pad, eos_token_id=None)

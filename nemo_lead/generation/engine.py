@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
+import torch
+
 from nemo_lead.models import tokenizer_files
 from nemo_lead.parallel.layout import engine_layouts
 
@@ -222,8 +224,6 @@ def resolve_engine_kind(cfg: EngineConfig) -> EngineConfig:
                                    pp="1" if str(cfg.pp) == AUTO else cfg.pp)
     if cfg.kind != AUTO_KIND:
         return cfg
-    import torch
-
     if not torch.cuda.is_available():
         kind, why = "megatron", "no GPU here"
     else:

@@ -101,6 +101,31 @@ class RolloutEngine(Protocol):
         """Restore what `sleep` freed, before the next `generate`."""
 
 
+def refuse(engine: str, reasons: list[str]) -> None:
+    """ValueError naming every sampling parameter the `engine` engine cannot honour (`reasons`: its own list,
+    empty when it samples exactly the distribution `SamplingParams` defines)."""
+    if reasons:
+        raise ValueError(f"the '{engine}' engine cannot honour these sampling parameters: " + "; ".join(reasons))
+
+
+def completions(outputs: list[Any], params: SamplingParams, engine: str, first_prompt_index: int = 0):
+    """(prompt index, sample index, "prompt P, sample S" for messages, the completion, its token ids) of an
+    engine's request outputs, one request per sample in prompt-major order (the vllm and trtllm engines'
+    `RequestOutput`s: `.outputs[0]` with `token_ids` and `finish_reason`), each checked: a multiple of n
+    requests, one completion each, finished on "stop" or "length". `engine` names the library in errors."""
+    if len(outputs) % params.n:
+        raise ValueError(f"{engine} returned {len(outputs)} requests, not a multiple of n = {params.n}")
+    for k, request in enumerate(outputs):
+        prompt, sample = first_prompt_index + k // params.n, k % params.n
+        where = f"prompt {prompt}, sample {sample}"
+        if len(request.outputs) != 1:
+            raise ValueError(f"{where}: {engine} returned {len(request.outputs)} completions for one request")
+        c = request.outputs[0]
+        if c.finish_reason not in FINISH_REASONS:
+            raise ValueError(f"{where}: unfinished sample (finish_reason {c.finish_reason!r})")
+        yield prompt, sample, where, c, [int(t) for t in c.token_ids]
+
+
 def check_prompts(prompt_token_ids: list[list[int]], vocab_size: int | None = None) -> None:
     """Raise ValueError naming the first bad prompt: an empty list of prompts, an empty prompt, or a token id
     outside the vocabulary. Shared by the engines so they fail the same way."""

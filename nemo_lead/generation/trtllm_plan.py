@@ -45,7 +45,7 @@ from typing import Any
 import torch
 from packaging.version import InvalidVersion, Version
 
-from .params import Rollout, SamplingParams
+from .params import Rollout, SamplingParams, completions, refuse
 from .streams import sample_seed
 
 SUPPORTED_VERSIONS = ("1.2.0", "1.3.0")  # [low, high): the TensorRT-LLM releases this engine is written for
@@ -233,9 +233,7 @@ def unsupported(params: SamplingParams) -> list[str]:
 
 def refuse_unsupported(params: SamplingParams) -> None:
     """ValueError naming every parameter of `params` the engine cannot honour."""
-    reasons = unsupported(params)
-    if reasons:
-        raise ValueError("the 'trtllm' engine cannot honour these sampling parameters: " + "; ".join(reasons))
+    refuse("trtllm", unsupported(params))
 
 
 def wants_logprobs(params: SamplingParams) -> bool:
@@ -294,20 +292,10 @@ def sampled_logprobs(entries: list[Any], tokens: list[int], where: str) -> list[
 
 def rollouts_from_outputs(outputs: list[Any], params: SamplingParams, first_prompt_index: int = 0) -> list[Rollout]:
     """`RequestOutput`s of `trtllm_requests` (one request per sample, in order) -> Rollouts."""
-    if len(outputs) % params.n:
-        raise ValueError(f"TensorRT-LLM returned {len(outputs)} requests, not a multiple of n = {params.n}")
     stops = set(params.stop_token_ids)
     with_logprobs = wants_logprobs(params)
     rollouts = []
-    for k, request in enumerate(outputs):
-        prompt, sample = first_prompt_index + k // params.n, k % params.n
-        where = f"prompt {prompt}, sample {sample}"
-        if len(request.outputs) != 1:
-            raise ValueError(f"{where}: TensorRT-LLM returned {len(request.outputs)} completions for one request")
-        c = request.outputs[0]
-        if c.finish_reason not in ("stop", "length"):
-            raise ValueError(f"{where}: unfinished sample (finish_reason {c.finish_reason!r})")
-        tokens = [int(t) for t in c.token_ids]
+    for prompt, sample, where, c, tokens in completions(outputs, params, "TensorRT-LLM", first_prompt_index):
         stop_reason = getattr(c, "stop_reason", None)
         stripped = c.finish_reason == "stop" and (not tokens or tokens[-1] not in stops) and stop_reason in stops
         if with_logprobs:

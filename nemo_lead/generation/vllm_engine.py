@@ -40,6 +40,7 @@ import os
 import random
 import sys
 import tempfile
+import time
 import warnings
 import weakref
 from pathlib import Path
@@ -226,8 +227,6 @@ class VllmEngine:
     def refit(self, actor: Any, version: int | None = None) -> None:
         """Load the actor's current weights in place (module docstring). Collective: every rank of the job
         calls it. `version`: the optimizer step of these weights (None: one more than the last)."""
-        import time
-
         t0 = time.monotonic()
         finish_param_gather(actor)
         self.model = resolve_model(actor)

@@ -49,7 +49,7 @@ from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
-from .params import Rollout, SamplingParams
+from .params import Rollout, SamplingParams, completions, refuse
 from .streams import sample_seed
 
 SUPPORTED_VERSIONS = ("0.32.0", "0.33.0")  # [low, high): the vLLM releases this engine is written for
@@ -155,9 +155,7 @@ def unsupported(params: SamplingParams) -> list[str]:
 
 def refuse_unsupported(params: SamplingParams) -> None:
     """ValueError naming every parameter of `params` the engine cannot honour."""
-    reasons = unsupported(params)
-    if reasons:
-        raise ValueError("the 'vllm' engine cannot honour these sampling parameters: " + "; ".join(reasons))
+    refuse("vllm", unsupported(params))
 
 
 def vllm_requests(params: SamplingParams, first_prompt_index: int, num_prompts: int,
@@ -191,19 +189,9 @@ def _sampled_logprob(entry: Any, token: int, where: str) -> float:
 def rollouts_from_outputs(outputs: list[Any], params: SamplingParams, first_prompt_index: int = 0) -> list[Rollout]:
     """vLLM's `RequestOutput`s of `vllm_requests` (one request per sample, in order) -> Rollouts, every
     log-prob checked (module docstring for what they are)."""
-    if len(outputs) % params.n:
-        raise ValueError(f"vLLM returned {len(outputs)} requests, not a multiple of n = {params.n}")
     stops = set(params.stop_token_ids)
     rollouts = []
-    for k, request in enumerate(outputs):
-        prompt, sample = first_prompt_index + k // params.n, k % params.n
-        where = f"prompt {prompt}, sample {sample}"
-        if len(request.outputs) != 1:
-            raise ValueError(f"{where}: vLLM returned {len(request.outputs)} completions for one request")
-        c = request.outputs[0]
-        if c.finish_reason not in ("stop", "length"):
-            raise ValueError(f"{where}: unfinished sample (finish_reason {c.finish_reason!r})")
-        tokens = [int(t) for t in c.token_ids]
+    for prompt, sample, where, c, tokens in completions(outputs, params, "vLLM", first_prompt_index):
         if c.finish_reason == "stop" and (not tokens or tokens[-1] not in stops):
             raise ValueError(f"{where}: vLLM stopped without one of the stop tokens {sorted(stops)} at the end")
         entries = list(c.logprobs or [])

@@ -10,6 +10,7 @@ on; `plan.check=off` skips it). Jobs on CPUs are not checked: their memory is th
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import json
 import os
 import sys
@@ -101,8 +102,6 @@ def resolve_engine_kind_auto(cfg: Any, kind: str = "rl") -> Any:
     e = cfg.engine
     if e.kind != AUTO_KIND:
         return cfg
-    import importlib.util
-
     chosen, why = "megatron", "no GPU here" if not torch.cuda.is_available() else "vLLM is not installed"
     if torch.cuda.is_available() and importlib.util.find_spec("vllm") is not None:
         settings = getattr(cfg, "plan", None) or PlanSettings()

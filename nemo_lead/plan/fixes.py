@@ -15,12 +15,11 @@ from __future__ import annotations
 import dataclasses
 import functools
 import itertools
-import math
 from dataclasses import dataclass
 from typing import Any
 
 from .activations import Recompute
-from .job import GPUS_PER_NODE, KV_GIB, JobPlan, JobShape, plan_job
+from .job import GPUS_PER_NODE, JobPlan, JobShape, fit_generation, plan_job
 from .timing import GPU
 
 FULL = Recompute("full", "uniform", 1)
@@ -76,23 +75,6 @@ def changes_of(base: JobShape, s: JobShape) -> dict[str, Any]:
 def change_count(changes: dict[str, Any]) -> int:
     """Settings changed, counting a recomputation setting once (and the engine layout's two keys once)."""
     return len([k for k in changes if k not in ("actor.recompute_method", "actor.recompute_num_layers", "engine.pp")])
-
-
-def fit_generation(s: JobShape, plan: JobPlan, evaluate, cap_gib: float | None = None) -> JobPlan | None:
-    """`plan` with the largest engine KV budget (`engine.kv_cache_gib`, GiB per rank, at most `cap_gib`) that
-    fits what the generation phase leaves (None when nothing fits, or the update does not)."""
-    if s.kind != "rl" or plan.left("update") < 0:
-        return None
-    g = plan.phases["generation"]
-    budget = math.floor((plan.usable_bytes - (plan.total("generation") - g["kv_cache"])) / KV_GIB * 10) / 10
-    if cap_gib is not None:
-        budget = min(budget, cap_gib)
-    while budget > 0:
-        fitted = evaluate(dataclasses.replace(s, kv_cache_gib=budget))
-        if fitted.fits:
-            return fitted
-        budget = round(budget - 0.5, 1)  # the temporaries grow with the rows the budget admits
-    return None
 
 
 def find_fixes(base: JobShape, gpu: GPU, *, memory_gib: float | None, reserve_gib: float, limit: int = 5) -> list[Fix]:

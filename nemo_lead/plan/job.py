@@ -174,8 +174,6 @@ def auto_engine_kind(cfg: Any, hf_config: dict, *, gpus: int, settings: PlanSett
                                 vocab_divisible_by=vocab_divisible_by, gpu=gpu, memory_gib=memory_gib))
     if gpu is None:
         return shapes[-1]
-    from .fixes import fit_generation
-
     def evaluate(sh: JobShape) -> JobPlan:
         return plan_job(sh, gpu, memory_gib=memory_gib, reserve_gib=settings.value("reserve_gib"))
 
@@ -409,3 +407,20 @@ def _time(s: JobShape, gpu: GPU, tokens: int, mbs: int, rows: int, phases, mean:
 
 def with_changes(s: JobShape, **changes: Any) -> JobShape:
     return dataclasses.replace(s, **changes)
+
+
+def fit_generation(s: JobShape, plan: JobPlan, evaluate, cap_gib: float | None = None) -> JobPlan | None:
+    """`plan` with the largest engine KV budget (`engine.kv_cache_gib`, GiB per rank, at most `cap_gib`) that
+    fits what the generation phase leaves (None when nothing fits, or the update does not)."""
+    if s.kind != "rl" or plan.left("update") < 0:
+        return None
+    g = plan.phases["generation"]
+    budget = math.floor((plan.usable_bytes - (plan.total("generation") - g["kv_cache"])) / KV_GIB * 10) / 10
+    if cap_gib is not None:
+        budget = min(budget, cap_gib)
+    while budget > 0:
+        fitted = evaluate(dataclasses.replace(s, kv_cache_gib=budget))
+        if fitted.fits:
+            return fitted
+        budget = round(budget - 0.5, 1)  # the temporaries grow with the rows the budget admits
+    return None

@@ -4,11 +4,10 @@ No GPU and no weights: the models are conf/model presets. GPUs are made to appea
 by patching `torch.cuda.is_available` and the device's kind and memory (`nemo_lead.plan.check.device_gpu`).
 """
 
-import json
-from pathlib import Path
 
 import pytest
 import torch
+from plan_cli import plan_json
 
 from nemo_lead.cli import main
 from nemo_lead.config import load_config
@@ -21,13 +20,7 @@ UNFIT = ["stages.stage1.actor.sequence_parallel=false", "stages.stage1.actor.off
          "stages.stage1.engine.kv_cache_gib=null"]
 
 
-def _plan(tmp_path, *args):
-    """`nemo-lead plan ARGS --json`: a recipe's RL stages with the megatron engine, whose figures these tests
-    compute (the recipes take engine.kind=auto: tests/plan/test_vllm_plan.py)."""
-    out = tmp_path / "plan.json"
-    recipe = bool(args) and not args[0].startswith("-") and not Path(args[0]).exists()
-    rc = main(["plan", *args, *(["engine.kind=megatron"] if recipe else []), "--json", str(out)])
-    return rc, json.loads(out.read_text())
+_plan = plan_json
 
 
 def test_the_14b_recipe_fits_8_h100_and_its_numbers_are_the_hand_computed_ones(tmp_path):

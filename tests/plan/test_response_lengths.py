@@ -2,11 +2,10 @@
 continuous batch, the worst case beside it, the engine stages (distill, eval), the paper's GPU and figure, and
 no time for a layout that does not fit."""
 
-import json
 import math
-from pathlib import Path
 
 import pytest
+from plan_cli import plan_json
 
 from nemo_lead.cli import main
 from nemo_lead.models.hf_config import arch_from_hf, read_hf_config
@@ -24,13 +23,7 @@ from nemo_lead.plan.timing import (
 R14B = "paths.base_model=r1-distill-qwen-14b"
 
 
-def _plan(tmp_path, *args):
-    """`nemo-lead plan ARGS --json`: a recipe's RL stages with the megatron engine, whose figures these tests
-    compute (the recipes take engine.kind=auto: tests/plan/test_vllm_plan.py)."""
-    out = tmp_path / "plan.json"
-    recipe = bool(args) and not args[0].startswith("-") and not Path(args[0]).exists()
-    rc = main(["plan", *args, *(["engine.kind=megatron"] if recipe else []), "--json", str(out)])
-    return rc, json.loads(out.read_text())
+_plan = plan_json
 
 
 def test_lengths_keep_the_stated_mean_and_reach_near_max_tokens():

@@ -6,10 +6,9 @@ layout's changes again.
 """
 
 import dataclasses
-import json
-from pathlib import Path
 
 import pytest
+from plan_cli import plan_json
 
 from nemo_lead.cli import main
 from nemo_lead.models import arch_from_hf, read_hf_config
@@ -78,13 +77,7 @@ def test_the_largest_useful_kv_budget_holds_a_replicas_rows_at_full_length(shape
     assert needed_budget_gib(dataclasses.replace(shape, tp=2, max_batch_size=17)) == 24.0
 
 
-def _plan(tmp_path, *args):
-    """`nemo-lead plan ARGS --json`: a recipe's RL stages with the megatron engine, whose figures these tests
-    compute (the recipes take engine.kind=auto: tests/plan/test_vllm_plan.py)."""
-    out = tmp_path / "plan.json"
-    recipe = bool(args) and not args[0].startswith("-") and not Path(args[0]).exists()
-    rc = main(["plan", *args, *(["engine.kind=megatron"] if recipe else []), "--json", str(out)])
-    return rc, json.loads(out.read_text())
+_plan = plan_json
 
 
 def test_the_14b_stage_on_8_h200_ranks_the_engine_at_tp1_first_and_says_how_much_slower_tp8_is(tmp_path, capsys):

@@ -6,10 +6,10 @@ every generating stage, the assumption named in the text and the JSON."""
 import json
 
 import pytest
+from test_engine_auto import HF14B, R14B  # the 14B RL stage at TP8 (its 28 GiB KV budget overridden below)
 
 from nemo_lead.cli import main
 from nemo_lead.config import load_config
-from nemo_lead.models import read_hf_config
 from nemo_lead.plan.job import GIB, job_shape, plan_job
 from nemo_lead.plan.parameters import parameter_count
 from nemo_lead.plan.settings import PlanSettings
@@ -23,10 +23,6 @@ from nemo_lead.plan.timing import (
 from nemo_lead.training.rl_config import RLConfig
 
 H100 = gpu_named("h100")
-HF14B = read_hf_config("r1-distill-qwen-14b")
-R14B = ["out=x", "data.path=x", "steps=1", "actor.model=r1-distill-qwen-14b", "actor.tp=8", "rollout.n=8",
-        "prompts_per_step=32", "rollout.max_tokens=14336", "actor.offload_during_generation=true",
-        "actor.sequence_parallel=true"]
 
 
 def _plan(*extra):
@@ -54,7 +50,7 @@ def test_vllm_memory_by_hand():
 
 
 def test_vllm_pool_from_the_memory_fraction():
-    s, plan = _plan("engine.kind=vllm", "engine.vllm.gpu_memory_utilization=0.8")
+    s, plan = _plan("engine.kind=vllm", "engine.kv_cache_gib=null", "engine.vllm.gpu_memory_utilization=0.8")
     gen = plan.phases["generation"]
     memory = int(H100.memory_gib * GIB)
     # the pool is what 0.8 of the GPU leaves after vLLM's weights, graphs and decode temporaries (those of the
