@@ -129,14 +129,15 @@ def _keeping_default_group():
 
 
 def _shutdown(core) -> None:
-    """vLLM's in-process engine core shut down, the job's process group kept; at interpreter exit (the
-    finalizer), after the job destroyed its groups, what is left to tear down may already be gone."""
+    """vLLM's in-process engine core shut down, the job's process group kept; after the job destroyed its
+    groups (an error path, or the exit-time finalizer), vLLM's own are gone with them."""
     with _keeping_default_group():
         try:
             core.shutdown()
         except (ValueError, RuntimeError):
-            if not sys.is_finalizing():
-                raise
+            if dist.is_initialized() and not sys.is_finalizing():
+                raise  # the job's groups still stand: a real failure
+            # otherwise vLLM's groups went with the job's: nothing of them is left to tear down
 
 
 _said: set[str] = set()

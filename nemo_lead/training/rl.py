@@ -296,6 +296,8 @@ def rl_job(cfg: RLConfig) -> None:
             if end_of_step(run, s.loop_state):
                 stopped = True
                 break
+        if hasattr(ctx.engine, "close"):  # vllm: its memory and groups go before the final save and teardown
+            ctx.engine.close()
         finish_run(run, s.loop_state, stopped)
         s.batches.close()
     except BaseException:
