@@ -25,11 +25,11 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from .config import ConfigError, load_config, to_yaml
-from .config_reference import ReferenceConfig, explain, write_reference
-from .procs import forked_children_die_with_us
-from .quiet import hide_import_noise
-from .runtime.signals import hold_stop_signals, release_stop_signals
+from nemo_lead.config import ConfigError, load_config, to_yaml
+from nemo_lead.config_reference import ReferenceConfig, explain, write_reference
+from nemo_lead.procs import forked_children_die_with_us
+from nemo_lead.quiet import hide_import_noise
+from nemo_lead.runtime.signals import hold_stop_signals, release_stop_signals
 
 
 @dataclass(frozen=True)

@@ -37,8 +37,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from nemo_lead.dotted import lookup
-
-from .files import write_atomic
+from nemo_lead.files import write_atomic
 
 T = TypeVar("T")
 

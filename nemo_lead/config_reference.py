@@ -30,8 +30,8 @@ from typing import Any, Optional
 
 from omegaconf import OmegaConf
 
-from .config import field_type, key_rules
-from .dotted import lookup
+from nemo_lead.config import field_type, key_rules
+from nemo_lead.dotted import lookup
 
 REGENERATE = "nemo-lead config --markdown --out docs/config.md"
 

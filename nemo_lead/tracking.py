@@ -24,8 +24,8 @@ from typing import Any, Optional
 
 from omegaconf import OmegaConf
 
-from .config import setting
-from .files import write_json
+from nemo_lead.config import setting
+from nemo_lead.files import write_json
 
 ID_FILE = "wandb.json"  # in the run folder: {"id", "project", "entity"} of its W&B run
 WANDB_MODES = ("online", "offline")

@@ -6,12 +6,12 @@ normalisation and Sec. 3.3 difficulty-aware reweighting), `filters` (which group
 clipped surrogate and its aggregation), `config` (`LeadConfig` and its presets).
 """
 
-from .advantages import compute_advantages, difficulty_weight
-from .config import PRESETS, LeadConfig
-from .filters import group_keep_mask, overlong_keep_mask
-from .loss import loss_denominator, policy_loss
-from .outcome import Outcome, outcome_label
-from .rewards import shape_rewards
+from nemo_lead.algorithms.advantages import compute_advantages, difficulty_weight
+from nemo_lead.algorithms.config import PRESETS, LeadConfig
+from nemo_lead.algorithms.filters import group_keep_mask, overlong_keep_mask
+from nemo_lead.algorithms.loss import loss_denominator, policy_loss
+from nemo_lead.algorithms.outcome import Outcome, outcome_label
+from nemo_lead.algorithms.rewards import shape_rewards
 
 __all__ = [
     "PRESETS",

@@ -28,12 +28,12 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from .checks import check_batch
-from .groups import Groups
-from .outcome import Outcome
+from nemo_lead.algorithms.checks import check_batch
+from nemo_lead.algorithms.groups import Groups
+from nemo_lead.algorithms.outcome import Outcome
 
 if TYPE_CHECKING:  # the config derives its accepted names from the registries below
-    from .config import LeadConfig
+    from nemo_lead.algorithms.config import LeadConfig
 
 
 def difficulty_weight(rho: torch.Tensor, cfg: LeadConfig) -> torch.Tensor:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from .outcome import check_outcomes
+from nemo_lead.algorithms.outcome import check_outcomes
 
 
 def check_same_length(**tensors: torch.Tensor) -> int:

@@ -30,8 +30,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Optional
 
-from . import advantages, filters, loss
-from .rollout_correction import RolloutCorrectionConfig
+from nemo_lead.algorithms import advantages, filters, loss
+from nemo_lead.algorithms.rollout_correction import RolloutCorrectionConfig
 
 # names accepted for the settings with a registry of implementations: derived from it, never written twice
 ADVANTAGE_ESTIMATORS = tuple(advantages.ESTIMATORS)

@@ -18,12 +18,12 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from .checks import check_batch
-from .groups import Groups
-from .outcome import Outcome, check_outcomes
+from nemo_lead.algorithms.checks import check_batch
+from nemo_lead.algorithms.groups import Groups
+from nemo_lead.algorithms.outcome import Outcome, check_outcomes
 
 if TYPE_CHECKING:  # the config derives its accepted names from GROUP_FILTERS
-    from .config import LeadConfig
+    from nemo_lead.algorithms.config import LeadConfig
 
 
 def keep_every_group(R: torch.Tensor, outcome: torch.Tensor, groups: Groups) -> torch.Tensor:  # noqa: ARG001

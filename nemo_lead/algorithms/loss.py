@@ -32,12 +32,12 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from .mismatch import logprob_mismatch
-from .rollout_correction import METRIC_KEYS as CORRECTION_KEYS
-from .rollout_correction import correction_metrics, correction_weights
+from nemo_lead.algorithms.mismatch import logprob_mismatch
+from nemo_lead.algorithms.rollout_correction import METRIC_KEYS as CORRECTION_KEYS
+from nemo_lead.algorithms.rollout_correction import correction_metrics, correction_weights
 
 if TYPE_CHECKING:  # the config derives its accepted names from LOSS_AGGREGATIONS
-    from .config import LeadConfig
+    from nemo_lead.algorithms.config import LeadConfig
 
 TOKEN_MEAN, SEQUENCE_MEAN, MAX = "token_mean", "sequence_mean", "max"
 METRIC_REDUCTIONS = {

@@ -22,10 +22,10 @@ from __future__ import annotations
 
 import torch
 
-from .checks import check_batch
-from .config import LeadConfig
-from .groups import Groups
-from .outcome import Outcome
+from nemo_lead.algorithms.checks import check_batch
+from nemo_lead.algorithms.config import LeadConfig
+from nemo_lead.algorithms.groups import Groups
+from nemo_lead.algorithms.outcome import Outcome
 
 
 def length_z(lengths: torch.Tensor, correct: torch.Tensor, groups: Groups, cfg: LeadConfig) -> torch.Tensor:

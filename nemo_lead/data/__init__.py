@@ -1,13 +1,13 @@
 """data layer (docs/design.md): problem sets (shipped and user files), curriculum filters, prompts."""
 
-from .demo_task import (
+from nemo_lead.data.demo_task import (
     DEMO_EXTRA_TOKENS,
     DEMO_MODEL,
     DEMO_PROMPT,
     trace_stats,
     write_demo_data,
 )
-from .filters import (
+from nemo_lead.data.filters import (
     STAGE1_DIFFICULTY,
     STAGE1_REFERENCE_DIFFICULTY,
     STAGE2_PASS_RATE,
@@ -17,8 +17,8 @@ from .filters import (
     parse_bound,
     problem_key,
 )
-from .problems import BUILTIN_DATASETS, Problem, builtin_path, load_problems
-from .prompts import (
+from nemo_lead.data.problems import BUILTIN_DATASETS, Problem, builtin_path, load_problems
+from nemo_lead.data.prompts import (
     LEAD_INSTRUCTION,
     PromptConfig,
     chat_messages,
@@ -29,8 +29,8 @@ from .prompts import (
     resolve_prompt,
     template_system_turn,
 )
-from .readers import DataError
-from .traces import Trace, check_vocab_covers, fit_traces, load_traces
+from nemo_lead.data.readers import DataError
+from nemo_lead.data.traces import Trace, check_vocab_covers, fit_traces, load_traces
 
 __all__ = [
     "DEMO_EXTRA_TOKENS",

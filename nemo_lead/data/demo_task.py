@@ -55,7 +55,7 @@ from pathlib import Path
 from statistics import mean
 from typing import Any
 
-from .prompts import PromptConfig
+from nemo_lead.data.prompts import PromptConfig
 
 DEMO_PROMPT = PromptConfig(suffix="=?")  # every character is a token: the shortest instruction that reads
 DEMO_FILLER = "Wait, let me check."  # a filler line; one token

@@ -19,8 +19,8 @@ import re
 import unicodedata
 from collections.abc import Callable, Sequence
 
-from .problems import Problem
-from .readers import DataError
+from nemo_lead.data.problems import Problem
+from nemo_lead.data.readers import DataError
 
 STAGE1_DIFFICULTY = ">= 2.5"  # the paper's stage-1 set (a `select` stage's `difficulty:`)
 STAGE1_REFERENCE_DIFFICULTY = ">= 3.5"  # the authors' preprocessing notebook

@@ -26,10 +26,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from nemo_lead.data.readers import DataError, read_records
 from nemo_lead.dotted import MISSING, lookup
 from nemo_lead.verify import extract_answer
-
-from .readers import DataError, read_records
 
 FILES_DIR = Path(__file__).resolve().parent / "files"
 

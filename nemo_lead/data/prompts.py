@@ -38,9 +38,8 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
+from nemo_lead.data.problems import Problem
 from nemo_lead.verify.extract import THINK_OPEN, ends_inside_think
-
-from .problems import Problem
 
 LEAD_INSTRUCTION = "\nLet's think step by step and put the final answer within \\boxed{}"
 PLAIN_TEMPLATE = "{system}User: {user}\nAssistant:"

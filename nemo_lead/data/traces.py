@@ -44,11 +44,16 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+from nemo_lead.data.problems import BUILTIN_DATASETS, field_roles, first_field, resolve_data_path, tried_names
+from nemo_lead.data.prompts import (
+    PromptConfig,
+    check_system_turn,
+    format_prompt,
+    system_text,
+    uses_chat_template,
+)
+from nemo_lead.data.readers import DataError, read_records
 from nemo_lead.verify.extract import THINK_OPEN, ends_inside_think
-
-from .problems import BUILTIN_DATASETS, field_roles, first_field, resolve_data_path, tried_names
-from .prompts import PromptConfig, check_system_turn, format_prompt, system_text, uses_chat_template
-from .readers import DataError, read_records
 
 TRACE_FIELDS: dict[str, tuple[str, ...]] = {
     "problem": ("problem", "question", "prompt"),

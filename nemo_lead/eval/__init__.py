@@ -7,6 +7,6 @@ resume rules), `runner` (the SPMD job), `report` (summary tables, --compare, the
 runner). Only the metrics are imported here, so importing the package does not import torch.
 """
 
-from .metrics import accuracy_vs_budget, cons_at_k, mean_length, pass_at_k
+from nemo_lead.eval.metrics import accuracy_vs_budget, cons_at_k, mean_length, pass_at_k
 
 __all__ = ["accuracy_vs_budget", "cons_at_k", "mean_length", "pass_at_k"]

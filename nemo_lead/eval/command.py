@@ -16,14 +16,13 @@ import os
 import sys
 from pathlib import Path
 
+from nemo_lead.eval.config import EvalConfig
+from nemo_lead.eval.report import compare_markdown
+from nemo_lead.eval.runner import check_prompt_lengths, eval_rank, prepare
+from nemo_lead.eval.store import SampleStore
 from nemo_lead.parallel import check_layout, detect_launch, model_shape
 from nemo_lead.parallel.local import run_command
 from nemo_lead.tracking import import_wandb
-
-from .config import EvalConfig
-from .report import compare_markdown
-from .runner import check_prompt_lengths, eval_rank, prepare
-from .store import SampleStore
 
 
 def _preflight(cfg: EvalConfig) -> None:

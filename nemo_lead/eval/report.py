@@ -20,9 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from nemo_lead.data import Problem
-from nemo_lead.files import write_atomic
-
-from .metrics import (
+from nemo_lead.eval.metrics import (
     CONS_AT_K,
     MEAN_LENGTH,
     OLD_SCORE_NAMES,
@@ -32,6 +30,7 @@ from .metrics import (
     mean_length,
     pass_at_k,
 )
+from nemo_lead.files import write_atomic
 
 SUMMARY_JSON = "summary.json"
 SUMMARY_MD = "summary.md"

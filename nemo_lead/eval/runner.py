@@ -43,6 +43,17 @@ from nemo_lead.data import (
     prompt_token_ids,
     resolve_prompt,
 )
+from nemo_lead.eval.config import ANSWER_REGION, EvalConfig, budget_points, dataset_specs, default_out
+from nemo_lead.eval.plan import Chunk, load_datasets, plan_chunks
+from nemo_lead.eval.report import (
+    FIGURE,
+    dataset_summary,
+    plot_accuracy_vs_budget,
+    summary_markdown,
+    wandb_row,
+    write_summary,
+)
+from nemo_lead.eval.store import SampleStore
 from nemo_lead.generation import SamplingParams, build_engine, engine_config_for
 from nemo_lead.models import load_tokenizer
 from nemo_lead.models.policy import load_policy, with_end_tokens
@@ -53,18 +64,6 @@ from nemo_lead.progress import LoopProgress
 from nemo_lead.runtime.deadline import Deadline, requeue_or_advise, test_step_delay
 from nemo_lead.tracking import open_tracker
 from nemo_lead.verify.extract import THINK_OPEN
-
-from .config import ANSWER_REGION, EvalConfig, budget_points, dataset_specs, default_out
-from .plan import Chunk, load_datasets, plan_chunks
-from .report import (
-    FIGURE,
-    dataset_summary,
-    plot_accuracy_vs_budget,
-    summary_markdown,
-    wandb_row,
-    write_summary,
-)
-from .store import SampleStore
 
 
 @dataclass

@@ -13,9 +13,7 @@ one sampling function, shared with evaluation. Imports models and parallel only 
 """
 
 from nemo_lead.algorithms.mismatch import logprob_mismatch  # the engine-side name of the same function
-from nemo_lead.models import eval_mode
-
-from .engine import (
+from nemo_lead.generation.engine import (
     ENGINE_KINDS,
     EngineConfig,
     build_engine,
@@ -24,9 +22,10 @@ from .engine import (
     has_own_layout,
     resolve_engine_kind,
 )
-from .megatron_engine import MegatronEngine, resolve_model
-from .params import FINISH_REASONS, Rollout, RolloutEngine, SamplingParams, check_prompts
-from .sampling import Draw, make_generator, sample_tokens, truncated_logits
+from nemo_lead.generation.megatron_engine import MegatronEngine, resolve_model
+from nemo_lead.generation.params import FINISH_REASONS, Rollout, RolloutEngine, SamplingParams, check_prompts
+from nemo_lead.generation.sampling import Draw, make_generator, sample_tokens, truncated_logits
+from nemo_lead.models import eval_mode
 
 __all__ = [
     "ENGINE_KINDS", "FINISH_REASONS", "Draw", "EngineConfig", "MegatronEngine", "Rollout", "RolloutEngine",

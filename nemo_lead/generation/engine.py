@@ -20,12 +20,11 @@ from typing import Any, Optional
 
 import torch
 
+from nemo_lead.generation.megatron_engine import MegatronEngine
+from nemo_lead.generation.params import RolloutEngine
+from nemo_lead.generation.trtllm_engine import TrtllmEngine
 from nemo_lead.models import tokenizer_files
 from nemo_lead.parallel.layout import engine_layouts
-
-from .megatron_engine import MegatronEngine
-from .params import RolloutEngine
-from .trtllm_engine import TrtllmEngine
 
 ENGINE_KINDS = ("megatron", "vllm", "trtllm")
 AUTO_KIND = "auto"  # engine.kind: vLLM where it is importable on a GPU, megatron otherwise (`resolve_engine_kind`)
@@ -227,7 +226,7 @@ def resolve_engine_kind(cfg: EngineConfig) -> EngineConfig:
     if not torch.cuda.is_available():
         kind, why = "megatron", "no GPU here"
     else:
-        from .vllm_engine import vllm_importable
+        from nemo_lead.generation.vllm_engine import vllm_importable
 
         kind, why = ("vllm", "vLLM is installed") if vllm_importable() else ("megatron", "vLLM is not installed")
     if os.environ.get("RANK", "0") == "0":
@@ -259,7 +258,7 @@ def build_engine(cfg: EngineConfig, actor: Any, *, release_copy: bool = False, w
     if cfg.kind == "vllm":
         from megatron.core import parallel_state as ps
 
-        from .vllm_engine import VllmEngine
+        from nemo_lead.generation.vllm_engine import VllmEngine
 
         tp = vllm_layout(cfg, tp=ps.get_tensor_model_parallel_world_size(), pp=ps.get_pipeline_model_parallel_world_size())
         return VllmEngine(actor, cfg, tp=tp, weight_version=weight_version)

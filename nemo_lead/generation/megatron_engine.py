@@ -51,19 +51,18 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from nemo_lead.generation.cuda_graphs import DecodeSteps, graphs_wanted
+from nemo_lead.generation.engine_comm import ActorComm, ReplicaComm, SoloComm, engine_tp_groups
+from nemo_lead.generation.engine_copy import EngineModel
+from nemo_lead.generation.kv_budget import GIB, budget_rows
+from nemo_lead.generation.kv_cache import KVCache, compaction_order
+from nemo_lead.generation.params import Rollout, SamplingParams, check_prompts
+from nemo_lead.generation.reshard import gather_tp1_weights, shard_table
+from nemo_lead.generation.sampling import sample_tokens
+from nemo_lead.generation.stage import StageRunner
+from nemo_lead.generation.streams import draw_keys, sample_seed
 from nemo_lead.models import eval_mode, model_info, sequence_parallel_off
 from nemo_lead.parallel import cpu
-
-from .cuda_graphs import DecodeSteps, graphs_wanted
-from .engine_comm import ActorComm, ReplicaComm, SoloComm, engine_tp_groups
-from .engine_copy import EngineModel
-from .kv_budget import GIB, budget_rows
-from .kv_cache import KVCache, compaction_order
-from .params import Rollout, SamplingParams, check_prompts
-from .reshard import gather_tp1_weights, shard_table
-from .sampling import sample_tokens
-from .stage import StageRunner
-from .streams import draw_keys, sample_seed
 
 
 # ----------------------------------------------------------------------------- the actor protocol

@@ -24,8 +24,8 @@ from typing import NamedTuple
 
 import torch
 
-from .params import SamplingParams
-from .streams import exponential_noise
+from nemo_lead.generation.params import SamplingParams
+from nemo_lead.generation.streams import exponential_noise
 
 
 class Draw(NamedTuple):

@@ -33,9 +33,8 @@ import math
 import torch
 import torch.nn.functional as F
 
+from nemo_lead.generation.kv_budget import kv_bytes_per_position
 from nemo_lead.models.rope import rope
-
-from .kv_budget import kv_bytes_per_position
 
 
 class UnsupportedModel(ValueError):

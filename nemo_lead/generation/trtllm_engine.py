@@ -31,11 +31,9 @@ import torch
 import torch.distributed as dist
 from torch.multiprocessing.reductions import reduce_tensor
 
-from nemo_lead.models import export_hf_weights, hf_shapes, model_info
-
-from .megatron_engine import finish_param_gather, resolve_model
-from .params import Rollout, SamplingParams, check_prompts
-from .trtllm_plan import (
+from nemo_lead.generation.megatron_engine import finish_param_gather, resolve_model
+from nemo_lead.generation.params import Rollout, SamplingParams, check_prompts
+from nemo_lead.generation.trtllm_plan import (
     SLEEP_TAGS,
     SUPPORTED_VERSIONS,
     RefitChecker,
@@ -51,6 +49,7 @@ from .trtllm_plan import (
     trtllm_requests,
     weight_buckets,
 )
+from nemo_lead.models import export_hf_weights, hf_shapes, model_info
 
 INSTALL_HINT = (
     f"the 'trtllm' rollout engine needs TensorRT-LLM >= {SUPPORTED_VERSIONS[0]}, < {SUPPORTED_VERSIONS[1]} "

@@ -45,8 +45,8 @@ from typing import Any
 import torch
 from packaging.version import InvalidVersion, Version
 
-from .params import Rollout, SamplingParams, completions, refuse
-from .streams import sample_seed
+from nemo_lead.generation.params import Rollout, SamplingParams, completions, refuse
+from nemo_lead.generation.streams import sample_seed
 
 SUPPORTED_VERSIONS = ("1.2.0", "1.3.0")  # [low, high): the TensorRT-LLM releases this engine is written for
 SAMPLER_TYPE = "TRTLLMSampler"

@@ -50,13 +50,11 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from nemo_lead.models import export_hf_weights, hf_shapes, model_info
-
-from .megatron_engine import finish_param_gather, resolve_model
-from .params import Rollout, SamplingParams, check_prompts
-from .streams import sample_seed
-from .trtllm_plan import RefitChecker
-from .vllm_params import (
+from nemo_lead.generation.megatron_engine import finish_param_gather, resolve_model
+from nemo_lead.generation.params import Rollout, SamplingParams, check_prompts
+from nemo_lead.generation.streams import sample_seed
+from nemo_lead.generation.trtllm_plan import RefitChecker
+from nemo_lead.generation.vllm_params import (
     INSTALL_HINT,
     check_cpu_head_size,
     check_version,
@@ -65,6 +63,7 @@ from .vllm_params import (
     rollouts_from_outputs,
     vllm_requests,
 )
+from nemo_lead.models import export_hf_weights, hf_shapes, model_info
 
 IN_PROCESS_ENV = "VLLM_ENABLE_V1_MULTIPROCESSING"
 TIED_SOURCE = "model.embed_tokens.weight"  # "0": the engine core runs in the calling process

@@ -24,11 +24,17 @@ from pathlib import Path
 from typing import Any
 
 from nemo_lead.config import ConfigError
+from nemo_lead.launch.sbatch import JobPlan
+from nemo_lead.launch.submit_config import (
+    DEFAULT_SIZE,
+    SIZE_KEYS,
+    WHERE_KEYS,
+    SubmitConfig,
+    check_size,
+    time_seconds,
+)
 from nemo_lead.pipeline.kinds import KINDS
 from nemo_lead.pipeline.recipe import find_recipe, read_recipe, recipes_dir
-
-from .sbatch import JobPlan
-from .submit_config import DEFAULT_SIZE, SIZE_KEYS, WHERE_KEYS, SubmitConfig, check_size, time_seconds
 
 
 def find_recipe_file(spec: str) -> tuple[Path | None, str]:

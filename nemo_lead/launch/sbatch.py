@@ -19,9 +19,8 @@ import shlex
 from dataclasses import dataclass
 from typing import Any, Optional
 
+from nemo_lead.launch.submit_config import SubmitConfig, time_seconds
 from nemo_lead.runtime.deadline import END_ENV, LIMIT_ENV, MARGIN_ENV, START_ENVS
-
-from .submit_config import SubmitConfig, time_seconds
 
 # name -> (value, why); the user's `env` wins, and so does a value already set in the submitting shell for
 # the ones written as ${NAME:-value}

@@ -21,10 +21,10 @@ import sys
 import time
 from pathlib import Path
 
-from .plan import plan_jobs
-from .sbatch import container_mounts, log_path, render_sbatch
-from .sizes import check_submit, host_sizes, planned_config
-from .submit_config import SubmitConfig
+from nemo_lead.launch.plan import plan_jobs
+from nemo_lead.launch.sbatch import container_mounts, log_path, render_sbatch
+from nemo_lead.launch.sizes import check_submit, host_sizes, planned_config
+from nemo_lead.launch.submit_config import SubmitConfig
 
 __all__ = ["SubmitConfig", "run_submit", "render_jobs", "sbatch_argv", "submit_script"]
 

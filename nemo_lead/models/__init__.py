@@ -8,7 +8,7 @@ Megatron weight mapping (TP- and PP-aware), tokenizer loading and the tiny-model
 Imports megatron-core, transformers and tokenizers only (megatron / transformers inside the functions).
 """
 
-from .gpt import (
+from nemo_lead.models.gpt import (
     PRECISIONS,
     ModelInfo,
     build_gpt,
@@ -22,10 +22,24 @@ from .gpt import (
     transformer_config,
     unwrap_model,
 )
-from .hf_config import Arch, ModelConfigError, arch_from_hf, padded_vocab_size, preset_names, read_hf_config
-from .hf_weights import HFReader, export_hf_weights, hf_names, hf_shapes, load_hf_weights, save_hf_folder
-from .tiny import char_tokenizer, tiny_hf_config, write_tiny_model
-from .tokenizer import end_token_ids, generation_config_dir, load_tokenizer, tokenizer_files
+from nemo_lead.models.hf_config import (
+    Arch,
+    ModelConfigError,
+    arch_from_hf,
+    padded_vocab_size,
+    preset_names,
+    read_hf_config,
+)
+from nemo_lead.models.hf_weights import (
+    HFReader,
+    export_hf_weights,
+    hf_names,
+    hf_shapes,
+    load_hf_weights,
+    save_hf_folder,
+)
+from nemo_lead.models.tiny import char_tokenizer, tiny_hf_config, write_tiny_model
+from nemo_lead.models.tokenizer import end_token_ids, generation_config_dir, load_tokenizer, tokenizer_files
 
 __all__ = [
     "PRECISIONS", "Arch", "ModelInfo", "model_info", "HFReader", "ModelConfigError", "arch_from_hf", "build_gpt",

@@ -74,10 +74,9 @@ from nemo_lead.checkpoint_manifest import (
 )
 from nemo_lead.checkpoint_meta import FORMAT_VERSION, read_checkpoint_meta
 from nemo_lead.megatron_compat import checkpoint_results_queue_dies_with_us
+from nemo_lead.models.gpt import build_gpt, model_info, te_available, unwrap_model
+from nemo_lead.models.tokenizer import tokenizer_files
 from nemo_lead.parallel.ranks import dist_barrier, dist_rank, dist_world_size
-
-from .gpt import build_gpt, model_info, te_available, unwrap_model
-from .tokenizer import tokenizer_files
 
 
 @contextmanager

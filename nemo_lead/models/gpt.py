@@ -34,9 +34,9 @@ from typing import Any
 
 import torch
 
-from ..megatron_compat import with_mlp_class
-from .hf_config import Arch, ModelConfigError, arch_from_hf, padded_vocab_size, read_hf_config
-from .source import PRECISIONS
+from nemo_lead.megatron_compat import with_mlp_class
+from nemo_lead.models.hf_config import Arch, ModelConfigError, arch_from_hf, padded_vocab_size, read_hf_config
+from nemo_lead.models.source import PRECISIONS
 
 _DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16, "fp8": torch.bfloat16}
 
@@ -74,8 +74,8 @@ def _with_local_layers(layer_spec):
     a fraction of megatron's unfused attention's time and memory), RoPE, RMSNorm and SwiGLU as autograd
     functions with written-out backwards (`nemo_lead.models.local_layers`). A copy: megatron's spec
     is not changed."""
-    from .attention import SDPAttention
-    from .local_layers import RMSNorm, RoPESelfAttention, SwiGLUMLP
+    from nemo_lead.models.attention import SDPAttention
+    from nemo_lead.models.local_layers import RMSNorm, RoPESelfAttention, SwiGLUMLP
 
     attention = layer_spec.submodules.self_attention
     attention = replace(attention, module=RoPESelfAttention,
@@ -93,7 +93,7 @@ def _with_local_final_norm(layer_spec, config):
         get_num_layers_to_build,
     )
 
-    from .local_layers import RMSNorm
+    from nemo_lead.models.local_layers import RMSNorm
 
     return TransformerBlockSubmodules(layer_specs=[layer_spec] * get_num_layers_to_build(config), layer_norm=RMSNorm)
 

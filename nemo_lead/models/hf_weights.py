@@ -38,9 +38,9 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from .gpt import model_info, unwrap_model
-from .hf_config import Arch, arch_from_hf
-from .tokenizer import tokenizer_files
+from nemo_lead.models.gpt import model_info, unwrap_model
+from nemo_lead.models.hf_config import Arch, arch_from_hf
+from nemo_lead.models.tokenizer import tokenizer_files
 
 # ----------------------------------------------------------------------------- the mapping table
 REPLICATED, COLUMN, ROW, QKV, FC1, VOCAB = "replicated", "column", "row", "qkv", "fc1", "vocab"

@@ -54,7 +54,7 @@ from megatron.core.tensor_parallel import ColumnParallelLinear, copy_to_tensor_m
 from megatron.core.transformer.attention import SelfAttention
 from megatron.core.transformer.mlp import MLP
 
-from .rope import rope
+from nemo_lead.models.rope import rope
 
 
 def gate_and_up(x2: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:

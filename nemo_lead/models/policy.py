@@ -13,10 +13,10 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from . import build_gpt, load_hf_weights
-from .checkpoint import build_from_checkpoint
-from .source import ModelSource, ModelSourceError, resolve_precision
-from .tokenizer import end_token_ids, generation_config_dir
+from nemo_lead.models import build_gpt, load_hf_weights
+from nemo_lead.models.checkpoint import build_from_checkpoint
+from nemo_lead.models.source import ModelSource, ModelSourceError, resolve_precision
+from nemo_lead.models.tokenizer import end_token_ids, generation_config_dir
 
 
 def with_end_tokens(params: Any, tokenizer: Any, source: ModelSource) -> Any:

@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from .hf_config import read_hf_config
+from nemo_lead.models.hf_config import read_hf_config
 
 SPECIAL_TOKENS = ("<|endoftext|>", "<|unk|>", "<|user|>", "<|assistant|>", "<think>", "</think>")
 CHAT_TEMPLATE = (

@@ -8,8 +8,8 @@ state, the CPU compatibility layer, and a local multi-rank launcher.
 Only megatron-core and torch are imported here (megatron lazily, inside the functions that need it).
 """
 
-from .layout import Layout, LayoutError, check_layout, model_shape
-from .state import (
+from nemo_lead.parallel.layout import Layout, LayoutError, check_layout, model_shape
+from nemo_lead.parallel.state import (
     Launch,
     ParallelInfo,
     destroy_parallel,

@@ -32,7 +32,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from .state import detect_launch
+from nemo_lead.parallel.state import detect_launch
 
 TRAINER, GENERATOR = "trainer", "generator"
 

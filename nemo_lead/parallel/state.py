@@ -24,9 +24,9 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from . import cpu
-from .host_memory import retain_freed_memory
-from .layout import check_layout, model_shape
+from nemo_lead.parallel import cpu
+from nemo_lead.parallel.host_memory import retain_freed_memory
+from nemo_lead.parallel.layout import check_layout, model_shape
 
 
 @dataclass(frozen=True)

@@ -9,8 +9,8 @@ stages.py holds one function per stage kind; runner.py orders them, skips finish
 interrupted ones; report.py writes the summary table and figures.
 """
 
-from .config import RunConfig
-from .kinds import KINDS
-from .runner import run_recipe
+from nemo_lead.pipeline.config import RunConfig
+from nemo_lead.pipeline.kinds import KINDS
+from nemo_lead.pipeline.runner import run_recipe
 
 __all__ = ["KINDS", "RunConfig", "run_recipe"]

@@ -25,11 +25,10 @@ import yaml
 from nemo_lead.config import ConfigError, load_config, to_yaml
 from nemo_lead.data.filters import parse_bound
 from nemo_lead.dotted import flatten
+from nemo_lead.pipeline.kinds import KINDS, schema, settings_hook
+from nemo_lead.pipeline.recipe import Recipe, Ref, StageSpec, find_recipe, read_recipe, substitute
 from nemo_lead.plan.settings import PlanSettings
 from nemo_lead.tracking import WandbSettings
-
-from .kinds import KINDS, schema, settings_hook
-from .recipe import Recipe, Ref, StageSpec, find_recipe, read_recipe, substitute
 
 KEEP_RULES = ("first", "shortest")
 

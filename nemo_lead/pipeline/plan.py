@@ -31,12 +31,11 @@ import yaml
 
 from nemo_lead.config import ConfigError, load_config
 from nemo_lead.data import DataError, load_problems
+from nemo_lead.pipeline.config import RunConfig, load_recipe, resolve_stage
+from nemo_lead.pipeline.kinds import KINDS, PLANNED_KINDS, schema
+from nemo_lead.pipeline.preflight import recipe_conflicts, report
+from nemo_lead.pipeline.recipe import find_recipe
 from nemo_lead.plan.settings import PlanSettings
-
-from .config import RunConfig, load_recipe, resolve_stage
-from .kinds import KINDS, PLANNED_KINDS, schema
-from .preflight import recipe_conflicts, report
-from .recipe import find_recipe
 
 RL_ONLY_KEYS = {"rollout", "engine", "lead", "prompts_per_step", "validation", "max_rounds", "ppo_epochs",
                 "minibatches", "old_logprobs", "answer_region", "verify_workers", "verify_timeout_s", "log_rollouts"}

@@ -28,9 +28,8 @@ from nemo_lead.config import ConfigError
 from nemo_lead.data.filters import filter_by_bound
 from nemo_lead.data.problems import BUILTIN_DATASETS, load_problems
 from nemo_lead.data.readers import DataError
-
-from .config import RunConfig, load_recipe, resolve_stage
-from .kinds import KINDS
+from nemo_lead.pipeline.config import RunConfig, load_recipe, resolve_stage
+from nemo_lead.pipeline.kinds import KINDS
 
 PENDING = "<stage "  # the placeholder of an output a stage has not written yet
 

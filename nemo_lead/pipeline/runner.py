@@ -34,14 +34,13 @@ from typing import Any
 from nemo_lead.checkpoint_manifest import MANIFEST_FILE, file_entry
 from nemo_lead.config import ConfigError, drop_keys, keys_where, save_config
 from nemo_lead.files import write_json
+from nemo_lead.pipeline.config import RunConfig, Stage, eval_row_config, load_recipe, resolve_stage
+from nemo_lead.pipeline.kinds import KINDS, run_function
+from nemo_lead.pipeline.plan import check_recipe
+from nemo_lead.pipeline.preflight import recipe_conflicts, report
+from nemo_lead.pipeline.recipe import Recipe
+from nemo_lead.pipeline.stages import StageStopped, say
 from nemo_lead.training.run_lock import lock_folder
-
-from .config import RunConfig, Stage, eval_row_config, load_recipe, resolve_stage
-from .kinds import KINDS, run_function
-from .plan import check_recipe
-from .preflight import recipe_conflicts, report
-from .recipe import Recipe
-from .stages import StageStopped, say
 
 STATE_FILE = "pipeline_state.json"
 
@@ -183,7 +182,7 @@ def run_stage(stage: Stage, state: dict[str, Any], out: Path) -> None:
 # ----------------------------------------------------------------------------- summary
 def summarise(recipe: Recipe, cfg: RunConfig, state: dict[str, Any], out: Path) -> str:
     """summary.json / summary.md / figures from every eval stage that has results, and the RL stages."""
-    from .report import eval_rows, write_summary
+    from nemo_lead.pipeline.report import eval_rows, write_summary
 
     outputs = done_outputs(state)
     rows: list[dict[str, Any]] = []

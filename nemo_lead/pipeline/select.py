@@ -23,9 +23,8 @@ from nemo_lead.data import (
     problem_key,
 )
 from nemo_lead.files import jsonl_text, write_atomic
+from nemo_lead.pipeline.config import SelectConfig
 from nemo_lead.training.run_folder import PROBLEM_STATS_FILE, read_problem_stats
-
-from .config import SelectConfig
 
 
 def rollout_accuracy(run: str | Path) -> dict[str, float]:

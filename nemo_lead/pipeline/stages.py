@@ -16,10 +16,9 @@ import yaml
 from nemo_lead.data import open_think
 from nemo_lead.data.demo_task import DEMO_EXTRA_TOKENS, DEMO_MODEL, write_demo_data
 from nemo_lead.files import jsonl_text, read_jsonl, write_atomic, write_json
+from nemo_lead.pipeline.config import Stage, eval_row_config
+from nemo_lead.pipeline.select import select_problems, write_problems
 from nemo_lead.training.run_folder import DONE_FILE, read_done
-
-from .config import Stage, eval_row_config
-from .select import select_problems, write_problems
 
 
 class StageStopped(RuntimeError):

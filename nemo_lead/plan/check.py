@@ -21,12 +21,11 @@ import torch
 
 from nemo_lead.models.hf_config import read_hf_config
 from nemo_lead.parallel import detect_launch
-
-from .fixes import find_fixes
-from .job import AUTO_KIND, GIB, engine_options, job_shape, plan_job
-from .report import describe
-from .settings import PlanSettings
-from .timing import GPU, gpu_named
+from nemo_lead.plan.fixes import find_fixes
+from nemo_lead.plan.job import AUTO_KIND, GIB, engine_options, job_shape, plan_job
+from nemo_lead.plan.report import describe
+from nemo_lead.plan.settings import PlanSettings
+from nemo_lead.plan.timing import GPU, gpu_named
 
 
 class PlanError(ValueError):

@@ -27,8 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from nemo_lead.models.hf_config import Arch, padded_vocab_size
-
-from .activations import Widths
+from nemo_lead.plan.activations import Widths
 
 # per element of the gathered [rows, vocabulary] logits, the fp32 and int64 tensors `sample_tokens` holds at
 # its peak (the log-softmax and the per-row exponential noise of `streams.exponential_noise`); top-p adds a

@@ -21,10 +21,9 @@ from dataclasses import dataclass
 from typing import Optional
 
 from nemo_lead.models.hf_config import Arch
-
-from .engine_memory import engine_memory, kv_slot_bytes
-from .parameters import DTYPE_BYTES, static_bytes
-from .timing import GPU, decode_graphs, generation_seconds
+from nemo_lead.plan.engine_memory import engine_memory, kv_slot_bytes
+from nemo_lead.plan.parameters import DTYPE_BYTES, static_bytes
+from nemo_lead.plan.timing import GPU, decode_graphs, generation_seconds
 
 GIB = 1 << 30
 

@@ -18,9 +18,9 @@ import itertools
 from dataclasses import dataclass
 from typing import Any
 
-from .activations import Recompute
-from .job import GPUS_PER_NODE, JobPlan, JobShape, fit_generation, plan_job
-from .timing import GPU
+from nemo_lead.plan.activations import Recompute
+from nemo_lead.plan.job import GPUS_PER_NODE, JobPlan, JobShape, fit_generation, plan_job
+from nemo_lead.plan.timing import GPU
 
 FULL = Recompute("full", "uniform", 1)
 SELECTIVE = Recompute("selective")

@@ -22,8 +22,8 @@ import math
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from .job import GIB, JobPlan
-from .parameters import DTYPE_BYTES, parameter_count
+from nemo_lead.plan.job import GIB, JobPlan
+from nemo_lead.plan.parameters import DTYPE_BYTES, parameter_count
 
 HOST_GIB_PER_RANK = 16.0
 VERIFIER_GIB = 1.0

@@ -32,12 +32,11 @@ from typing import Any, Optional
 
 from nemo_lead.models.hf_config import Arch, arch_from_hf, padded_vocab_size
 from nemo_lead.parallel.layout import check_layout, engine_layouts, model_shape
-
-from .activations import Recompute, update_memory
-from .engine_memory import engine_memory, kv_slot_bytes
-from .parameters import DTYPE_BYTES, stage_parameters, static_bytes
-from .settings import PlanSettings
-from .timing import (
+from nemo_lead.plan.activations import Recompute, update_memory
+from nemo_lead.plan.engine_memory import engine_memory, kv_slot_bytes
+from nemo_lead.plan.parameters import DTYPE_BYTES, stage_parameters, static_bytes
+from nemo_lead.plan.settings import PlanSettings
+from nemo_lead.plan.timing import (
     GPU,
     VLLM_GRAPH_GIB,
     StepTime,

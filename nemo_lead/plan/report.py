@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from .fixes import Fix
-from .job import GIB, GPUS_PER_NODE, JobPlan
-from .parameters import parameter_count
-from .search import Ranking
-from .timing import (
+from nemo_lead.plan.fixes import Fix
+from nemo_lead.plan.job import GIB, GPUS_PER_NODE, JobPlan
+from nemo_lead.plan.parameters import parameter_count
+from nemo_lead.plan.search import Ranking
+from nemo_lead.plan.timing import (
     DECODE_BANDWIDTH_FRACTION,
     EAGER_HOST_S_PER_LAYER,
     HOST_LINK_FRACTION,

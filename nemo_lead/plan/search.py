@@ -31,12 +31,12 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from .activations import Recompute
-from .engine_memory import kv_slot_bytes
-from .fixes import FULL, SELECTIVE, change_count, changes_of, fit_generation, layouts_of
-from .job import KV_GIB, JobPlan, JobShape, plan_job
-from .parameters import DTYPE_BYTES
-from .timing import GPU
+from nemo_lead.plan.activations import Recompute
+from nemo_lead.plan.engine_memory import kv_slot_bytes
+from nemo_lead.plan.fixes import FULL, SELECTIVE, change_count, changes_of, fit_generation, layouts_of
+from nemo_lead.plan.job import KV_GIB, JobPlan, JobShape, plan_job
+from nemo_lead.plan.parameters import DTYPE_BYTES
+from nemo_lead.plan.timing import GPU
 
 SAME_SECONDS = 0.1  # step times closer than this are one time (for the list, not the ranking order)
 

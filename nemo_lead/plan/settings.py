@@ -44,7 +44,7 @@ class PlanSettings:
         if self.reserve_gib is not None and self.reserve_gib < 0:
             raise ValueError(f"plan.reserve_gib must be >= 0, got {self.reserve_gib}")
         if self.gpu is not None:
-            from .timing import gpu_named
+            from nemo_lead.plan.timing import gpu_named
 
             gpu_named(self.gpu)
 

@@ -29,7 +29,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Optional
 
-from .requeue import requeue_current_job
+from nemo_lead.runtime.requeue import requeue_current_job
 
 END_ENV = "SLURM_JOB_END_TIME"
 # where SLURM does not export its end (older releases): the job's start plus its limit, which the scripts of

@@ -40,7 +40,7 @@ import sys
 import threading
 from dataclasses import dataclass, field
 
-from .requeue import requeue_current_job
+from nemo_lead.runtime.requeue import requeue_current_job
 
 STOP_SIGNALS = ("SIGUSR1", "SIGTERM", "SIGINT", "SIGHUP")
 STOP_REASONS = (*STOP_SIGNALS, "SIGPIPE")  # SIGPIPE: asked for by the loop (Python ignores the signal itself)

@@ -62,9 +62,8 @@ from nemo_lead.models import build_gpt, eval_mode, load_hf_weights, model_info
 from nemo_lead.models.checkpoint import load_checkpoint
 from nemo_lead.models.source import model_source, resolve_precision
 from nemo_lead.parallel import seed_model_parallel_rng
-
-from .actor_config import ActorConfig, micro_batch_tokens_for_device
-from .collectives import (
+from nemo_lead.training.actor_config import ActorConfig, micro_batch_tokens_for_device
+from nemo_lead.training.collectives import (
     broadcast_from_last_stage,
     collective_device,
     data_parallel,
@@ -73,8 +72,8 @@ from .collectives import (
     is_last_stage,
     reduce_metrics,
 )
-from .logprobs import output_token_logprobs, token_logprobs
-from .microbatch import (
+from nemo_lead.training.logprobs import output_token_logprobs, token_logprobs
+from nemo_lead.training.microbatch import (
     MicroBatch,
     SequenceBatch,
     balance_over_dp,

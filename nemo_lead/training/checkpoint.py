@@ -19,7 +19,7 @@ from nemo_lead.models.checkpoint import load_checkpoint, parallel_layout, save_c
 from nemo_lead.parallel.ranks import dist_barrier, dist_rank, dist_world_size
 
 if TYPE_CHECKING:
-    from .actor import Actor
+    from nemo_lead.training.actor import Actor
 
 
 # ----------------------------------------------------------------------------- training state

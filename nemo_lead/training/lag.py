@@ -48,9 +48,8 @@ import torch
 from nemo_lead.data import Problem
 from nemo_lead.generation import Rollout
 from nemo_lead.parallel.ranks import dist_rank
-
-from .rollouts import Group
-from .sampling import select_groups
+from nemo_lead.training.rollouts import Group
+from nemo_lead.training.sampling import select_groups
 
 PART = "lag"  # the checkpoint part (folder) holding the queued batches
 BATCHES_FILE = "batches.pt"

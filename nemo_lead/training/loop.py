@@ -45,11 +45,10 @@ from nemo_lead.quiet import backend_note, hide_import_noise
 from nemo_lead.runtime.deadline import Deadline, requeue_or_advise, test_step_delay
 from nemo_lead.runtime.signals import StopRequest, install_stop_handlers
 from nemo_lead.tracking import open_tracker
-
-from .actor import build_actor
-from .checkpoint import load_actor_state, resume_point, save_actor_state
-from .run_folder import RunFolder
-from .run_lock import FolderInUse, lock_folder, refuse_if_in_use
+from nemo_lead.training.actor import build_actor
+from nemo_lead.training.checkpoint import load_actor_state, resume_point, save_actor_state
+from nemo_lead.training.run_folder import RunFolder
+from nemo_lead.training.run_lock import FolderInUse, lock_folder, refuse_if_in_use
 
 LoopState = Union[dict[str, Any], Callable[[], dict[str, Any]]]  # or a function giving it, called when a save is due
 

@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from .rollouts import answer_extracted_frac
+from nemo_lead.training.rollouts import answer_extracted_frac
 
 WARN_EVERY = 10  # after the first warning, one more every this many steps while steps stay without signal
 

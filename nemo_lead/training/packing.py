@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from .microbatch import SequenceBatch
+from nemo_lead.training.microbatch import SequenceBatch
 
 
 def _check(traces: Sequence[Any], max_seq_len: int) -> list[int]:

@@ -17,8 +17,7 @@ from pathlib import Path
 from typing import Optional
 
 from nemo_lead.eval.metrics import MEAN_LENGTH, PASS_AT_1
-
-from .run_folder import VALIDATION_FILE, read_validation
+from nemo_lead.training.run_folder import VALIDATION_FILE, read_validation
 
 
 @dataclass

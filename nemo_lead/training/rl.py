@@ -55,11 +55,10 @@ from nemo_lead.eval.metrics import CONS_AT_K, MEAN_LENGTH, PASS_AT_1, cons_at_k,
 from nemo_lead.generation import SamplingParams, resolve_engine_kind
 from nemo_lead.parallel.local import run_command
 from nemo_lead.plan.check import check_before_start, resolve_engine_auto
-
-from .actor import compute_logprobs, policy_train_step
-from .data_order import DataOrder
-from .lag import PART, BatchQueue, lag_metrics, restored_batches
-from .loop import (
+from nemo_lead.training.actor import compute_logprobs, policy_train_step
+from nemo_lead.training.data_order import DataOrder
+from nemo_lead.training.lag import PART, BatchQueue, lag_metrics, restored_batches
+from nemo_lead.training.loop import (
     abort_run,
     check_finite,
     content_digest,
@@ -69,10 +68,10 @@ from .loop import (
     resolve_model,
     start_run,
 )
-from .no_signal import signal_metrics
-from .offload import offloaded
-from .rl_config import RLConfig
-from .rollouts import (
+from nemo_lead.training.no_signal import signal_metrics
+from nemo_lead.training.offload import offloaded
+from nemo_lead.training.rl_config import RLConfig
+from nemo_lead.training.rollouts import (
     Group,
     answer_extracted_frac,
     flat_tensors,
@@ -82,9 +81,9 @@ from .rollouts import (
     training_batch,
     truncated_frac,
 )
-from .run_folder import PROBLEM_STATS_FILE, VALIDATION_FILE, read_validation
-from .sampling import RLState, rollout_context, rollout_params, step_seed
-from .split import generator_job, join_split
+from nemo_lead.training.run_folder import PROBLEM_STATS_FILE, VALIDATION_FILE, read_validation
+from nemo_lead.training.sampling import RLState, rollout_context, rollout_params, step_seed
+from nemo_lead.training.split import generator_job, join_split
 
 LOGS = (PROBLEM_STATS_FILE, VALIDATION_FILE)  # per-step logs cut back on resume
 FINITE_KEYS = ("loss", "grad_norm")  # a NaN / inf here stops the run

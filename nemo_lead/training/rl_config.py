@@ -15,10 +15,9 @@ from nemo_lead.algorithms import LeadConfig
 from nemo_lead.config import setting
 from nemo_lead.data import PromptConfig
 from nemo_lead.generation import EngineConfig, check_engine_layout, has_own_layout
+from nemo_lead.training.actor_config import ActorConfig
+from nemo_lead.training.run_config import RunSettings
 from nemo_lead.verify import VerifyConfig
-
-from .actor_config import ActorConfig
-from .run_config import RunSettings
 
 OLD_LOGPROBS = ("auto", "recompute")
 

@@ -24,9 +24,8 @@ import torch.distributed as dist
 
 from nemo_lead.algorithms import Outcome, outcome_label
 from nemo_lead.data import prompt_token_ids
+from nemo_lead.training.microbatch import SequenceBatch
 from nemo_lead.verify.extract import THINK_OPEN
-
-from .microbatch import SequenceBatch
 
 
 @dataclass

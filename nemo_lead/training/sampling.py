@@ -24,11 +24,10 @@ from nemo_lead.algorithms import group_keep_mask, overlong_keep_mask, shape_rewa
 from nemo_lead.data import open_think
 from nemo_lead.generation import SamplingParams, build_engine, engine_config_for
 from nemo_lead.models import end_token_ids, generation_config_dir
-
-from .no_signal import NoSignalWarnings
-from .offload import offloaded
-from .rl_config import RLConfig
-from .rollouts import Group, RolloutContext, flat_tensors, generate_groups, grade_groups
+from nemo_lead.training.no_signal import NoSignalWarnings
+from nemo_lead.training.offload import offloaded
+from nemo_lead.training.rl_config import RLConfig
+from nemo_lead.training.rollouts import Group, RolloutContext, flat_tensors, generate_groups, grade_groups
 
 
 @dataclass

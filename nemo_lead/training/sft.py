@@ -26,10 +26,9 @@ from nemo_lead.files import write_json
 from nemo_lead.models import load_tokenizer
 from nemo_lead.parallel.local import run_command
 from nemo_lead.plan.check import check_before_start
-
-from .actor import sft_eval_loss, sft_train_step
-from .data_order import DataOrder
-from .loop import (
+from nemo_lead.training.actor import sft_eval_loss, sft_train_step
+from nemo_lead.training.data_order import DataOrder
+from nemo_lead.training.loop import (
     abort_run,
     check_finite,
     content_digest,
@@ -39,9 +38,9 @@ from .loop import (
     resolve_model,
     start_run,
 )
-from .packing import pack_traces
-from .run_folder import DATA_REPORT_FILE
-from .sft_config import SFTConfig
+from nemo_lead.training.packing import pack_traces
+from nemo_lead.training.run_folder import DATA_REPORT_FILE
+from nemo_lead.training.sft_config import SFTConfig
 
 SFT_METRIC_CHECKS = ("loss", "grad_norm")
 

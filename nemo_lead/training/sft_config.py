@@ -12,9 +12,8 @@ from typing import Optional
 
 from nemo_lead.config import setting
 from nemo_lead.data import PromptConfig
-
-from .actor_config import ActorConfig, ActorOptimConfig
-from .run_config import RunSettings
+from nemo_lead.training.actor_config import ActorConfig, ActorOptimConfig
+from nemo_lead.training.run_config import RunSettings
 
 OVERLONG_CHOICES = ("drop", "truncate")
 

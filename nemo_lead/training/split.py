@@ -63,11 +63,10 @@ from nemo_lead.parallel.bridge import (
     send_tensors,
 )
 from nemo_lead.runtime.signals import install_stop_handlers
-
-from .data_order import DataOrder
-from .lag import Batch, BatchQueue, batch_from_data, batch_to_data, sample_batch
-from .loop import resolve_model
-from .sampling import RLState, rollout_context
+from nemo_lead.training.data_order import DataOrder
+from nemo_lead.training.lag import Batch, BatchQueue, batch_from_data, batch_to_data, sample_batch
+from nemo_lead.training.loop import resolve_model
+from nemo_lead.training.sampling import RLState, rollout_context
 
 TAG_START, TAG_BATCH, TAG_WEIGHTS = 1, 2, 3
 WEIGHTS, STOP = 1, 0  # header kinds

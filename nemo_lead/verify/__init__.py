@@ -11,10 +11,10 @@ Importing this package is cheap: it imports neither math-verify (only the worker
 is imported when the first grades are built).
 """
 
-from .canonical import canonical_answer
-from .config import VerifyConfig
-from .extract import extract_answer
-from .repetition import find_repetition
-from .verifier import Grade, MathVerifier
+from nemo_lead.verify.canonical import canonical_answer
+from nemo_lead.verify.config import VerifyConfig
+from nemo_lead.verify.extract import extract_answer
+from nemo_lead.verify.repetition import find_repetition
+from nemo_lead.verify.verifier import Grade, MathVerifier
 
 __all__ = ["Grade", "MathVerifier", "VerifyConfig", "canonical_answer", "extract_answer", "find_repetition"]

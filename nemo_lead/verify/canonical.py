@@ -25,8 +25,8 @@ from __future__ import annotations
 import re
 from fractions import Fraction
 
-from .extract import braced_group, split_choice_label
-from .notation import join_digit_groups, mixed_number, spaces_as_blanks, split_top_level
+from nemo_lead.verify.extract import braced_group, split_choice_label
+from nemo_lead.verify.notation import join_digit_groups, mixed_number, spaces_as_blanks, split_top_level
 
 KINDS = ("auto", "integer")
 

@@ -13,9 +13,8 @@ from dataclasses import dataclass
 from typing import Optional
 
 from nemo_lead.config import setting
-
-from .extract import REGIONS
-from .verifier import MathVerifier
+from nemo_lead.verify.extract import REGIONS
+from nemo_lead.verify.verifier import MathVerifier
 
 
 @dataclass

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import re
 
-from .notation import answer_parts
+from nemo_lead.verify.notation import answer_parts
 
 REGIONS = ("after_think", "before_think", "all")
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"

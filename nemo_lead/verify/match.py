@@ -34,9 +34,9 @@ import signal
 from contextlib import contextmanager
 from functools import lru_cache
 
-from .canonical import canonical_answer, latex_from_unicode
-from .extract import split_choice_label
-from .notation import (
+from nemo_lead.verify.canonical import canonical_answer, latex_from_unicode
+from nemo_lead.verify.extract import split_choice_label
+from nemo_lead.verify.notation import (
     has_digit_gap,
     is_plain_number,
     join_digit_groups,
@@ -45,7 +45,7 @@ from .notation import (
     spaces_as_blanks,
     strip_units,
 )
-from .repetition import find_repetition
+from nemo_lead.verify.repetition import find_repetition
 
 MAX_PARSE_CHARS = 1000
 MAX_NESTING = 12

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import re
 
-from .extract import answer_region
+from nemo_lead.verify.extract import answer_region
 
 _BOX = "\\boxed"
 _BRACE = re.compile(r"[{}]")

@@ -38,9 +38,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from .extract import REGIONS, final_answer
-from .pool import WorkerPool
-from .reference_code import read_like_authors
+from nemo_lead.verify.extract import REGIONS, final_answer
+from nemo_lead.verify.pool import WorkerPool
+from nemo_lead.verify.reference_code import read_like_authors
 
 if TYPE_CHECKING:
     from nemo_lead.algorithms import Outcome

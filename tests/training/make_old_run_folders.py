@@ -15,6 +15,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent)]
 from loops_common import problem_row, rl_args, sft_args  # noqa: E402
+
 from nemo_lead.models import write_tiny_model  # noqa: E402
 
 
