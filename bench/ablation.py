@@ -37,7 +37,7 @@ sys.path.insert(0, str(REPO / "bench"))
 
 from results_md import machine_line  # noqa: E402
 
-from nemo_lead.training.plot import read_validation  # noqa: E402
+from nemo_lead.training.run.plot import read_validation  # noqa: E402
 
 # (label, preset, extra overrides): the paper's Table 1 ladder, then the two other baselines
 SETTINGS = [

@@ -55,7 +55,7 @@ DRY_RUN_SHAPE = dict(num_hidden_layers=2, hidden_size=128, intermediate_size=256
 
 
 def _batch(n: int, length: int, vocab: int, seed: int = 0):
-    from nemo_lead.training.microbatch import SequenceBatch
+    from nemo_lead.training.actor.microbatch import SequenceBatch
 
     g = torch.Generator().manual_seed(seed)
     tokens = torch.randint(1, vocab, (n, length), generator=g)
@@ -96,13 +96,13 @@ def cpu_bench(args) -> None:
     from nemo_lead.algorithms import LeadConfig
     from nemo_lead.models import write_tiny_model
     from nemo_lead.parallel import cpu, destroy_parallel, init_parallel, seed_model_parallel_rng
-    from nemo_lead.training.actor import (
+    from nemo_lead.training.actor.config import ActorConfig
+    from nemo_lead.training.actor.megatron_actor import (
         build_actor,
         compute_logprobs,
         policy_train_step,
         sft_train_step,
     )
-    from nemo_lead.training.actor_config import ActorConfig
 
     torch.set_num_threads(args.threads)
     load_start = os.getloadavg()
@@ -226,8 +226,8 @@ def gpu_bench(args) -> dict:
 
     from nemo_lead.models import read_hf_config
     from nemo_lead.parallel import destroy_parallel, init_parallel
-    from nemo_lead.training.actor import build_actor, sft_train_step
-    from nemo_lead.training.actor_config import ActorConfig
+    from nemo_lead.training.actor.config import ActorConfig
+    from nemo_lead.training.actor.megatron_actor import build_actor, sft_train_step
 
     require_gpu(args)
     if args.dry_run:  # a small random HF folder, fp32 on the CPU

@@ -40,7 +40,7 @@ def _rank(folder: str, args: dict) -> dict:
     from nemo_lead.generation import MegatronEngine, SamplingParams
     from nemo_lead.models import build_gpt, load_hf_weights, model_info
     from nemo_lead.parallel import destroy_parallel, init_parallel
-    from nemo_lead.training.rollouts import RolloutContext, generate_all
+    from nemo_lead.training.rl.rollouts import RolloutContext, generate_all
 
     torch.set_num_threads(1)
     info = init_parallel(2, 1)

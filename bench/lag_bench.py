@@ -73,7 +73,7 @@ def run_layout(name: str, layouts: dict, common: list[str], steps: int, out: Pat
     """One `nemo-lead rl` run of a layout; its metrics.jsonl rows."""
     from nemo_lead.cli import resolve_config
     from nemo_lead.parallel.local import run_local
-    from nemo_lead.training.rl import rl_job
+    from nemo_lead.training.rl.loop import rl_job
 
     ranks, extra = layouts[name]
     shutil.rmtree(out, ignore_errors=True)

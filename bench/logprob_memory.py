@@ -80,7 +80,7 @@ def _write_model(folder: Path, vocab: int) -> str:
 
 
 def _batch(tokens: int, vocab: int):
-    from nemo_lead.training.microbatch import SequenceBatch
+    from nemo_lead.training.actor.microbatch import SequenceBatch
 
     g = torch.Generator().manual_seed(0)
     n = tokens // SEQ
@@ -95,8 +95,8 @@ def measure(hf_dir: str, vocab: int, tokens: int, chunk: int, precision: str = "
 
     from nemo_lead.algorithms import LeadConfig
     from nemo_lead.parallel import init_parallel
-    from nemo_lead.training.actor import build_actor, policy_train_step
-    from nemo_lead.training.actor_config import ActorConfig
+    from nemo_lead.training.actor.config import ActorConfig
+    from nemo_lead.training.actor.megatron_actor import build_actor, policy_train_step
 
     info = init_parallel(1, 1)
     actor = build_actor(ActorConfig(model=hf_dir, micro_batch_tokens=tokens, logprob_chunk_tokens=chunk,

@@ -1,8 +1,8 @@
-"""What the checkpoint manifest's hash costs (`nemo_lead.checkpoint_manifest`): MB/s of CRC-32 (the one it
+"""What the checkpoint manifest's hash costs (`nemo_lead.checkpoint.manifest`): MB/s of CRC-32 (the one it
 uses) beside the standard library's other hashes (and xxhash's, where that package is installed), over bytes
 in memory and over a file just written (in the page cache, as a rank's own shards are when it hashes them
 after a save), the seconds that read-back adds to one save of a rank's share of a checkpoint, and what
-hashing while writing (`nemo_lead.checkpoint_hashing.HashingWriter`, how the shards are hashed since
+hashing while writing (`nemo_lead.checkpoint.hashing.HashingWriter`, how the shards are hashed since
 2026-12-02) costs beside a plain write of the same bytes (page cache, no fsync: the worst case for the ratio).
 
     python bench/manifest_hash.py [--mb 256] [--checkpoint-gib 193 --ranks 8]
@@ -20,8 +20,8 @@ import tempfile
 import time
 import zlib
 
-from nemo_lead.checkpoint_hashing import HashingWriter
-from nemo_lead.checkpoint_manifest import file_entry
+from nemo_lead.checkpoint.hashing import HashingWriter
+from nemo_lead.checkpoint.manifest import file_entry
 
 try:  # optional: not a dependency of nemo-lead (see docs/faults.md); measured when present
     import xxhash

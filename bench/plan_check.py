@@ -85,10 +85,10 @@ def run(shape: dict, cuda: bool) -> list[dict]:
     from nemo_lead.plan.activations import Recompute, update_memory
     from nemo_lead.plan.engine_memory import engine_memory
     from nemo_lead.plan.parameters import DTYPE_BYTES, stage_parameters, static_bytes
-    from nemo_lead.training.actor import build_actor, policy_train_step
-    from nemo_lead.training.actor_config import ActorConfig
-    from nemo_lead.training.microbatch import SequenceBatch
-    from nemo_lead.training.offload import offloaded
+    from nemo_lead.training.actor.config import ActorConfig
+    from nemo_lead.training.actor.megatron_actor import build_actor, policy_train_step
+    from nemo_lead.training.actor.microbatch import SequenceBatch
+    from nemo_lead.training.actor.offload import offloaded
 
     arch = arch_from_hf(read_hf_config(shape["model"]))
     e = DTYPE_BYTES[shape["precision"]]
@@ -147,7 +147,7 @@ def generation_rows(actor, arch, shape, e, cuda, device, MegatronEngine, Samplin
 
 def main() -> None:
     args = parse_gpu_args(__doc__, "check the memory plan against one GPU's allocations", "plan:gpu", "GPU memory")
-    from nemo_lead.quiet import hide_import_noise
+    from nemo_lead.runtime.quiet import hide_import_noise
 
     hide_import_noise()
     shape = DRY if args.dry_run else FULL

@@ -116,7 +116,7 @@ def du(folder: Path) -> int:
 
 def checkpoint_sizes(sft_run: Path) -> list[str]:
     """A full training checkpoint of the SFT run against its weights-only final one, in MiB."""
-    from nemo_lead.checkpoint_meta import list_checkpoints, read_checkpoint_meta
+    from nemo_lead.checkpoint.meta import list_checkpoints, read_checkpoint_meta
 
     lines = []
     for step, folder in list_checkpoints(sft_run):

@@ -3,7 +3,7 @@
 GPU (`--gpu`): the R1-Distill-Qwen-1.5B shape (the `r1-distill-qwen-1.5b` preset: random weights, bf16, local
 layer spec) with the real R1-Distill tokenizer (tests/data/fixtures/r1_tokenizer), 64 prompts x 8 samples,
 1,024 new tokens, no stop token: every sample runs the whole budget, as the long responses of the paper do.
-The loop (`nemo_lead.training.rl.rl_job`) runs 2 steps; step 2 is reported (step 1 includes warm-up: CUDA
+The loop (`nemo_lead.training.rl.loop.rl_job`) runs 2 steps; step 2 is reported (step 1 includes warm-up: CUDA
 graph capture, allocator growth). Its time split (`time/generate`, `time/verify`, `time/logprobs`,
 `time/train`, `time/refit`) and generated tokens/s go to bench/RESULTS.md (`rl:gpu`).
 
@@ -62,7 +62,7 @@ def engine_alone(cfg, prompts: list[list[int]]) -> float:
 
     from nemo_lead.generation import SamplingParams, build_engine
     from nemo_lead.parallel import destroy_parallel, init_parallel
-    from nemo_lead.training.actor import build_actor
+    from nemo_lead.training.actor.megatron_actor import build_actor
 
     info = init_parallel(1, 1, seed=cfg.seed)
     actor = build_actor(dataclasses.replace(cfg.actor), info)
@@ -86,8 +86,8 @@ def main() -> None:
     from nemo_lead.data import PromptConfig, prompt_token_ids
     from nemo_lead.data.problems import load_problems
     from nemo_lead.models import load_tokenizer
-    from nemo_lead.quiet import hide_import_noise
-    from nemo_lead.training.rl import rl_job
+    from nemo_lead.runtime.quiet import hide_import_noise
+    from nemo_lead.training.rl.loop import rl_job
 
     hide_import_noise()
     shape = DRY if args.dry_run else FULL

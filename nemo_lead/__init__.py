@@ -6,6 +6,6 @@ them. See docs/design.md, Layers, for what each subpackage may import.
 
 __version__ = "0.1.0"
 
-from nemo_lead import megatron_import as _megatron_import
+from nemo_lead.mcore import lazy_import as _megatron_import
 
 _megatron_import.install()  # megatron-core's fused kernels compile at their first call, not at its import

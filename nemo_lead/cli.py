@@ -3,7 +3,7 @@
 Every subcommand takes `--config FILE` (repeatable; later files win) and `key=value` overrides, on top
 of its defaults: the fields of its config dataclass (one place per default, with its comment). `--print-config` shows
 the resolved configuration and exits; with `--explain` every key's default, allowed values and description
-(`nemo_lead.config_reference`, also `nemo-lead config CMD`).
+(`nemo_lead.config.reference`, also `nemo-lead config CMD`).
 A few frequent keys also have flags (`nemo-lead eval --samples 32` is `sampling.n=32`); flags and overrides are the
 same thing, so each `--help` lists which key a flag sets.
 
@@ -25,10 +25,10 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from nemo_lead.config import ConfigError, load_config, to_yaml
-from nemo_lead.config_reference import ReferenceConfig, explain, write_reference
-from nemo_lead.procs import forked_children_die_with_us
-from nemo_lead.quiet import hide_import_noise
+from nemo_lead.config.loading import ConfigError, load_config, to_yaml
+from nemo_lead.config.reference import ReferenceConfig, explain, write_reference
+from nemo_lead.runtime.processes import forked_children_die_with_us
+from nemo_lead.runtime.quiet import hide_import_noise
 from nemo_lead.runtime.signals import hold_stop_signals, release_stop_signals
 
 
@@ -63,8 +63,8 @@ COMMANDS: dict[str, Command] = {
     ),
     "sft": Command(
         help="Supervised fine-tuning on reasoning traces (packed sequences, validation, exact resume).",
-        schema="nemo_lead.training.sft_config:SFTConfig",
-        runner="nemo_lead.training.sft:run_sft",
+        schema="nemo_lead.training.sft.config:SFTConfig",
+        runner="nemo_lead.training.sft.loop:run_sft",
         flags={"--model": "actor.model", "--data": "data.path", "--val-data": "data.val_path", "--out": "out",
                "--steps": "steps", "--tp": "actor.tp", "--pp": "actor.pp", "--save-every": "save_every",
                "--seed": "seed", "--allow-change": "allow_change"},
@@ -76,8 +76,8 @@ COMMANDS: dict[str, Command] = {
     ),
     "rl": Command(
         help="GRPO-LEAD reinforcement learning on the Megatron actor (rollouts, verifier, LEAD, exact resume).",
-        schema="nemo_lead.training.rl_config:RLConfig",
-        runner="nemo_lead.training.rl:run_rl",
+        schema="nemo_lead.training.rl.config:RLConfig",
+        runner="nemo_lead.training.rl.loop:run_rl",
         flags={"--model": "actor.model", "--data": "data.path", "--val-data": "validation.data", "--out": "out",
                "--steps": "steps", "--preset": "lead.preset", "--prompts-per-step": "prompts_per_step",
                "--samples": "rollout.n", "--max-tokens": "rollout.max_tokens", "--save-every": "save_every",
@@ -116,8 +116,8 @@ COMMANDS: dict[str, Command] = {
         "command's config on N GPUs, per GPU and phase, with the smallest changes that make it fit and the layouts "
         "that fit ranked by step time, at the stated mean response length and with every response at max_tokens "
         "(no GPU or weights needed).",
-        schema="nemo_lead.pipeline.plan:PlanConfig",
-        runner="nemo_lead.pipeline.plan:run_plan",
+        schema="nemo_lead.pipeline.recipe_plan:PlanConfig",
+        runner="nemo_lead.pipeline.recipe_plan:run_plan",
         flags={"--gpus": "gpus", "--gpu": "plan.gpu", "--gpu-memory-gib": "plan.gpu_memory_gib", "--stage": "stage",
                "--json": "json", "--command": "command", "--fastest": "fastest"},
         positional="target",
@@ -130,8 +130,8 @@ COMMANDS: dict[str, Command] = {
     ),
     "plot": Command(
         help="Validation Pass@1 and response length over RL steps for one or more run folders (a PNG).",
-        schema="nemo_lead.training.plot:PlotConfig",
-        runner="nemo_lead.training.plot:run_plot",
+        schema="nemo_lead.training.run.plot:PlotConfig",
+        runner="nemo_lead.training.run.plot:run_plot",
         flags={"--runs": "runs", "--out": "out"},
         list_flags=("--runs",),
         epilog="chain=true draws consecutive stages (stage 2 from stage 1's checkpoint) as one training.",
@@ -185,8 +185,8 @@ COMMANDS: dict[str, Command] = {
     "convert": Command(
         help="Convert a HF model folder to a nemo-lead checkpoint (--from-hf DIR --out CKPT) or back "
         "(--from-ckpt CKPT --to-hf DIR).",
-        schema="nemo_lead.training.convert:ConvertConfig",
-        runner="nemo_lead.training.convert:run_convert",
+        schema="nemo_lead.models.convert:ConvertConfig",
+        runner="nemo_lead.models.convert:run_convert",
         flags={"--from-hf": "from_hf", "--out": "out", "--from-ckpt": "from_ckpt", "--to-hf": "to_hf",
                "--tp": "tp", "--pp": "pp", "--precision": "precision", "--dtype": "dtype"},
         epilog="Started as one process with tp x pp > 1 it runs itself on tp x pp local ranks; under torchrun\n"
@@ -195,7 +195,7 @@ COMMANDS: dict[str, Command] = {
     "config": Command(
         help="The config reference: every key of a command (or of all) with its default, allowed values and "
         "description; --markdown writes docs/config.md's tables.",
-        schema="nemo_lead.config_reference:ReferenceConfig",
+        schema="nemo_lead.config.reference:ReferenceConfig",
         runner="nemo_lead.cli:run_config_reference",
         flags={"--out": "out"},
         switches={"--markdown": "markdown"},
@@ -207,8 +207,8 @@ COMMANDS: dict[str, Command] = {
     "check": Command(
         help="Verify the checkpoints of a run folder (or one checkpoint, or a `nemo-lead run` folder's stages) "
         "against their manifests: sizes and CRC-32 of every file.",
-        schema="nemo_lead.training.check_run:CheckConfig",
-        runner="nemo_lead.training.check_run:run_check",
+        schema="nemo_lead.checkpoint.check:CheckConfig",
+        runner="nemo_lead.checkpoint.check:run_check",
         positional="path",
         switches={"--seal": "seal"},
         epilog="Exit 0: all intact; 1: one is damaged (a resume sets it aside and continues from the newest intact\n"

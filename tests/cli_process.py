@@ -30,8 +30,8 @@ from pathlib import Path
 from nemo_lead.parallel.local import RANK_START_ENV
 
 CLI = [sys.executable, "-m", "nemo_lead.cli"]
-PRELOAD = ["nemo_lead", "torch", "megatron.core", "transformers", "nemo_lead.cli", "nemo_lead.training.sft",
-           "nemo_lead.training.rl", "nemo_lead.eval.runner", "nemo_lead.pipeline.runner"]
+PRELOAD = ["nemo_lead", "torch", "megatron.core", "transformers", "nemo_lead.cli", "nemo_lead.training.sft.loop",
+           "nemo_lead.training.rl.loop", "nemo_lead.eval.runner", "nemo_lead.pipeline.runner"]
 
 _ctx: mp.context.ForkServerContext | None = None
 

@@ -382,11 +382,11 @@ def test_the_cycle_and_layer_checks_find_what_they_should(tmp_path):
     assert edges["pkg.low"] == {"pkg.high"} and edges["pkg.high"] == {"pkg.low"} and edges["pkg.other"] == set()
     assert _cycles(edges) == [["pkg.high", "pkg.low"]]
     doc = tmp_path / "design.md"
-    doc.write_text("## Layers\n\n| level | modules | holds |\n| --- | --- | --- |\n| 0 | `nemo_lead/files.py`, `nemo_lead/procs.py` | x |\n"
+    doc.write_text("## Layers\n\n| level | modules | holds |\n| --- | --- | --- |\n| 0 | `nemo_lead/runtime/files.py`, `nemo_lead/runtime/processes.py` | x |\n"
                    "| 1 | `nemo_lead/algorithms/` | y |\n\ntext\n\n| other | table |\n| --- | --- |\n| 5 | z |\n")
     levels = _layers(doc)
-    assert levels == {"files": 0, "procs": 0, "algorithms": 1}
+    assert levels == {"runtime/files": 0, "runtime/processes": 0, "algorithms": 1}
     assert _level_of("nemo_lead.algorithms.loss", levels) == ("algorithms", 1)
-    assert _level_of("nemo_lead.files", levels) == ("files", 0)
+    assert _level_of("nemo_lead.runtime.files", levels) == ("runtime/files", 0)
     with pytest.raises(AssertionError, match="not in docs/design.md"):
         _level_of("nemo_lead.nowhere", levels)

@@ -8,7 +8,7 @@ import zipfile
 
 import pytest
 
-from nemo_lead.config import conf_dir, package_data, repo_root
+from nemo_lead.config.loading import conf_dir, package_data, repo_root
 from nemo_lead.pipeline.recipe import find_recipe, recipes_dir
 
 ROOT = repo_root()

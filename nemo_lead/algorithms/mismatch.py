@@ -4,7 +4,7 @@
 
 The one computation of it: the policy loss reports it (`mismatch/logprob_abs_mean`, `mismatch/logprob_abs_max`)
 whenever it is given the engine's log-probs, and the RL loop logs it every step. Compare the actor's log softmax(logits / T) with the engine's
-`Rollout.policy_logprobs` (same temperature, no truncation; see `nemo_lead.generation.params`): then a correct
+`Rollout.policy_logprobs` (same temperature, no truncation; see `nemo_lead.generation.engine`): then a correct
 refit gives differences at the level of floating-point noise (about 1e-6 in fp32, 1e-2 in bf16), and a
 refit bug (stale or misplaced weights) shows up as differences of order one. `sum` and `count` are returned
 so data-parallel ranks can combine their figures exactly (all-reduce sum / count, and max).

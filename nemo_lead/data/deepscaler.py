@@ -30,7 +30,7 @@ from typing import Any, Optional
 
 from nemo_lead.data.filters import answer_allows_eval
 from nemo_lead.data.readers import DataError
-from nemo_lead.files import jsonl_text, write_atomic, write_json
+from nemo_lead.runtime.files import jsonl_text, write_atomic, write_json
 
 AUTHORS_FILES = ("amc", "omni_math", "aime", "still", "math")  # data_preprocess.ipynb line 24
 BOUNDS = {"difficulty > 1 (sft_problems)": lambda d: d > 1,

@@ -26,8 +26,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from nemo_lead.config.dotted import MISSING, lookup
 from nemo_lead.data.readers import DataError, read_records
-from nemo_lead.dotted import MISSING, lookup
 from nemo_lead.verify import extract_answer
 
 FILES_DIR = Path(__file__).resolve().parent / "files"

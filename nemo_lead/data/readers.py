@@ -22,7 +22,7 @@ import re
 from collections.abc import Iterator
 from pathlib import Path
 
-from nemo_lead.files import iter_jsonl
+from nemo_lead.runtime.files import iter_jsonl
 
 Located = tuple[str, dict]  # (where, record)
 

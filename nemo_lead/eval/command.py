@@ -22,7 +22,7 @@ from nemo_lead.eval.runner import check_prompt_lengths, eval_rank, prepare
 from nemo_lead.eval.store import SampleStore
 from nemo_lead.parallel import check_layout, detect_launch, model_shape
 from nemo_lead.parallel.local import run_command
-from nemo_lead.tracking import import_wandb
+from nemo_lead.runtime.tracking import import_wandb
 
 
 def _preflight(cfg: EvalConfig) -> None:

@@ -11,13 +11,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from nemo_lead.config import setting
+from nemo_lead.config.loading import setting
 from nemo_lead.data import PromptConfig
 from nemo_lead.generation import EngineConfig, SamplingParams, check_engine_layout
 from nemo_lead.models.source import PRECISION_CHOICES
 from nemo_lead.plan.settings import PlanSettings
-from nemo_lead.progress import PROGRESS_MODES, check_progress_mode
-from nemo_lead.tracking import WandbSettings
+from nemo_lead.runtime.progress import PROGRESS_MODES, check_progress_mode
+from nemo_lead.runtime.tracking import WandbSettings
 from nemo_lead.verify import VerifyConfig
 
 ANSWER_REGION = "after_think"  # the paper's protocol: R1-style models think first, then answer
@@ -50,9 +50,9 @@ class EvalConfig:
     budgets: list[int] = setting(default_factory=list, results=False)  # accuracy-vs-budget points; []: 16 steps to max_tokens
     report_budgets: list[int] = setting(default_factory=lambda: list(PAPER_BUDGETS), results=False)  # table columns
     plot: bool = setting(True, results=False)  # write accuracy_vs_budget.png
-    # auto (a bar on a terminal, log lines otherwise) | bar | lines | none (nemo_lead.progress)
+    # auto (a bar on a terminal, log lines otherwise) | bar | lines | none (nemo_lead.runtime.progress)
     progress: str = setting("auto", results=False, choices=PROGRESS_MODES)
-    # Weights & Biases: the config and the summary table (nemo_lead.tracking); its id in OUT/wandb.json
+    # Weights & Biases: the config and the summary table (nemo_lead.runtime.tracking); its id in OUT/wandb.json
     wandb: WandbSettings = setting(default_factory=WandbSettings, results=False)
     # what `nemo-lead plan` assumes of this stage in a recipe (distill, eval): the mean response length
     # (plan.mean_response_tokens) and the problems when the data cannot be counted (plan.data_rows)

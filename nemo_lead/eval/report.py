@@ -30,7 +30,7 @@ from nemo_lead.eval.metrics import (
     mean_length,
     pass_at_k,
 )
-from nemo_lead.files import write_atomic
+from nemo_lead.runtime.files import write_atomic
 
 SUMMARY_JSON = "summary.json"
 SUMMARY_MD = "summary.md"

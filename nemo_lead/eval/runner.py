@@ -34,7 +34,7 @@ from typing import Any
 import torch.distributed as dist
 
 from nemo_lead.algorithms import outcome_label
-from nemo_lead.config import save_config
+from nemo_lead.config.loading import save_config
 from nemo_lead.data import (
     Problem,
     PromptConfig,
@@ -43,8 +43,8 @@ from nemo_lead.data import (
     prompt_token_ids,
     resolve_prompt,
 )
+from nemo_lead.eval.chunks import Chunk, load_datasets, plan_chunks
 from nemo_lead.eval.config import ANSWER_REGION, EvalConfig, budget_points, dataset_specs, default_out
-from nemo_lead.eval.plan import Chunk, load_datasets, plan_chunks
 from nemo_lead.eval.report import (
     FIGURE,
     dataset_summary,
@@ -60,9 +60,9 @@ from nemo_lead.models.policy import load_policy, with_end_tokens
 from nemo_lead.models.source import ModelSource, model_source, resolve_precision
 from nemo_lead.parallel import destroy_parallel, init_parallel
 from nemo_lead.parallel.local import JobError
-from nemo_lead.progress import LoopProgress
 from nemo_lead.runtime.deadline import Deadline, requeue_or_advise, test_step_delay
-from nemo_lead.tracking import open_tracker
+from nemo_lead.runtime.progress import LoopProgress
+from nemo_lead.runtime.tracking import open_tracker
 from nemo_lead.verify.extract import THINK_OPEN
 
 
@@ -173,7 +173,7 @@ class Grader:
 
 class EvalProgress:
     """Per finished chunk: counts, throughput, Pass@1 so far and the time left, shown the way `progress` says
-    (`nemo_lead.progress`: a bar, log lines, or nothing); only the writer rank shows anything."""
+    (`nemo_lead.runtime.progress`: a bar, log lines, or nothing); only the writer rank shows anything."""
 
     def __init__(self, cfg: EvalConfig, total_samples: int, total_chunks: int, active: bool):
         self.shown = LoopProgress("eval", total_chunks, mode=cfg.progress, active=active, unit="chunk")

@@ -32,8 +32,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from nemo_lead.dotted import flatten
-from nemo_lead.files import append_jsonl, jsonl_text, write_atomic
+from nemo_lead.config.dotted import flatten
+from nemo_lead.runtime.files import append_jsonl, jsonl_text, write_atomic
 
 SAMPLES_FILE = "samples.jsonl"
 RUN_FILE = "run.json"

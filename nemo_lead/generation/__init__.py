@@ -13,7 +13,8 @@ one sampling function, shared with evaluation. Imports models and parallel only 
 """
 
 from nemo_lead.algorithms.mismatch import logprob_mismatch  # the engine-side name of the same function
-from nemo_lead.generation.engine import (
+from nemo_lead.generation.engine import FINISH_REASONS, Rollout, RolloutEngine, SamplingParams, check_prompts
+from nemo_lead.generation.engine_config import (
     ENGINE_KINDS,
     EngineConfig,
     build_engine,
@@ -22,8 +23,7 @@ from nemo_lead.generation.engine import (
     has_own_layout,
     resolve_engine_kind,
 )
-from nemo_lead.generation.megatron_engine import MegatronEngine, resolve_model
-from nemo_lead.generation.params import FINISH_REASONS, Rollout, RolloutEngine, SamplingParams, check_prompts
+from nemo_lead.generation.megatron_engine.engine import MegatronEngine, resolve_model
 from nemo_lead.generation.sampling import Draw, make_generator, sample_tokens, truncated_logits
 from nemo_lead.models import eval_mode
 

@@ -22,15 +22,15 @@ from typing import Optional
 
 import torch.distributed as dist
 
-from nemo_lead.files import iter_jsonl
-from nemo_lead.generation.engine import EngineConfig, build_engine, check_engine_layout
-from nemo_lead.generation.params import SamplingParams
+from nemo_lead.generation.engine import SamplingParams
+from nemo_lead.generation.engine_config import EngineConfig, build_engine, check_engine_layout
 from nemo_lead.models import load_tokenizer
 from nemo_lead.models.policy import load_policy, with_end_tokens
 from nemo_lead.models.source import PRECISION_CHOICES, model_source, resolve_precision
 from nemo_lead.parallel import destroy_parallel, init_parallel
 from nemo_lead.parallel.local import run_command
-from nemo_lead.progress import PROGRESS_MODES, LoopProgress, check_progress_mode
+from nemo_lead.runtime.files import iter_jsonl
+from nemo_lead.runtime.progress import PROGRESS_MODES, LoopProgress, check_progress_mode
 
 
 @dataclass
@@ -47,7 +47,7 @@ class GenerateConfig:
     precision: str = "auto"  # auto (fp32 on CPU; on a GPU bf16, fp16 for fp16 weights) | fp32 | bf16 | fp16
     sampling: SamplingParams = field(default_factory=lambda: SamplingParams(max_tokens=256, seed=1234))
     engine: EngineConfig = field(default_factory=EngineConfig)
-    progress: str = field(default="auto", metadata={"choices": PROGRESS_MODES})  # auto (a bar on a terminal, log lines otherwise) | bar | lines | none (nemo_lead.progress)
+    progress: str = field(default="auto", metadata={"choices": PROGRESS_MODES})  # auto (a bar on a terminal, log lines otherwise) | bar | lines | none (nemo_lead.runtime.progress)
 
     def __post_init__(self) -> None:
         check_progress_mode(self.progress)

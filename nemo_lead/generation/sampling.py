@@ -13,7 +13,7 @@ Definition of the sampling distribution, in order (the order of transformers' lo
 Drawing uses the exponential race, argmax_i p_i / E_i with E_i ~ Exp(1): it picks i with probability p_i,
 needs no sort or cumulative sum, and does not synchronise a GPU with the host. The E_i come from a seeded
 `torch.Generator`, or, given per-row `keys`, from each row's own stream (`nemo_lead.generation.streams`:
-what the megatron engine uses, so that a sample's tokens do not depend on the rows it is batched with). `logprobs` / `policy_logprobs`: see `nemo_lead.generation.params` (both float32).
+what the megatron engine uses, so that a sample's tokens do not depend on the rows it is batched with). `logprobs` / `policy_logprobs`: see `nemo_lead.generation.engine` (both float32).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from typing import NamedTuple
 
 import torch
 
-from nemo_lead.generation.params import SamplingParams
+from nemo_lead.generation.engine import SamplingParams
 from nemo_lead.generation.streams import exponential_noise
 
 

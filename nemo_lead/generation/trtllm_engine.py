@@ -31,8 +31,8 @@ import torch
 import torch.distributed as dist
 from torch.multiprocessing.reductions import reduce_tensor
 
-from nemo_lead.generation.megatron_engine import finish_param_gather, resolve_model
-from nemo_lead.generation.params import Rollout, SamplingParams, check_prompts
+from nemo_lead.generation.engine import Rollout, SamplingParams, check_prompts
+from nemo_lead.generation.megatron_engine.engine import finish_param_gather, resolve_model
 from nemo_lead.generation.trtllm_plan import (
     SLEEP_TAGS,
     SUPPORTED_VERSIONS,

@@ -45,7 +45,7 @@ from typing import Any
 import torch
 from packaging.version import InvalidVersion, Version
 
-from nemo_lead.generation.params import Rollout, SamplingParams, completions, refuse
+from nemo_lead.generation.engine import Rollout, SamplingParams, completions, refuse
 from nemo_lead.generation.streams import sample_seed
 
 SUPPORTED_VERSIONS = ("1.2.0", "1.3.0")  # [low, high): the TensorRT-LLM releases this engine is written for

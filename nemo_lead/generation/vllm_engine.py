@@ -10,7 +10,7 @@ ranks are innermost), so an engine replica lies inside one actor replica wheneve
 (`check_engine_layout`). The replica's ranks compute the same outputs; `replicas` = (actor replica's
 ranks / tp, this rank's replica) splits each data-parallel share of the prompts over the replicas, every
 sample keeping its stream (`prompt_offset`), as for the megatron engine's copies
-(`nemo_lead.training.rollouts`). Without torch.distributed (a script, the bench) it is vLLM's one-process
+(`nemo_lead.training.rl.rollouts`). Without torch.distributed (a script, the bench) it is vLLM's one-process
 executor.
 
 Refit (`refit`): the actor's weights, gathered over TP / PP into HF names by the same stream the other
@@ -50,8 +50,8 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from nemo_lead.generation.megatron_engine import finish_param_gather, resolve_model
-from nemo_lead.generation.params import Rollout, SamplingParams, check_prompts
+from nemo_lead.generation.engine import Rollout, SamplingParams, check_prompts
+from nemo_lead.generation.megatron_engine.engine import finish_param_gather, resolve_model
 from nemo_lead.generation.streams import sample_seed
 from nemo_lead.generation.trtllm_plan import RefitChecker
 from nemo_lead.generation.vllm_params import (

@@ -49,7 +49,7 @@ from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
-from nemo_lead.generation.params import Rollout, SamplingParams, completions, refuse
+from nemo_lead.generation.engine import Rollout, SamplingParams, completions, refuse
 from nemo_lead.generation.streams import sample_seed
 
 SUPPORTED_VERSIONS = ("0.32.0", "0.33.0")  # [low, high): the vLLM releases this engine is written for

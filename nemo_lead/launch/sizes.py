@@ -27,13 +27,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from nemo_lead.config import ConfigError
+from nemo_lead.config.loading import ConfigError
 from nemo_lead.launch.submit_config import SubmitConfig, time_seconds
 from nemo_lead.pipeline.config import RunConfig, load_recipe, resolve_stage
 from nemo_lead.pipeline.kinds import KINDS, PLANNED_KINDS
-from nemo_lead.pipeline.plan import PlanConfig, command_job, recipe_jobs
 from nemo_lead.pipeline.preflight import recipe_conflicts, report
 from nemo_lead.pipeline.recipe import find_recipe, read_recipe
+from nemo_lead.pipeline.recipe_plan import PlanConfig, command_job, recipe_jobs
 from nemo_lead.plan.settings import PlanSettings
 from nemo_lead.plan.stop_times import stop_times
 

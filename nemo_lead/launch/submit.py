@@ -21,7 +21,7 @@ import sys
 import time
 from pathlib import Path
 
-from nemo_lead.launch.plan import plan_jobs
+from nemo_lead.launch.jobs import plan_jobs
 from nemo_lead.launch.sbatch import container_mounts, log_path, render_sbatch
 from nemo_lead.launch.sizes import check_submit, host_sizes, planned_config
 from nemo_lead.launch.submit_config import SubmitConfig

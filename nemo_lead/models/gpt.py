@@ -34,7 +34,7 @@ from typing import Any
 
 import torch
 
-from nemo_lead.megatron_compat import with_mlp_class
+from nemo_lead.mcore.compat import with_mlp_class
 from nemo_lead.models.hf_config import Arch, ModelConfigError, arch_from_hf, padded_vocab_size, read_hf_config
 from nemo_lead.models.source import PRECISIONS
 

@@ -48,7 +48,7 @@ class Arch:
 
 
 def _preset_dir() -> Path:
-    from nemo_lead.config import conf_dir
+    from nemo_lead.config.loading import conf_dir
 
     return conf_dir() / "model"
 

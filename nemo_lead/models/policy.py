@@ -4,7 +4,7 @@ a HF model folder or a nemo-lead checkpoint folder.
     source = model_source("path/to/DeepSeek-R1-Distill-Qwen-14B")                 # cheap: config files only
     model = load_policy(source, parallel_info, resolve_precision("auto", source))  # collective: this rank's shard
 
-Checkpoint folders are read with `nemo_lead.models.checkpoint`, imported inside the function so that
+Checkpoint folders are read with `nemo_lead.models.weights_checkpoint`, imported inside the function so that
 describing a model stays free of torch.
 """
 
@@ -14,9 +14,9 @@ import dataclasses
 from typing import Any
 
 from nemo_lead.models import build_gpt, load_hf_weights
-from nemo_lead.models.checkpoint import build_from_checkpoint
 from nemo_lead.models.source import ModelSource, ModelSourceError, resolve_precision
 from nemo_lead.models.tokenizer import end_token_ids, generation_config_dir
+from nemo_lead.models.weights_checkpoint import build_from_checkpoint
 
 
 def with_end_tokens(params: Any, tokenizer: Any, source: ModelSource) -> Any:

@@ -1,5 +1,5 @@
 """RoPE as two multiply-adds per half: the arithmetic the actor's local spec (`local_layers._RoPEFunction`)
-and the rollout engine's decode steps (`nemo_lead.generation.stage`) share. Plain torch, so the engine imports
+and the rollout engine's decode steps (`nemo_lead.generation.megatron_engine.stage`) share. Plain torch, so the engine imports
 it without megatron's layer modules."""
 
 from __future__ import annotations

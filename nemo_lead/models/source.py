@@ -30,9 +30,9 @@ from typing import Any
 
 import torch
 
-from nemo_lead.checkpoint_meta import read_checkpoint_meta
-from nemo_lead.files import write_atomic
+from nemo_lead.checkpoint.meta import read_checkpoint_meta
 from nemo_lead.models.hf_config import preset_names, read_hf_config
+from nemo_lead.runtime.files import write_atomic
 
 HF_DTYPES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
 PRECISIONS = ("fp32", "bf16", "fp16", "fp8")  # fp8: bf16 parameters + Transformer Engine FP8 GEMMs

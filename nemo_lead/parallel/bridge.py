@@ -1,6 +1,6 @@
 """One job as two: trainer ranks and generator ranks, each side with a torch.distributed default world and a
 megatron parallel state of its own, joined by process groups that span the whole job (the split layout of
-`rollout.generator_ranks`, `nemo_lead.training.split`).
+`rollout.generator_ranks`, `nemo_lead.training.rl.split`).
 
     sides = join_sides(generator_ranks=G)   # every rank, before init_parallel: the last G ranks generate
     info = init_parallel(tp, pp)            # megatron's groups over this side's ranks only

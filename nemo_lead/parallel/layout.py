@@ -91,7 +91,7 @@ def engine_layouts(tp: int, pp: int, engine_tp: Any = "auto", engine_pp: Any = "
     smallest b first), each a copy of its own rebuilt after every update (docs/engine-layout.md). A key set
     explicitly narrows them: a number to the layouts with that value, `actor` on either key to the model's
     own layout (the engine on the model's modules). The one rule for the config check
-    (`nemo_lead.generation.engine`) and the plan (`nemo_lead.plan.job`)."""
+    (`nemo_lead.generation.engine_config`) and the plan (`nemo_lead.plan.job`)."""
     keys = (str(engine_tp), str(engine_pp))
     if "actor" in keys:
         return [(tp, pp)]

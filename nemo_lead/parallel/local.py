@@ -26,8 +26,8 @@ from typing import Any
 import torch
 
 from nemo_lead.parallel.state import detect_launch, free_port
-from nemo_lead.procs import die_with_parent, forked_children_die_with_us
-from nemo_lead.quiet import hide_import_noise
+from nemo_lead.runtime.processes import die_with_parent, forked_children_die_with_us
+from nemo_lead.runtime.quiet import hide_import_noise
 from nemo_lead.runtime.signals import held_stop_signal, hold_stop_signals
 
 

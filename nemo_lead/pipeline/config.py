@@ -6,7 +6,7 @@ Stage kinds, their keys and outputs: `nemo_lead.pipeline.kinds` (a recipe stage 
 The pipeline owns where things go: `out` of sft / rl is OUT/stages/NAME, each eval row's folder is
 OUT/stages/NAME/<row>; a recipe that sets `out` (or `model` of an eval stage) is told so.
 
-Each stage's settings are checked by loading them through `nemo_lead.config.load_config` with the kind's
+Each stage's settings are checked by loading them through `nemo_lead.config.loading.load_config` with the kind's
 schema and defaults, so an unknown key or a bad value fails naming the recipe file, the line and the key
 (or the command line, for `stages.NAME.KEY=VALUE` overrides).
 """
@@ -22,13 +22,13 @@ from typing import Any, Optional
 
 import yaml
 
-from nemo_lead.config import ConfigError, load_config, to_yaml
+from nemo_lead.config.dotted import flatten
+from nemo_lead.config.loading import ConfigError, load_config, to_yaml
 from nemo_lead.data.filters import parse_bound
-from nemo_lead.dotted import flatten
 from nemo_lead.pipeline.kinds import KINDS, schema, settings_hook
 from nemo_lead.pipeline.recipe import Recipe, Ref, StageSpec, find_recipe, read_recipe, substitute
 from nemo_lead.plan.settings import PlanSettings
-from nemo_lead.tracking import WandbSettings
+from nemo_lead.runtime.tracking import WandbSettings
 
 KEEP_RULES = ("first", "shortest")
 

@@ -56,10 +56,10 @@ KINDS: dict[str, StageKind] = {k.name: k for k in (
               "nemo_lead.pipeline.stages:run_distill", ("a teacher's verified traces: `nemo-lead eval`'s keys (`model` = the teacher, `data` = the problems) + "
               "`keep: first|shortest` (the correct sample with the lowest index, or the fewest tokens)"),
               pipeline_keys=("out",), out="samples", settings_hook="nemo_lead.pipeline.config:distill_settings"),
-    StageKind("sft", "nemo_lead.training.sft_config:SFTConfig", ("run", "checkpoint"), True,
+    StageKind("sft", "nemo_lead.training.sft.config:SFTConfig", ("run", "checkpoint"), True,
               "nemo_lead.pipeline.stages:run_sft_stage", "`nemo-lead sft` (its keys and defaults)", pipeline_keys=("out",), out="",
               planned=True),
-    StageKind("rl", "nemo_lead.training.rl_config:RLConfig", ("run", "checkpoint"), True,
+    StageKind("rl", "nemo_lead.training.rl.config:RLConfig", ("run", "checkpoint"), True,
               "nemo_lead.pipeline.stages:run_rl_stage", "`nemo-lead rl` (its keys and defaults)", pipeline_keys=("out",), out="",
               planned=True, summary="curve"),
     StageKind("eval", "nemo_lead.eval.config:EvalConfig", ("folder",), True,

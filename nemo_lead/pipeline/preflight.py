@@ -24,7 +24,7 @@ from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any
 
-from nemo_lead.config import ConfigError
+from nemo_lead.config.loading import ConfigError
 from nemo_lead.data.filters import filter_by_bound
 from nemo_lead.data.problems import BUILTIN_DATASETS, load_problems
 from nemo_lead.data.readers import DataError

@@ -42,7 +42,7 @@ from typing import Any
 
 import yaml
 
-from nemo_lead.config import BASE_KEY, ConfigError, package_data
+from nemo_lead.config.loading import BASE_KEY, ConfigError, package_data
 
 TOP_KEYS = ("description", "paths", "hardware", "presets", "stages")
 HARDWARE_KEYS = ("gpu", "gpus_per_node")

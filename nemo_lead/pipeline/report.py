@@ -18,14 +18,14 @@ from typing import Any
 
 import yaml
 
-from nemo_lead.config import keys_where, load_config, to_yaml
-from nemo_lead.dotted import flatten
+from nemo_lead.config.dotted import flatten
+from nemo_lead.config.loading import keys_where, load_config, to_yaml
+from nemo_lead.eval.chunks import dataset_name
 from nemo_lead.eval.metrics import CONS_AT_K, MEAN_LENGTH, PASS_AT_1
-from nemo_lead.eval.plan import dataset_name
 from nemo_lead.eval.report import markdown_table, read_summary
-from nemo_lead.files import write_atomic, write_json
-from nemo_lead.training.plot import plot_validation
-from nemo_lead.training.run_folder import VALIDATION_FILE
+from nemo_lead.runtime.files import write_atomic, write_json
+from nemo_lead.training.run.folder import VALIDATION_FILE
+from nemo_lead.training.run.plot import plot_validation
 
 SUMMARY_JSON = "summary.json"
 SUMMARY_MD = "summary.md"

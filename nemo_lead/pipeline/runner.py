@@ -31,16 +31,16 @@ import time
 from pathlib import Path
 from typing import Any
 
-from nemo_lead.checkpoint_manifest import MANIFEST_FILE, file_entry
-from nemo_lead.config import ConfigError, drop_keys, keys_where, save_config
-from nemo_lead.files import write_json
+from nemo_lead.checkpoint.manifest import MANIFEST_FILE, file_entry
+from nemo_lead.config.loading import ConfigError, drop_keys, keys_where, save_config
 from nemo_lead.pipeline.config import RunConfig, Stage, eval_row_config, load_recipe, resolve_stage
 from nemo_lead.pipeline.kinds import KINDS, run_function
-from nemo_lead.pipeline.plan import check_recipe
 from nemo_lead.pipeline.preflight import recipe_conflicts, report
 from nemo_lead.pipeline.recipe import Recipe
+from nemo_lead.pipeline.recipe_plan import check_recipe
 from nemo_lead.pipeline.stages import StageStopped, say
-from nemo_lead.training.run_lock import lock_folder
+from nemo_lead.runtime.files import write_json
+from nemo_lead.training.run.lock import lock_folder
 
 STATE_FILE = "pipeline_state.json"
 

@@ -22,9 +22,9 @@ from nemo_lead.data import (
     parse_bound,
     problem_key,
 )
-from nemo_lead.files import jsonl_text, write_atomic
 from nemo_lead.pipeline.config import SelectConfig
-from nemo_lead.training.run_folder import PROBLEM_STATS_FILE, read_problem_stats
+from nemo_lead.runtime.files import jsonl_text, write_atomic
+from nemo_lead.training.run.folder import PROBLEM_STATS_FILE, read_problem_stats
 
 
 def rollout_accuracy(run: str | Path) -> dict[str, float]:

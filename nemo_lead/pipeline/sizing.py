@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from nemo_lead.pipeline.plan import PlanConfig, jobs_of
+from nemo_lead.pipeline.recipe_plan import PlanConfig, jobs_of
 from nemo_lead.plan.check import hf_config_of
 from nemo_lead.plan.job import GIB, JobPlan, job_shape, plan_job
 from nemo_lead.plan.report import layout_name, overrides, step_text

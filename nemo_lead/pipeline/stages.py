@@ -15,10 +15,10 @@ import yaml
 
 from nemo_lead.data import open_think
 from nemo_lead.data.demo_task import DEMO_EXTRA_TOKENS, DEMO_MODEL, write_demo_data
-from nemo_lead.files import jsonl_text, read_jsonl, write_atomic, write_json
 from nemo_lead.pipeline.config import Stage, eval_row_config
 from nemo_lead.pipeline.select import select_problems, write_problems
-from nemo_lead.training.run_folder import DONE_FILE, read_done
+from nemo_lead.runtime.files import jsonl_text, read_jsonl, write_atomic, write_json
+from nemo_lead.training.run.folder import DONE_FILE, read_done
 
 
 class StageStopped(RuntimeError):
@@ -119,14 +119,14 @@ def _finished_run(stage: Stage, status: int) -> dict[str, str]:
 
 def run_sft_stage(stage: Stage) -> dict[str, str]:
     """`nemo-lead sft` into OUT/stages/NAME (resumes there when interrupted)."""
-    from nemo_lead.training.sft import run_sft
+    from nemo_lead.training.sft.loop import run_sft
 
     return _finished_run(stage, run_sft(stage.config))
 
 
 def run_rl_stage(stage: Stage) -> dict[str, str]:
     """`nemo-lead rl` into OUT/stages/NAME (resumes there when interrupted)."""
-    from nemo_lead.training.rl import run_rl
+    from nemo_lead.training.rl.loop import run_rl
 
     return _finished_run(stage, run_rl(stage.config))
 

@@ -15,5 +15,5 @@ starts on GPUs.
     settings.py        `PlanSettings`, the `plan` section of the commands' configs
 
 Imports models (the HF config reader), parallel (layouts, the launcher's world size) and config. Recipes are
-read by the pipeline layer (`nemo_lead.pipeline.plan`, the `nemo-lead plan` command).
+read by the pipeline layer (`nemo_lead.pipeline.recipe_plan`, the `nemo-lead plan` command).
 """

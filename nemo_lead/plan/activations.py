@@ -83,7 +83,7 @@ def backward_temporaries(w: Widths, tokens: int, e: int, largest_weight: int) ->
 
 def logits_peak_bytes(tokens: int, vocab_local: int, logits_e: int, *, temperature: float, padded: bool,
                       entropy: bool) -> int:
-    """The unchunked loss's peak over `tokens` x `vocab_local` logits (`nemo_lead.training.logprobs.
+    """The unchunked loss's peak over `tokens` x `vocab_local` logits (`nemo_lead.training.actor.logprobs.
     token_logprobs`, actor.logprob_chunk_tokens=0): the output layer's logits, the fp32 copy the softmax runs
     on (none when the logits already are fp32, T = 1 and this rank holds no padded column), the shifted
     logits and, with entropy, the probabilities; the backward keeps both saved tensors, the gradient and two

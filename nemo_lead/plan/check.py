@@ -126,7 +126,7 @@ def resolve_engine_auto(cfg: Any, kind: str = "rl") -> Any:
     copy is asked for explicitly), or the first layout the keys set allow when that is not the actor's."""
     cfg = resolve_engine_kind_auto(cfg, kind)
     e = cfg.engine
-    if e.kind == "vllm":  # one layout: the actor's TP at one stage (`nemo_lead.generation.engine.vllm_layout`)
+    if e.kind == "vllm":  # one layout: the actor's TP at one stage (`nemo_lead.generation.engine_config.vllm_layout`)
         return cfg
     if "auto" not in (str(e.tp), str(e.pp)):
         return cfg

@@ -1,7 +1,7 @@
 """The generation phase's memory on one rank: the megatron engine's KV cache at the batch it will run, and
 its prefill and sampling temporaries.
 
-KV cache (`nemo_lead.generation.kv_cache.KVCache`): per layer of this pipeline stage a key and a value
+KV cache (`nemo_lead.generation.megatron_engine.kv_cache.KVCache`): per layer of this pipeline stage a key and a value
 tensor of [rows, kv_heads / tp, capacity, head_dim] in the parameter dtype, so a row costs
 `kv_slot_bytes` per position. Rows: the engine keeps room for min(max(max_batch_size, n), sequences) rows
 (its continuous batch). How capacity is reached depends on the engine:
@@ -69,7 +69,7 @@ class EngineMemory:
 
 def engine_rows(*, sequences: int, max_batch_size: int, full: int, slot: int, kv_budget_bytes: int | None) -> int:
     """Sequences decoding at once: max_batch_size, the call's sequences and the budget's rows of `full`
-    positions decide (`nemo_lead.generation.kv_budget.budget_rows`)."""
+    positions decide (`nemo_lead.generation.megatron_engine.kv_budget.budget_rows`)."""
     rows = min(max_batch_size, sequences)
     if kv_budget_bytes is not None:
         rows = min(rows, max(1, kv_budget_bytes // (full * slot)))

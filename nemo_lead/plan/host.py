@@ -7,7 +7,7 @@ Every memory figure of the plan is in GiB (2^30 bytes), as `--mem=NG` is in SLUR
 1024s). Host memory per node:
 - pinned offload copies (`actor.offload_during_generation`, RL only): each rank's optimizer state, the plan's
   `update` figure, times the ranks on the node (the gradient buffers are freed, not copied:
-  `nemo_lead.training.offload`; the same bytes as the plan's `host_bytes_per_node` at 8 ranks a node);
+  `nemo_lead.training.actor.offload`; the same bytes as the plan's `host_bytes_per_node` at 8 ranks a node);
 - HOST_GIB_PER_RANK per rank: the Python process with torch, megatron and CUDA's host-side state, the
   tokenizer and the problem or trace set (an allowance, not a measurement);
 - VERIFIER_GIB per grader process (`verify.workers`, on global rank 0) and one core each.

@@ -49,10 +49,10 @@ from nemo_lead.plan.timing import (
 )
 
 GIB = 1 << 30
-AUTO_KIND = "auto"  # engine.kind: chosen by the plan (`auto_engine_kind`), as `nemo_lead.generation.engine` says
-KV_GIB = 2**30  # engine.kv_cache_gib's unit (`nemo_lead.generation.kv_budget.GIB`)
+AUTO_KIND = "auto"  # engine.kind: chosen by the plan (`auto_engine_kind`), as `nemo_lead.generation.engine_config` says
+KV_GIB = 2**30  # engine.kv_cache_gib's unit (`nemo_lead.generation.megatron_engine.kv_budget.GIB`)
 # the actor's token budget per micro-batch on a GPU when actor.micro_batch_tokens is None
-# (`nemo_lead.training.actor_config.GPU_MICRO_BATCH_TOKENS`; the plans are for GPUs)
+# (`nemo_lead.training.actor.config.GPU_MICRO_BATCH_TOKENS`; the plans are for GPUs)
 GPU_MICRO_BATCH_TOKENS = 16384
 GPUS_PER_NODE = 8  # a node's GPUs: TP stays within one; the host memory of offload is counted per node
 
@@ -342,7 +342,7 @@ def plan_job(s: JobShape, gpu: GPU, *, memory_gib: float | None = None, reserve_
 
 def _engine_copy_bytes(s: JobShape) -> int:
     """The engine's copy at engine TP b on one GPU: its shards of the layers, and the vocabulary tables whole
-    (`nemo_lead.generation.engine_copy` keeps them whole at any b: the TP-b shards' count plus the rest)."""
+    (`nemo_lead.generation.megatron_engine.model_copy` keeps them whole at any b: the TP-b shards' count plus the rest)."""
     b = s.engine_tp
     sharded = _static(s.arch, b, 1, 1, 0, s.precision, False, s.vocab_divisible_by)[0].weights
     tables = 1 if s.arch.tied_embeddings else 2

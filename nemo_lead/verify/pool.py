@@ -43,7 +43,7 @@ from multiprocessing.connection import Connection, wait
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from nemo_lead.procs import die_with_parent
+from nemo_lead.runtime.processes import die_with_parent
 
 _PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
 _START_FAILURES = 3  # consecutive workers dying before they are ready: give up with an error

@@ -53,8 +53,8 @@ def test_paper_presets_read_the_final_answer():
 
 
 def test_rl_answer_region_follows_the_preset_unless_set():
-    from nemo_lead.config import load_config
-    from nemo_lead.training.rl_config import RLConfig
+    from nemo_lead.config.loading import load_config
+    from nemo_lead.training.rl.config import RLConfig
 
     base = ["data.path=problems.jsonl", "out=runs/x", "actor.model=tiny-qwen2"]
     assert load_config(RLConfig, [], base).resolved_answer_region == "after_think"

@@ -8,7 +8,7 @@ import torch
 
 from nemo_lead.algorithms import LeadConfig, policy_loss
 from nemo_lead.algorithms.rollout_correction import RolloutCorrectionConfig, correction_weights
-from nemo_lead.config import ConfigError, load_config
+from nemo_lead.config.loading import ConfigError, load_config
 
 # two responses, 3 and 2 trained tokens; ratios pi_old / pi_engine chosen by hand, C = 2
 RATIOS = [[3.0, 0.6, 1.0], [1.5, 4.0, 1.0]]

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from nemo_lead.algorithms import LeadConfig
-from nemo_lead.config import ConfigError, load_config, save_config
+from nemo_lead.config.loading import ConfigError, load_config, save_config
 
 
 @dataclass
@@ -95,7 +95,7 @@ def test_save_round_trip(tmp_path):
 def test_every_common_key_points_at_a_key_some_command_has():
     """The aliases users type from other frameworks (`lr`, `epsilon`, ...) each name keys that exist."""
     from nemo_lead.cli import COMMANDS, _load_attr
-    from nemo_lead.config import COMMON_KEYS, key_rules
+    from nemo_lead.config.loading import COMMON_KEYS, key_rules
 
     keys = set().union(*(key_rules(_load_attr(cmd.schema)) for cmd in COMMANDS.values()))
     missing = {alias: target for alias, targets in COMMON_KEYS.items() for target in targets if target not in keys}

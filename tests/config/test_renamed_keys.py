@@ -3,9 +3,9 @@ on the command line and in a file (with its line)."""
 
 import pytest
 
-from nemo_lead.config import ConfigError, load_config
-from nemo_lead.generation.kv_budget import GIB
-from nemo_lead.training.rl_config import RLConfig
+from nemo_lead.config.loading import ConfigError, load_config
+from nemo_lead.generation.megatron_engine.kv_budget import GIB
+from nemo_lead.training.rl.config import RLConfig
 
 
 def test_the_old_kv_budget_key_names_the_new_one_and_the_conversion(tmp_path):
@@ -23,7 +23,7 @@ def test_the_old_kv_budget_key_names_the_new_one_and_the_conversion(tmp_path):
 
 def test_the_plan_memory_keys_say_gib_and_the_old_names_are_refused(capsys):
     from nemo_lead.cli import main
-    from nemo_lead.pipeline.plan import PlanConfig
+    from nemo_lead.pipeline.recipe_plan import PlanConfig
 
     for old, new in (("gpu_memory_gb", "gpu_memory_gib"), ("reserve_gb", "reserve_gib")):
         with pytest.raises(ConfigError, match=rf"unknown key 'plan.{old}': renamed to 'plan.{new}', in GiB"):

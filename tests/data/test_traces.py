@@ -22,7 +22,7 @@ from nemo_lead.data import (
     load_traces,
     prompt_token_ids,
 )
-from nemo_lead.training.packing import pack_traces
+from nemo_lead.training.sft.packing import pack_traces
 
 R1_DIR = Path(__file__).parent / "fixtures" / "r1_tokenizer"
 RESPONSE = "<think>\nAdd: 2+3=5.\n</think>\n\nThe answer is \\boxed{5}"

@@ -11,7 +11,7 @@ import yaml
 from eval_settings import MAX_TOKENS, PROBLEMS, N, eval_args
 
 from nemo_lead.cli import main
-from nemo_lead.generation.megatron_engine import MegatronEngine
+from nemo_lead.generation.megatron_engine.engine import MegatronEngine
 from nemo_lead.models.source import model_source
 
 

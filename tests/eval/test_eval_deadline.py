@@ -13,7 +13,7 @@ import pytest
 from eval_settings import N, eval_args
 
 from nemo_lead.cli import main
-from nemo_lead.config import load_config
+from nemo_lead.config.loading import load_config
 from nemo_lead.eval.config import EvalConfig
 from nemo_lead.pipeline.config import Stage
 from nemo_lead.pipeline.recipe import StageSpec

@@ -7,8 +7,8 @@ import json
 import pytest
 
 from nemo_lead.data import Problem
+from nemo_lead.eval.chunks import chunk_seed, dataset_name, plan_chunks
 from nemo_lead.eval.config import EvalConfig, budget_points, model_name
-from nemo_lead.eval.plan import chunk_seed, dataset_name, plan_chunks
 from nemo_lead.eval.store import SampleStore, SettingsMismatch, settings_tag
 from nemo_lead.generation import SamplingParams
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from nemo_lead.generation import logprob_mismatch
-from nemo_lead.generation.kv_cache import KVCache
+from nemo_lead.generation.megatron_engine.kv_cache import KVCache
 
 
 def _cache(rows, capacity, fill):
@@ -91,7 +91,7 @@ def test_fixed_storage_never_moves_and_grows_only_its_logical_capacity():
 
 
 def test_compaction_moves_only_finished_rows_places_and_filled_positions():
-    from nemo_lead.generation.kv_cache import compaction_order
+    from nemo_lead.generation.megatron_engine.kv_cache import compaction_order
 
     assert compaction_order([0, 2, 3, 5]) == [0, 5, 2, 3]  # row 5 fills row 1's place; 0, 2, 3 stay
     assert compaction_order([3, 4]) == [3, 4] and compaction_order([0, 1]) == [0, 1] and compaction_order([]) == []
@@ -119,7 +119,7 @@ def test_write_at_puts_each_rows_groups_at_its_position():
 
 
 def test_bucket_rows_are_powers_of_two_within_the_allocation():
-    from nemo_lead.generation.cuda_graphs import bucket_rows
+    from nemo_lead.generation.megatron_engine.cuda_graphs import bucket_rows
 
     assert [bucket_rows(n, 256) for n in (1, 8, 9, 100, 256)] == [8, 8, 16, 128, 256]
     assert bucket_rows(5, 6) == 6 and bucket_rows(0, 3) == 3
@@ -128,7 +128,7 @@ def test_bucket_rows_are_powers_of_two_within_the_allocation():
 
 
 def test_where_the_engine_takes_fixed_shape_decode_steps():
-    from nemo_lead.generation.cuda_graphs import graphs_wanted, unsafe_nccl_settings
+    from nemo_lead.generation.megatron_engine.cuda_graphs import graphs_wanted, unsafe_nccl_settings
 
     def wanted(graphs, tp, pp, switch, cuda=True):
         return graphs_wanted(graphs, tp=tp, pp=pp, cuda_graphs_tp=switch, cuda=cuda)

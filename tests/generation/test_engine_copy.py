@@ -64,7 +64,7 @@ def _as_hf(tensors, arch):
 
 
 def _reshard_job(hf_dir):
-    from nemo_lead.generation.reshard import gather_tp1_weights, shard_table
+    from nemo_lead.generation.megatron_engine.reshard import gather_tp1_weights, shard_table
     from nemo_lead.models import model_info
     from nemo_lead.parallel import destroy_parallel
 
@@ -106,7 +106,7 @@ def test_the_tp1_copy_of_a_tp2_and_a_pp2_actor_equals_the_hf_weights(tiny):
 def _rollouts_job(hf_dir):
     from nemo_lead.generation import MegatronEngine
     from nemo_lead.parallel import destroy_parallel
-    from nemo_lead.training.rollouts import RolloutContext, generate_all
+    from nemo_lead.training.rl.rollouts import RolloutContext, generate_all
 
     def rollouts(info, engine):
         ctx = RolloutContext(info=info, engine=engine, tokenizer=None, prompt_cfg=None, verifier=None, think_open=False)
@@ -125,7 +125,7 @@ def _rollouts_job(hf_dir):
     out["refit"] = engine.refit_stats
     # the copy runs at TP = PP = 1, so the CUDA-graph-shaped decode steps apply over any actor layout (on the
     # CPU: the same bucketed steps, without capture); here every prompt on each rank, in one call
-    from nemo_lead.generation.cuda_graphs import DecodeSteps
+    from nemo_lead.generation.megatron_engine.cuda_graphs import DecodeSteps
 
     steps, step = [], DecodeSteps._step
     DecodeSteps._step = lambda self, *a: steps.append(1) or step(self, *a)  # count the bucketed steps
@@ -182,7 +182,7 @@ def _graphs_at_tp2(model):
     import torch.distributed as dist
 
     from nemo_lead.generation import MegatronEngine
-    from nemo_lead.generation.cuda_graphs import DecodeSteps
+    from nemo_lead.generation.megatron_engine.cuda_graphs import DecodeSteps
 
     def run(**kw):
         engine = MegatronEngine(model, max_batch_size=4, **kw)
@@ -272,7 +272,7 @@ def _arch(hf_dir):
 def _dp2_job(hf_dir):
     from nemo_lead.generation import MegatronEngine
     from nemo_lead.parallel import destroy_parallel
-    from nemo_lead.training.rollouts import RolloutContext, generate_all
+    from nemo_lead.training.rl.rollouts import RolloutContext, generate_all
 
     info, model = _build(hf_dir, 2, 1)  # 4 ranks: TP2 x DP2
     out = {}

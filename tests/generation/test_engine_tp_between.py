@@ -50,9 +50,9 @@ def _error(run) -> str | None:
 
 def _job(hf_dir):
     from nemo_lead.generation import MegatronEngine
-    from nemo_lead.generation.reshard import _named_shards
+    from nemo_lead.generation.megatron_engine.reshard import _named_shards
     from nemo_lead.parallel import destroy_parallel
-    from nemo_lead.training.rollouts import RolloutContext, generate_all
+    from nemo_lead.training.rl.rollouts import RolloutContext, generate_all
 
     def rollouts(info, engine):
         ctx = RolloutContext(info=info, engine=engine, tokenizer=None, prompt_cfg=None, verifier=None, think_open=False)

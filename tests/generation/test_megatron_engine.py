@@ -276,7 +276,7 @@ def test_tp2_and_pp2_match_tp1(tiny):
 
 def test_kv_budget_arithmetic_and_bad_budgets_name_the_key():
     from nemo_lead.generation import EngineConfig
-    from nemo_lead.generation.kv_budget import budget_rows, kv_bytes_per_position
+    from nemo_lead.generation.megatron_engine.kv_budget import budget_rows, kv_bytes_per_position
 
     # R1-Distill-Qwen-14B at TP8, bf16: 48 layers x 1 KV head x 128 x 2 (K, V) x 2 bytes
     per_position = kv_bytes_per_position(48, 1, 128, 2)
@@ -299,7 +299,7 @@ def test_every_local_layer_type_is_either_on_the_direct_path_or_handled_by_modul
 
     import nemo_lead.models.attention as attention
     import nemo_lead.models.local_layers as local_layers
-    from nemo_lead.generation.stage import direct_path_types
+    from nemo_lead.generation.megatron_engine.stage import direct_path_types
 
     direct = {t for types in direct_path_types().values() for t in types}
     # called as modules on both paths (norms), or never called by the engine (core attention)

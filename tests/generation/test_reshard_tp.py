@@ -1,4 +1,4 @@
-"""Resharding from actor TP a to engine TP b (b dividing a, `nemo_lead.generation.reshard.engine_tp_shards`),
+"""Resharding from actor TP a to engine TP b (b dividing a, `nemo_lead.generation.megatron_engine.reshard.engine_tp_shards`),
 in-process on a tiny Qwen2 with 4 KV groups: every engine shard equals the slice of the HF tensors it
 should hold (fused QKV split back into q / k / v by query group, fc1 into gate / up, vocabulary rows with
 the padding, row-parallel columns), and equals the shard a TP b model loads from the same HF folder."""
@@ -8,7 +8,7 @@ import dataclasses
 import pytest
 import torch
 
-from nemo_lead.generation.reshard import engine_tp_shards
+from nemo_lead.generation.megatron_engine.reshard import engine_tp_shards
 from nemo_lead.models import arch_from_hf, read_hf_config, write_tiny_model
 from nemo_lead.models.hf_config import padded_vocab_size
 from nemo_lead.models.hf_weights import (

@@ -15,7 +15,7 @@ import torch
 from distributed import run_distributed
 
 from nemo_lead.generation import EngineConfig, SamplingParams, build_engine
-from nemo_lead.generation.engine import TrtllmConfig
+from nemo_lead.generation.engine_config import TrtllmConfig
 from nemo_lead.generation.trtllm_engine import TrtllmUnavailable, import_trtllm
 from nemo_lead.generation.trtllm_plan import (
     RefitChecker,

@@ -143,7 +143,7 @@ def _smol_job(smol):
 
 def _sleep_level_job(qwen):
     from nemo_lead.generation import EngineConfig, build_engine
-    from nemo_lead.generation.engine import VllmConfig
+    from nemo_lead.generation.engine_config import VllmConfig
     from nemo_lead.parallel import destroy_parallel
 
     model = _actor(qwen)

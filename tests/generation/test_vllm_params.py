@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import pytest
 
 from nemo_lead.generation import EngineConfig, SamplingParams, check_engine_layout, resolve_engine_kind
-from nemo_lead.generation.engine import VllmConfig, vllm_layout
+from nemo_lead.generation.engine_config import VllmConfig, vllm_layout
 from nemo_lead.generation.streams import sample_seed
 from nemo_lead.generation.vllm_params import (
     CPU_DEFAULT_KV_GIB,
@@ -165,8 +165,8 @@ def test_auto_kind_without_a_gpu_is_megatron(monkeypatch, capsys):
 
 def test_rollout_correction_with_truncation_is_refused_for_vllm():
     from nemo_lead.algorithms import LeadConfig
-    from nemo_lead.training.actor_config import ActorConfig
-    from nemo_lead.training.rl_config import RLConfig, RLDataConfig, RolloutConfig
+    from nemo_lead.training.actor.config import ActorConfig
+    from nemo_lead.training.rl.config import RLConfig, RLDataConfig, RolloutConfig
 
     lead = LeadConfig.paper()
     lead.rollout_correction.mode = "tis"

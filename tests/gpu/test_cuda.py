@@ -75,7 +75,7 @@ def test_logits_fp32_match_and_bf16_as_close_as_transformers(parallel, hf_dir):
 
 
 def _sequence_batch(n=6, seed=1):
-    from nemo_lead.training.microbatch import SequenceBatch
+    from nemo_lead.training.actor.microbatch import SequenceBatch
 
     g = torch.Generator().manual_seed(seed)
     tokens, plens = [], []
@@ -108,13 +108,13 @@ def _hf_sft_reference(hf_dir, batch):
 
 def test_actor_logprobs_and_steps_on_cuda(parallel, hf_dir):
     from nemo_lead.algorithms import LeadConfig
-    from nemo_lead.training.actor import (
+    from nemo_lead.training.actor.config import ActorConfig
+    from nemo_lead.training.actor.megatron_actor import (
         build_actor,
         compute_logprobs,
         policy_train_step,
         sft_train_step,
     )
-    from nemo_lead.training.actor_config import ActorConfig
 
     batch = _sequence_batch()
     ref_loss, ref_norm, ref_logps = _hf_sft_reference(hf_dir, batch)
@@ -156,7 +156,7 @@ def test_engine_greedy_on_cuda_equals_full_forward(parallel, hf_dir):
 
 def test_checkpoint_round_trip_on_cuda(parallel, hf_dir, tmp_path):
     from nemo_lead.models import forward_logits
-    from nemo_lead.models.checkpoint import build_from_checkpoint, save_checkpoint
+    from nemo_lead.models.weights_checkpoint import build_from_checkpoint, save_checkpoint
 
     model = _ours(hf_dir, parallel, "bf16")
     save_checkpoint(tmp_path / "ckpt", model, step=3)

@@ -12,7 +12,7 @@ import textwrap
 import pytest
 
 from nemo_lead.cli import main
-from nemo_lead.config import ConfigError, load_config
+from nemo_lead.config.loading import ConfigError, load_config
 from nemo_lead.launch.sbatch import TASK_WRAPPER, sbatch_options
 from nemo_lead.launch.submit import SubmitConfig, render_jobs
 

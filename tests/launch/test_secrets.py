@@ -10,7 +10,7 @@ import textwrap
 import pytest
 
 from nemo_lead.cli import main
-from nemo_lead.config import load_config
+from nemo_lead.config.loading import load_config
 from nemo_lead.launch.sbatch import sbatch_options
 from nemo_lead.launch.submit import SubmitConfig, render_jobs
 

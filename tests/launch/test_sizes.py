@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from nemo_lead.cli import main
-from nemo_lead.config import ConfigError, load_config
+from nemo_lead.config.loading import ConfigError, load_config
 from nemo_lead.launch.sbatch import sbatch_options
 from nemo_lead.launch.sizes import chunk_seconds, job_runs
 from nemo_lead.launch.submit import SubmitConfig, render_jobs

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from nemo_lead.config import load_config
+from nemo_lead.config.loading import load_config
 from nemo_lead.launch.submit import SubmitConfig, render_jobs
 from nemo_lead.launch.submit_config import time_seconds
 from nemo_lead.runtime.deadline import Deadline

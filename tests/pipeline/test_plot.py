@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from nemo_lead.cli import main
-from nemo_lead.training.plot import curves, default_labels
+from nemo_lead.training.run.plot import curves, default_labels
 
 
 def _run(folder: Path, steps: list[int], acc0: float) -> str:

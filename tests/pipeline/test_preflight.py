@@ -7,7 +7,7 @@ import textwrap
 import pytest
 
 from nemo_lead.cli import main
-from nemo_lead.config import load_config
+from nemo_lead.config.loading import load_config
 from nemo_lead.pipeline.config import RunConfig
 from nemo_lead.pipeline.preflight import recipe_conflicts
 

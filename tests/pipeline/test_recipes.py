@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from nemo_lead.cli import main
-from nemo_lead.config import ConfigError, load_config
+from nemo_lead.config.loading import ConfigError, load_config
 from nemo_lead.pipeline.config import RunConfig
 from nemo_lead.pipeline.kinds import KINDS
 from nemo_lead.pipeline.recipe import recipes_dir

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from nemo_lead.config import load_config
+from nemo_lead.config.loading import load_config
 from nemo_lead.pipeline.config import RunConfig
 from nemo_lead.pipeline.kinds import KINDS
 from nemo_lead.pipeline.runner import STATE_FILE, run_recipe

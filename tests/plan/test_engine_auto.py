@@ -13,7 +13,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from nemo_lead.config import load_config
+from nemo_lead.config.loading import load_config
 from nemo_lead.models import read_hf_config
 from nemo_lead.plan.check import resolve_engine_auto
 from nemo_lead.plan.job import (
@@ -27,7 +27,7 @@ from nemo_lead.plan.job import (
 )
 from nemo_lead.plan.settings import PlanSettings
 from nemo_lead.plan.timing import StepTime, gpu_named
-from nemo_lead.training.rl_config import RLConfig
+from nemo_lead.training.rl.config import RLConfig
 
 H100 = gpu_named("h100")
 

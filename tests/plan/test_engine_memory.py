@@ -30,8 +30,8 @@ def _job(hf_dir, layouts, run=(PROMPT, MAX_TOKENS, N, PROMPTS, BATCH), budget=No
     from tensor_memory import LiveTensorBytes
 
     from nemo_lead.generation import MegatronEngine, SamplingParams
-    from nemo_lead.generation.kv_cache import KVCache
-    from nemo_lead.generation.stage import StageRunner
+    from nemo_lead.generation.megatron_engine.kv_cache import KVCache
+    from nemo_lead.generation.megatron_engine.stage import StageRunner
     from nemo_lead.models import build_gpt, load_hf_weights
     from nemo_lead.parallel import destroy_parallel, init_parallel, seed_model_parallel_rng
 

@@ -9,7 +9,7 @@ from nemo_lead.launch.sbatch import sbatch_options
 from nemo_lead.launch.submit import render_jobs
 from nemo_lead.launch.submit_config import SubmitConfig
 from nemo_lead.models.hf_config import read_hf_config
-from nemo_lead.pipeline.plan import PlanConfig, jobs_of
+from nemo_lead.pipeline.recipe_plan import PlanConfig, jobs_of
 from nemo_lead.plan.host import HOST_GIB_PER_RANK, VERIFIER_GIB, host_needs
 from nemo_lead.plan.job import GIB, job_shape, plan_job
 from nemo_lead.plan.parameters import parameter_count

@@ -10,7 +10,7 @@ import torch
 from plan_cli import plan_json
 
 from nemo_lead.cli import main
-from nemo_lead.config import load_config
+from nemo_lead.config.loading import load_config
 from nemo_lead.plan.engine_memory import grown_capacities
 from nemo_lead.plan.settings import PlanSettings
 from nemo_lead.plan.timing import gpu_named
@@ -46,7 +46,7 @@ def test_the_14b_recipe_fits_8_h100_and_its_numbers_are_the_hand_computed_ones(t
     assert p["usable_bytes"] == p["gpu_memory_bytes"] - 3 * 2**30
     assert p["step_seconds"]["total"] > p["step_seconds"]["generation"] > p["step_seconds"]["update"] > 0
     # without the budget the cache grows by half from 1,024 + 8 + 16 positions: the peak holds the last size
-    # and half the one before (`nemo_lead.generation.kv_cache.KVCache.reserve`)
+    # and half the one before (`nemo_lead.generation.megatron_engine.kv_cache.KVCache.reserve`)
     rc, q = _plan(tmp_path, "lead-14b", "--stage", "stage1", "--gpus", "8", "--gpu-memory-gib", "80", R14B,
                   "stages.stage1.engine.kv_cache_gib=null", "stages.stage1.engine.max_batch_size=128")
     previous, final = grown_capacities(1024 + 8 + 16, 1024 + 14336)
@@ -92,7 +92,7 @@ def test_a_config_file_is_planned_with_the_commands_defaults_and_job_overrides(t
 
 def test_the_plan_takes_the_actors_gpu_micro_batch_budget():
     from nemo_lead.plan.job import GPU_MICRO_BATCH_TOKENS
-    from nemo_lead.training.actor_config import GPU_MICRO_BATCH_TOKENS as ACTOR_GPU_TOKENS
+    from nemo_lead.training.actor.config import GPU_MICRO_BATCH_TOKENS as ACTOR_GPU_TOKENS
 
     assert GPU_MICRO_BATCH_TOKENS == ACTOR_GPU_TOKENS
 
@@ -124,7 +124,7 @@ def gpus(monkeypatch):
 
 
 def _rl_config(*overrides):
-    from nemo_lead.training.rl_config import RLConfig
+    from nemo_lead.training.rl.config import RLConfig
 
     return load_config(RLConfig, [],
                        ["out=x", "data.path=x", "actor.model=r1-distill-qwen-14b", "actor.tp=8",
@@ -132,13 +132,13 @@ def _rl_config(*overrides):
 
 
 def test_rl_and_sft_stop_before_starting_when_the_plan_does_not_fit(gpus, capsys):
-    from nemo_lead.training.rl import run_rl
+    from nemo_lead.training.rl.loop import run_rl
 
     assert run_rl(_rl_config()) == 2  # returns before any rank starts
     err = capsys.readouterr().err
     assert "the plan does not fit the GPUs" in err and "update:" in err and "actor.sequence_parallel=true" in err
-    from nemo_lead.training.sft import run_sft
-    from nemo_lead.training.sft_config import SFTConfig
+    from nemo_lead.training.sft.config import SFTConfig
+    from nemo_lead.training.sft.loop import run_sft
 
     sft = load_config(SFTConfig, [], ["out=x", "data.path=x", "actor.model=r1-distill-qwen-14b",
                                                              "actor.tp=8", "data.max_seq_len=16384"])

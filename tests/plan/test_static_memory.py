@@ -52,9 +52,9 @@ def _job(hf_dir, layouts):
     import torch.distributed as dist
 
     from nemo_lead.parallel import destroy_parallel, init_parallel
-    from nemo_lead.training.actor import build_actor, sft_train_step
-    from nemo_lead.training.actor_config import ActorConfig
-    from nemo_lead.training.microbatch import SequenceBatch
+    from nemo_lead.training.actor.config import ActorConfig
+    from nemo_lead.training.actor.megatron_actor import build_actor, sft_train_step
+    from nemo_lead.training.actor.microbatch import SequenceBatch
 
     out = {}
     for name, (tp, pp, precision, distributed) in layouts.items():

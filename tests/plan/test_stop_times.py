@@ -9,7 +9,7 @@ from nemo_lead.launch.sbatch import sbatch_options
 from nemo_lead.launch.submit import render_jobs
 from nemo_lead.launch.submit_config import SubmitConfig
 from nemo_lead.models.hf_config import read_hf_config
-from nemo_lead.pipeline.plan import PlanConfig, jobs_of
+from nemo_lead.pipeline.recipe_plan import PlanConfig, jobs_of
 from nemo_lead.plan.host import host_needs
 from nemo_lead.plan.job import job_shape, plan_job
 from nemo_lead.plan.stop_times import stop_times

@@ -9,7 +9,7 @@ import pytest
 from test_engine_auto import HF14B, R14B  # the 14B RL stage at TP8 (its 28 GiB KV budget overridden below)
 
 from nemo_lead.cli import main
-from nemo_lead.config import load_config
+from nemo_lead.config.loading import load_config
 from nemo_lead.plan.job import GIB, job_shape, plan_job
 from nemo_lead.plan.parameters import parameter_count
 from nemo_lead.plan.settings import PlanSettings
@@ -20,7 +20,7 @@ from nemo_lead.plan.timing import (
     gpu_named,
     vllm_refit_seconds,
 )
-from nemo_lead.training.rl_config import RLConfig
+from nemo_lead.training.rl.config import RLConfig
 
 H100 = gpu_named("h100")
 

@@ -9,8 +9,8 @@ import sys
 import pytest
 from wandb_files import read_offline_runs
 
-from nemo_lead.tracking import ID_FILE, TrackingError, WandbSettings, open_tracker, read_run_id
-from nemo_lead.training.run_folder import RunFolder
+from nemo_lead.runtime.tracking import ID_FILE, TrackingError, WandbSettings, open_tracker, read_run_id
+from nemo_lead.training.run.folder import RunFolder
 
 OFFLINE = WandbSettings(enabled=True, mode="offline", project="tests")
 
@@ -92,7 +92,7 @@ def test_settings_checks_and_the_recipe_overlay():
 
 
 def test_a_recipe_run_reaches_every_training_and_eval_stage():
-    from nemo_lead.config import load_config
+    from nemo_lead.config.loading import load_config
     from nemo_lead.pipeline.config import RunConfig
 
     cfg = load_config(RunConfig, [], ["recipe=demo", "out=runs/demo-wb", "wandb.enabled=true", "wandb.mode=offline",

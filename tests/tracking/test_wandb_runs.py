@@ -12,7 +12,7 @@ from wandb_files import read_offline_runs
 
 from nemo_lead.cli import main
 from nemo_lead.models import write_tiny_model
-from nemo_lead.tracking import read_run_id
+from nemo_lead.runtime.tracking import read_run_id
 
 pytestmark = pytest.mark.slow
 WANDB = ["wandb.enabled=true", "wandb.mode=offline", "wandb.project=tests", "progress=none", "prompt.suffix=''"]

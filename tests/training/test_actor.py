@@ -20,7 +20,7 @@ What is tested where (CPU, gloo; this file unless named):
 - bf16 parameters (the GPU default; fp32 master weights): a CPU smoke test within 2% of fp32;
 - rollout correction (token TIS on the on-policy path, sequence masking with given old log-probs) against
   transformers with the same weighted loss, and its metrics over several micro-batches;
-- resume and resharding: tests/training/test_resume.py (see `nemo_lead.training.checkpoint`);
+- resume and resharding: tests/training/test_resume.py (see `nemo_lead.training.run.train_state`);
 - chunked log-probs (the default here) against the unchunked path: tests/training/test_chunked_logprobs.py;
 - sequence parallelism at TP2 = without: tests/training/test_sequence_parallel.py; the optimizer state and
   gradient buffers offloaded during generation and restored exactly: tests/training/test_offload.py.
@@ -39,8 +39,8 @@ from nemo_lead.algorithms import LeadConfig, policy_loss
 from nemo_lead.algorithms.rollout_correction import RolloutCorrectionConfig, correction_weights
 from nemo_lead.models import write_tiny_model
 from nemo_lead.models.source import model_source, resolve_precision
-from nemo_lead.training.actor_config import ActorConfig, ActorOptimConfig
-from nemo_lead.training.microbatch import SequenceBatch
+from nemo_lead.training.actor.config import ActorConfig, ActorOptimConfig
+from nemo_lead.training.actor.microbatch import SequenceBatch
 
 TEMPERATURE = 0.7
 LR = 1e-3
@@ -135,7 +135,7 @@ def _layout_step(hf_dir, batch, tp, pp, budget, lead=LEAD, actor_options=None, *
 
     from nemo_lead.models import export_hf_weights
     from nemo_lead.parallel import destroy_parallel, init_parallel
-    from nemo_lead.training.actor import build_actor, compute_logprobs, policy_train_step
+    from nemo_lead.training.actor.megatron_actor import build_actor, compute_logprobs, policy_train_step
 
     info = init_parallel(tp, pp)
     actor = build_actor(ActorConfig(model=hf_dir, tp=tp, pp=pp, micro_batch_tokens=budget,
@@ -150,7 +150,7 @@ def _layout_step(hf_dir, batch, tp, pp, budget, lead=LEAD, actor_options=None, *
 
 def _one_rank_job(hf_dir, batch, sft_batch):
     from nemo_lead.parallel import destroy_parallel, init_parallel
-    from nemo_lead.training.actor import build_actor, sft_train_step
+    from nemo_lead.training.actor.megatron_actor import build_actor, sft_train_step
 
     out = {"tp1": _layout_step(hf_dir, batch, 1, 1, budget=10**6)}
     # token budgets: the normalisation must not depend on how the batch is cut (paper's seq-mean-token-mean
@@ -162,7 +162,7 @@ def _one_rank_job(hf_dir, batch, sft_batch):
     # on-policy: no old log-probs given, the ratio is taken against the step's own; the engine's log-probs
     # (here the actor's plus 0.01 x (i + 1) for sequence i) only feed the mismatch metric
     from nemo_lead.models import export_hf_weights
-    from nemo_lead.training.actor import compute_logprobs, policy_train_step
+    from nemo_lead.training.actor.megatron_actor import compute_logprobs, policy_train_step
 
     actor = build_actor(ActorConfig(model=hf_dir, micro_batch_tokens=SMALL_BUDGET, optim=OPTIM), info)
     rollout = [lp + 0.01 * (i + 1) for i, lp in enumerate(compute_logprobs(actor, batch, TEMPERATURE))]
@@ -191,7 +191,7 @@ def _one_rank_job(hf_dir, batch, sft_batch):
     out["bf16"] = (policy_train_step(actor, batch, LEAD, temperature=TEMPERATURE), next(actor.gpt.parameters()).dtype)
     # SFT: the first step's loss is the masked token-mean NLL; a few steps at a high lr reduce it
     actor = build_actor(ActorConfig(model=hf_dir, micro_batch_tokens=SMALL_BUDGET, optim={"lr": 1e-2}), info)
-    from nemo_lead.generation.megatron_engine import resolve_model
+    from nemo_lead.generation.megatron_engine.engine import resolve_model
 
     out["refit_finds_the_live_model"] = resolve_model(actor) is actor.gpt  # the rollout engine's refit(actor)
     out["sft"] = [sft_train_step(actor, sft_batch)["loss"] for _ in range(6)]
@@ -203,7 +203,7 @@ def _two_rank_job(hf_dir, batch, sft_batch):
     import torch.distributed as dist
 
     from nemo_lead.parallel import destroy_parallel, init_parallel
-    from nemo_lead.training.actor import build_actor, policy_train_step, sft_train_step
+    from nemo_lead.training.actor.megatron_actor import build_actor, policy_train_step, sft_train_step
 
     out = {(tp, pp): _layout_step(hf_dir, batch, tp, pp, SMALL_BUDGET) for tp, pp in ((2, 1), (1, 2), (1, 1))}
     out["dp2_distopt"] = _layout_step(hf_dir, batch, 1, 1, SMALL_BUDGET, use_distributed_optimizer=True)
@@ -214,7 +214,7 @@ def _two_rank_job(hf_dir, batch, sft_batch):
     out["dp2_local"] = policy_train_step(actor, batch.select(half), LEAD, temperature=TEMPERATURE,
                                          split_over_dp=False)
     # on-policy at DP2: each rank trains its share; entropy and mismatch are reduced over both
-    from nemo_lead.training.actor import compute_logprobs
+    from nemo_lead.training.actor.megatron_actor import compute_logprobs
 
     actor = build_actor(ActorConfig(model=hf_dir, micro_batch_tokens=SMALL_BUDGET, optim=OPTIM), info)
     rollout = [lp + 0.01 * (i + 1) for i, lp in enumerate(compute_logprobs(actor, batch, TEMPERATURE))]
@@ -335,13 +335,13 @@ def test_rollout_correction_step_matches_transformers(hf_dir, batches, one_rank)
         assert m["rollout_correction/seq_frac"] == pytest.approx(int(seq_hit.sum()) / int(mask.any(1).sum()), abs=1e-9), key
         assert m["rollout_correction/weight_mean"] == pytest.approx(float((w * mask).sum() / mask.sum()), abs=1e-6)
     with pytest.raises(ValueError, match="needs batch.rollout_logprobs"):
-        from nemo_lead.training.actor import policy_train_step
+        from nemo_lead.training.actor.megatron_actor import policy_train_step
 
         policy_train_step(None, batch, TIS)
 
 
 def test_policy_step_needs_old_logprobs_or_on_policy(hf_dir, batches):
-    from nemo_lead.training.actor import policy_train_step
+    from nemo_lead.training.actor.megatron_actor import policy_train_step
 
     batch = batches[0]
     with pytest.raises(ValueError, match="batch.old_logprobs must be None"):
@@ -407,7 +407,7 @@ class _Job:
 
 
 def test_actor_config_is_a_job_config_section(tmp_path):
-    from nemo_lead.config import ConfigError, load_config
+    from nemo_lead.config.loading import ConfigError, load_config
 
     job = load_config(_Job, [], ["actor.tp=2", "actor.optim.lr=3e-6", "actor.recompute_granularity=selective"])
     assert isinstance(job.actor.optim, ActorOptimConfig) and job.actor.optim.lr == 3e-6 and job.actor.tp == 2
@@ -440,7 +440,7 @@ def test_actor_config_is_a_job_config_section(tmp_path):
 def test_torch_adam_inside_megatron_optimizers_is_switched_to_the_fused_kernel():
     from types import SimpleNamespace
 
-    from nemo_lead.training.actor import fuse_torch_adam
+    from nemo_lead.training.actor.megatron_actor import fuse_torch_adam
 
     w = torch.nn.Parameter(torch.ones(3))
     adam, sgd = torch.optim.AdamW([w], lr=0.1), torch.optim.SGD([w], lr=0.1)
@@ -457,7 +457,7 @@ def test_torch_adam_inside_megatron_optimizers_is_switched_to_the_fused_kernel()
 
 def _default_budget_job(hf_dir):
     from nemo_lead.parallel import destroy_parallel, init_parallel
-    from nemo_lead.training.actor import build_actor
+    from nemo_lead.training.actor.megatron_actor import build_actor
 
     init_parallel(1, 1, seed=0)
     try:
@@ -469,7 +469,7 @@ def _default_budget_job(hf_dir):
 def test_micro_batch_tokens_default_is_chosen_per_device(hf_dir, monkeypatch):
     """actor.micro_batch_tokens=None (the default) becomes 4096 on a CPU (host RAM holds the fp32 logits of a
     real vocabulary) and 16384 on a GPU when the actor is built; a value that is set stays."""
-    from nemo_lead.training.actor_config import micro_batch_tokens_for_device
+    from nemo_lead.training.actor.config import micro_batch_tokens_for_device
 
     assert ActorConfig().micro_batch_tokens is None
     assert run_distributed(_default_budget_job, 1, hf_dir) == [4096]  # the test suite hides GPUs

@@ -7,14 +7,14 @@ import pytest
 import torch
 from distributed import run_distributed
 
-from nemo_lead.checkpoint_meta import (
+from nemo_lead.checkpoint.meta import (
     checkpoint_dir,
     latest_checkpoint,
     list_checkpoints,
     read_checkpoint_meta,
 )
 from nemo_lead.models import write_tiny_model
-from nemo_lead.models.checkpoint import atomic_dir
+from nemo_lead.models.weights_checkpoint import atomic_dir
 
 
 def test_checkpoint_folders_are_atomic_and_listed(tmp_path):
@@ -49,7 +49,7 @@ def _eval_loss(model, ids):
 
 def _checkpoint_job(hf_dir, ckpt):
     from nemo_lead.models import HFReader, build_gpt, export_hf_weights, load_hf_weights
-    from nemo_lead.models.checkpoint import load_checkpoint, save_checkpoint
+    from nemo_lead.models.weights_checkpoint import load_checkpoint, save_checkpoint
     from nemo_lead.parallel import destroy_parallel, init_parallel
 
     ids = torch.randint(0, 102, (2, 20), generator=torch.Generator().manual_seed(1))

@@ -17,8 +17,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
 from nemo_lead.models import write_tiny_model
-from nemo_lead.training.actor_config import ActorConfig
-from nemo_lead.training.microbatch import SequenceBatch
+from nemo_lead.training.actor.config import ActorConfig
+from nemo_lead.training.actor.microbatch import SequenceBatch
 
 CHUNK = 7  # positions per chunk: several per micro-batch, and a ragged last one
 EXTRA = [f"<x{i}>" for i in range(198)]  # 300 tokens, 384 columns: no other tensor of the model is that wide
@@ -63,7 +63,12 @@ def _chunks_and_not(hf_dir, batch, tp, pp, **options):
 
 def _one_rank_job(models, batch, sft_batch):
     from nemo_lead.parallel import destroy_parallel, init_parallel
-    from nemo_lead.training.actor import build_actor, policy_train_step, sft_eval_loss, sft_train_step
+    from nemo_lead.training.actor.megatron_actor import (
+        build_actor,
+        policy_train_step,
+        sft_eval_loss,
+        sft_train_step,
+    )
 
     out = {tied: _chunks_and_not(hf_dir, batch, 1, 1) for tied, hf_dir in models.items()}
     out["bf16"] = _chunks_and_not(models[True], batch, 1, 1, precision="bf16")

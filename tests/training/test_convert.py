@@ -7,7 +7,7 @@ import subprocess
 import cli_process
 import torch
 
-from nemo_lead.checkpoint_meta import read_checkpoint_meta
+from nemo_lead.checkpoint.meta import read_checkpoint_meta
 from nemo_lead.cli import main
 from nemo_lead.models import HFReader, load_tokenizer, write_tiny_model
 

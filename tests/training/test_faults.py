@@ -26,12 +26,17 @@ import cli_process
 import pytest
 from torch.distributed.checkpoint.api import CheckpointException
 
-from nemo_lead.checkpoint_manifest import MANIFEST_FILE, check_files, read_manifest
+from nemo_lead.checkpoint.manifest import MANIFEST_FILE, check_files, read_manifest
 from nemo_lead.cli import main
-from nemo_lead.files import write_atomic
 from nemo_lead.models import write_tiny_model
-from nemo_lead.models.checkpoint import recover_checkpoints
-from nemo_lead.training.loop import _intact_resume_point, _saved_step, save_error_reason, save_failure_message
+from nemo_lead.models.weights_checkpoint import recover_checkpoints
+from nemo_lead.runtime.files import write_atomic
+from nemo_lead.training.run.lifecycle import (
+    _intact_resume_point,
+    _saved_step,
+    save_error_reason,
+    save_failure_message,
+)
 
 pytestmark = pytest.mark.slow
 CLI = [sys.executable, "-m", "nemo_lead.cli"]
@@ -190,7 +195,7 @@ def test_killed_saves_are_undone_at_the_next_start(tmp_path):
 
 
 def _holder(folder: Path) -> subprocess.Popen:
-    code = ("import sys, time; from nemo_lead.training.run_lock import lock_folder; lock_folder(sys.argv[1]); "
+    code = ("import sys, time; from nemo_lead.training.run.lock import lock_folder; lock_folder(sys.argv[1]); "
             "print('locked', flush=True); time.sleep(120)")
     proc = subprocess.Popen([sys.executable, "-c", code, str(folder)], stdout=subprocess.PIPE, text=True, env=_env())
     assert proc.stdout.readline().strip() == "locked"
@@ -311,7 +316,7 @@ def test_a_signal_before_the_handlers_is_held_until_they_exist(capsys):
 
 
 def test_without_file_locks_a_lease_names_the_holder_and_a_stale_one_is_taken_over(tmp_path, monkeypatch):
-    from nemo_lead.training import run_lock
+    from nemo_lead.training.run import lock as run_lock
 
     def no_locks(fd, op):
         raise OSError(errno.ENOLCK, "No locks available")  # a Lustre mount without -o flock

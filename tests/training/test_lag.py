@@ -1,5 +1,5 @@
 """`rollout.lag` and `rollout.generator_ranks` end to end on a tiny model (CPU, gloo), against the serial
-emulation (`nemo_lead.training.lag`), the oracle:
+emulation (`nemo_lead.training.rl.lag`), the oracle:
 
 - lag 0 through the queue is the on-policy loop: the same run as phases 1-5 called at the start of each
   step, as `rl_step` did before the queue existed, and no key is added to metrics.jsonl;
@@ -74,8 +74,8 @@ class _OnPolicy:
         pass
 
     def take(self, s, step):
-        from nemo_lead.training.lag import Batch
-        from nemo_lead.training.sampling import select_groups
+        from nemo_lead.training.rl.lag import Batch
+        from nemo_lead.training.rl.phases import select_groups
 
         times = {"time/generate": 0.0, "time/verify": 0.0}
         seen, selected, rounds = select_groups(s, step, times)
@@ -96,8 +96,8 @@ class _OnPolicy:
 
 def _rl_job(overrides: list[str], slow: str | None = None, on_policy: bool = False) -> None:
     """rl_job on this rank; `slow`: "generator" sleeps before sampling each batch, "trainer" before each update."""
-    import nemo_lead.training.rl as rl
-    import nemo_lead.training.split as split
+    import nemo_lead.training.rl.loop as rl
+    import nemo_lead.training.rl.split as split
     from nemo_lead.cli import resolve_config
 
     def sleepy(fn):
@@ -145,7 +145,7 @@ def _same_weights_job(a: str, b: str) -> bool:
     import torch
 
     from nemo_lead.models import export_hf_weights
-    from nemo_lead.models.checkpoint import build_from_checkpoint
+    from nemo_lead.models.weights_checkpoint import build_from_checkpoint
     from nemo_lead.parallel import destroy_parallel, init_parallel
 
     init_parallel(1, 1, seed=0)

@@ -1,5 +1,5 @@
-"""The parts of `rollout.lag` / `rollout.generator_ranks` that need no training run (nemo_lead.training.lag,
-nemo_lead.training.split, nemo_lead.parallel.bridge):
+"""The parts of `rollout.lag` / `rollout.generator_ranks` that need no training run (nemo_lead.training.rl.lag,
+nemo_lead.training.rl.split, nemo_lead.parallel.bridge):
 
 - the settings refuse a negative lag, a lag without a rollout correction, and a generator count that is not
   a multiple of one model replica, naming the keys;
@@ -21,13 +21,13 @@ import pytest
 import torch
 from distributed import run_distributed
 
-from nemo_lead.training.lag import Batch, BatchQueue, batch_from_data, batch_to_data
-from nemo_lead.training.split import generator_version, last_batch_made, weights_needed
+from nemo_lead.training.rl.lag import Batch, BatchQueue, batch_from_data, batch_to_data
+from nemo_lead.training.rl.split import generator_version, last_batch_made, weights_needed
 
 
 def _cfg(**rollout):
-    from nemo_lead.training.actor_config import ActorConfig
-    from nemo_lead.training.rl_config import RLConfig, RLDataConfig, RolloutConfig
+    from nemo_lead.training.actor.config import ActorConfig
+    from nemo_lead.training.rl.config import RLConfig, RLDataConfig, RolloutConfig
 
     lead = rollout.pop("lead", None)
     kwargs = {"lead": lead} if lead is not None else {}
@@ -101,7 +101,7 @@ def test_the_generators_get_every_version_they_need_and_a_stop_drains_exactly(k)
 def _batch() -> Batch:
     from nemo_lead.data import Problem
     from nemo_lead.generation import Rollout
-    from nemo_lead.training.rollouts import Group
+    from nemo_lead.training.rl.rollouts import Group
 
     groups = []
     for i in range(3):
@@ -183,8 +183,8 @@ def test_each_side_has_its_own_world_and_the_bridge_carries_weights_bit_for_bit(
 
 def test_validation_every_zero_is_refused():
     """Once dead code after a return: `validation.every=0` passed and divided by zero after step 1."""
-    from nemo_lead.training.actor_config import ActorConfig
-    from nemo_lead.training.rl_config import RLConfig, RLDataConfig, ValidationConfig
+    from nemo_lead.training.actor.config import ActorConfig
+    from nemo_lead.training.rl.config import RLConfig, RLDataConfig, ValidationConfig
 
     with pytest.raises(ValueError, match="validation.every and validation.n must be >= 1, got 0 and 4"):
         RLConfig(actor=ActorConfig(model="tiny-qwen2"), data=RLDataConfig(path="p.jsonl"), out="run", steps=4,

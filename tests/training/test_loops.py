@@ -57,7 +57,7 @@ def test_sft_final_checkpoint_weights_only(data, tmp_path, capsys):
     it continues from the last full checkpoint, and without one says why it cannot."""
     import shutil
 
-    from nemo_lead.checkpoint_meta import read_checkpoint_meta
+    from nemo_lead.checkpoint.meta import read_checkpoint_meta
     from nemo_lead.cli import main
 
     root, model = data
@@ -147,10 +147,15 @@ def _advantage_sign_job(model: str) -> tuple[list[float], list[float]]:
     from nemo_lead.generation import Rollout
     from nemo_lead.models import load_tokenizer
     from nemo_lead.parallel import destroy_parallel, init_parallel
-    from nemo_lead.training.actor import build_actor, compute_logprobs
-    from nemo_lead.training.actor_config import ActorConfig
-    from nemo_lead.training.rl import assign_advantages, old_logprobs, old_logprobs_from_update, update_policy
-    from nemo_lead.training.rollouts import Group, flat_tensors, training_batch
+    from nemo_lead.training.actor.config import ActorConfig
+    from nemo_lead.training.actor.megatron_actor import build_actor, compute_logprobs
+    from nemo_lead.training.rl.loop import (
+        assign_advantages,
+        old_logprobs,
+        old_logprobs_from_update,
+        update_policy,
+    )
+    from nemo_lead.training.rl.rollouts import Group, flat_tensors, training_batch
 
     tok = load_tokenizer(model)
     init_parallel(1, 1, seed=0)
@@ -200,7 +205,7 @@ def test_one_update_follows_the_advantage_sign(data):
 
 
 def _nan_job(root: str, ckpt: str, out: str) -> str:
-    import nemo_lead.training.rl as rl_mod
+    import nemo_lead.training.rl.loop as rl_mod
     from nemo_lead.cli import resolve_config
     from nemo_lead.parallel.local import JobError
 

@@ -5,7 +5,7 @@ megatron."""
 import pytest
 import torch
 
-from nemo_lead.training.microbatch import (
+from nemo_lead.training.actor.microbatch import (
     SequenceBatch,
     balance_over_dp,
     collate,

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import torch
 
-from nemo_lead.training.no_signal import NoSignalWarnings, has_signal, likely_cause, signal_metrics
+from nemo_lead.training.rl.no_signal import NoSignalWarnings, has_signal, likely_cause, signal_metrics
 
 
 def _group(rewards, extracted):

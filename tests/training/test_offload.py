@@ -1,4 +1,4 @@
-"""`nemo_lead.training.offload`: the optimizer state and gradient buffers leave the device and come back.
+"""`nemo_lead.training.actor.offload`: the optimizer state and gradient buffers leave the device and come back.
 
 On each layout (TP1 fp32 and bf16 on one rank, DP2 with the distributed optimizer in bf16 on two), after
 a train step (so Adam's state exists):
@@ -28,10 +28,10 @@ def _job(hf_dir, layouts):
     from megatron.core import parallel_state as ps
 
     from nemo_lead.parallel import destroy_parallel, init_parallel
-    from nemo_lead.training.actor import build_actor, sft_train_step
-    from nemo_lead.training.actor_config import ActorConfig
-    from nemo_lead.training.microbatch import SequenceBatch
-    from nemo_lead.training.offload import _grad_buffers, _optimizer_tensors, offloaded
+    from nemo_lead.training.actor.config import ActorConfig
+    from nemo_lead.training.actor.megatron_actor import build_actor, sft_train_step
+    from nemo_lead.training.actor.microbatch import SequenceBatch
+    from nemo_lead.training.actor.offload import _grad_buffers, _optimizer_tensors, offloaded
 
     g = torch.Generator().manual_seed(0)
     batch = SequenceBatch(tokens=[torch.randint(1, 100, (14,), generator=g) for _ in range(4)], prompt_lens=[3] * 4)

@@ -9,8 +9,8 @@ from distributed import run_distributed
 
 from nemo_lead.data import Trace
 from nemo_lead.models import write_tiny_model
-from nemo_lead.training.microbatch import collate
-from nemo_lead.training.packing import pack_traces, packing_plan
+from nemo_lead.training.actor.microbatch import collate
+from nemo_lead.training.sft.packing import pack_traces, packing_plan
 
 MAX_LEN = 40
 
@@ -104,8 +104,13 @@ def test_unpacked_batch_and_errors():
 def _job(hf_dir, traces):
     from nemo_lead.models import export_hf_weights
     from nemo_lead.parallel import destroy_parallel, init_parallel
-    from nemo_lead.training.actor import build_actor, compute_logprobs, sft_eval_loss, sft_train_step
-    from nemo_lead.training.actor_config import ActorConfig
+    from nemo_lead.training.actor.config import ActorConfig
+    from nemo_lead.training.actor.megatron_actor import (
+        build_actor,
+        compute_logprobs,
+        sft_eval_loss,
+        sft_train_step,
+    )
 
     info = init_parallel(1, 1)
     packed, single = pack_traces(traces, MAX_LEN), pack_traces(traces, MAX_LEN, pack=False)

@@ -17,7 +17,7 @@ import pytest
 import torch
 from distributed import run_distributed
 
-from nemo_lead.checkpoint_meta import latest_checkpoint, read_checkpoint_meta
+from nemo_lead.checkpoint.meta import latest_checkpoint, read_checkpoint_meta
 from nemo_lead.models import write_tiny_model
 
 STEPS, SAVE_AT = 3, 1
@@ -34,7 +34,7 @@ def _batch(step=None):
         n = random.Random(step).randint(4, 6)
         adv, g = np.random.RandomState(step).randn(n), torch.Generator().manual_seed(step)
     lengths = [int(torch.randint(6, 30, (1,), generator=g)) for _ in range(n)]
-    from nemo_lead.training.microbatch import SequenceBatch
+    from nemo_lead.training.actor.microbatch import SequenceBatch
 
     return SequenceBatch(tokens=[torch.randint(1, 102, (L,), generator=g) for L in lengths], prompt_lens=[3] * n,
                          advantages=torch.tensor(adv, dtype=torch.float32))
@@ -42,7 +42,7 @@ def _batch(step=None):
 
 def _rl_step(actor, batch):
     from nemo_lead.algorithms import LeadConfig
-    from nemo_lead.training.actor import compute_logprobs, policy_train_step
+    from nemo_lead.training.actor.megatron_actor import compute_logprobs, policy_train_step
 
     old = compute_logprobs(actor, batch)
     m = policy_train_step(actor, dataclasses.replace(batch, old_logprobs=old), LeadConfig())
@@ -51,8 +51,8 @@ def _rl_step(actor, batch):
 
 def _actor(model, tp=1, pp=1, seed=3, distributed=True):
     from nemo_lead.parallel import init_parallel
-    from nemo_lead.training.actor import build_actor
-    from nemo_lead.training.actor_config import ActorConfig
+    from nemo_lead.training.actor.config import ActorConfig
+    from nemo_lead.training.actor.megatron_actor import build_actor
 
     info = init_parallel(tp, pp, seed=seed)
     optim = {**OPTIM, "use_distributed_optimizer": distributed}
@@ -69,9 +69,9 @@ def _weights(actor):
 
 
 def _straight_job(hf_dropout, hf_plain, run_dir):
-    from nemo_lead.checkpoint_meta import checkpoint_dir
+    from nemo_lead.checkpoint.meta import checkpoint_dir
     from nemo_lead.parallel import destroy_parallel
-    from nemo_lead.training.checkpoint import save_actor_state
+    from nemo_lead.training.run.train_state import save_actor_state
 
     random.seed(0)
     np.random.seed(0)
@@ -95,7 +95,7 @@ def _straight_job(hf_dropout, hf_plain, run_dir):
 
 def _resumed_job(run_dir):
     from nemo_lead.parallel import destroy_parallel
-    from nemo_lead.training.checkpoint import load_actor_state
+    from nemo_lead.training.run.train_state import load_actor_state
 
     random.seed(123)  # anything: the checkpoint's RNG states must win
     np.random.seed(123)

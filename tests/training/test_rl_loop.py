@@ -207,7 +207,7 @@ def test_rl_stops_at_every_end_token_and_warns_when_no_answer_is_extracted(data,
     gen = ckpt / "tokenizer" / "generation_config.json"  # the HF folder's, copied with the tokenizer
     equals = load_tokenizer(ckpt / "tokenizer").convert_tokens_to_ids("=")
     gen.write_text(json.dumps({**json.loads(gen.read_text()), "eos_token_id": [0, equals]}))
-    from nemo_lead.checkpoint_manifest import entries_of_rank, write_manifest
+    from nemo_lead.checkpoint.manifest import entries_of_rank, write_manifest
 
     write_manifest(ckpt, entries_of_rank(ckpt, 0, 1))  # edited on purpose: sealed again, as `check --seal` would
     out = tmp_path / "stops"

@@ -6,7 +6,7 @@ import pytest
 
 from nemo_lead.algorithms import LeadConfig, Outcome
 from nemo_lead.generation import Rollout
-from nemo_lead.training.rollouts import Group, RolloutContext, grade_groups
+from nemo_lead.training.rl.rollouts import Group, RolloutContext, grade_groups
 from nemo_lead.verify import MathVerifier
 
 PIECES = ["<|user|>3+4? Answer in \\boxed{}.<|assistant|><think>\n", "ok ", "</think>", " \\boxed{7}", "<eos>",

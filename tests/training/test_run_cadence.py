@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from types import SimpleNamespace
 
-from nemo_lead.training.loop import _save_due
+from nemo_lead.training.run.lifecycle import _save_due
 
 
 def _run(step: int, every: int, minutes: float, saved_ago_s: float):

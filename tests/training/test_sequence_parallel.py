@@ -19,8 +19,8 @@ from distributed import run_distributed
 
 from nemo_lead.algorithms import LeadConfig
 from nemo_lead.models import write_tiny_model
-from nemo_lead.training.actor_config import ActorConfig
-from nemo_lead.training.microbatch import SequenceBatch
+from nemo_lead.training.actor.config import ActorConfig
+from nemo_lead.training.actor.microbatch import SequenceBatch
 
 LEAD = LeadConfig.reference_code().replace(entropy_coeff=0.01, kl_coeff=0.05)
 OPTIM = {"lr": 1e-3, "weight_decay": 0.1, "clip_grad": 0.5, "adam_eps": 1e-3}
@@ -52,7 +52,12 @@ def _job(hf_dir):
     from nemo_lead.generation import MegatronEngine, SamplingParams
     from nemo_lead.models import export_hf_weights
     from nemo_lead.parallel import destroy_parallel, init_parallel
-    from nemo_lead.training.actor import build_actor, compute_logprobs, policy_train_step, sft_train_step
+    from nemo_lead.training.actor.megatron_actor import (
+        build_actor,
+        compute_logprobs,
+        policy_train_step,
+        sft_train_step,
+    )
 
     batch, sft = _batches()
     out = {}

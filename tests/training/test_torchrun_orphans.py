@@ -1,6 +1,6 @@
 """The `torchrun` agent killed with kill -9 (docs/faults.md): it cannot signal its ranks, so they must stop
-themselves. They asked for the parent-death signal (`nemo_lead.procs.die_with_parent`, called by
-`nemo_lead.training.loop.start_run` under torchrun), so they die with the agent, nothing they started stays,
+themselves. They asked for the parent-death signal (`nemo_lead.runtime.processes.die_with_parent`, called by
+`nemo_lead.training.run.lifecycle.start_run` under torchrun), so they die with the agent, nothing they started stays,
 and the run folder's lock is free for a rerun started at once.
 """
 
@@ -15,7 +15,7 @@ import time
 import pytest
 from loops_common import cli_env, processes_with, sft_args
 
-from nemo_lead.training.run_lock import FolderInUse, refuse_if_in_use
+from nemo_lead.training.run.lock import FolderInUse, refuse_if_in_use
 
 pytestmark = pytest.mark.slow
 
