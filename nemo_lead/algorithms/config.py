@@ -33,12 +33,13 @@ from typing import Optional
 from . import advantages, filters, loss
 from .rollout_correction import RolloutCorrectionConfig
 
-# names accepted for the settings with a registry of implementations: derived from it, never written twice
-ADVANTAGE_ESTIMATORS = tuple(advantages.ESTIMATORS)
-REWEIGHTINGS = tuple(advantages.REWEIGHTINGS)
-GROUP_FILTERS = tuple(filters.GROUP_FILTERS)
-LOSS_AGGREGATIONS = tuple(loss.LOSS_AGGREGATIONS)
-KL_ESTIMATORS = tuple(loss.KL_ESTIMATORS)
+# names accepted for the settings with a registry of implementations: read from it, never written twice (the
+# modules imported above fill their registries when imported, before these lines run)
+ADVANTAGE_ESTIMATORS = advantages.ESTIMATORS.names
+REWEIGHTINGS = advantages.REWEIGHTINGS.names
+GROUP_FILTERS = filters.GROUP_FILTERS.names
+LOSS_AGGREGATIONS = loss.LOSS_AGGREGATIONS.names
+KL_ESTIMATORS = loss.KL_ESTIMATORS.names
 # two-way switches read where they act (advantages.success_rate, rewards / advantages' std, the verifier)
 RHO_SOURCES = ("correct", "positive_reward")
 STD_ESTIMATORS = ("population", "sample")
@@ -105,21 +106,10 @@ class LeadConfig:
     # ------------------------------------------------------------------ checks
     def validate(self) -> None:
         """Raise ValueError naming the field when a value is out of its domain."""
-        choices = {
-            "advantage_estimator": ADVANTAGE_ESTIMATORS,
-            "reweighting": REWEIGHTINGS,
-            "rho_source": RHO_SOURCES,
-            "group_filter": GROUP_FILTERS,
-            "loss_agg": LOSS_AGGREGATIONS,
-            "length_std": STD_ESTIMATORS,
-            "advantage_std": STD_ESTIMATORS,
-            "kl_estimator": KL_ESTIMATORS,
-            "outcome_rule": OUTCOME_RULES,
-        }
-        for name, allowed in choices.items():
-            value = getattr(self, name)
-            if value not in allowed:
-                raise ValueError(f"lead.{name}={value!r} is not one of {list(allowed)}")
+        for f in dataclasses.fields(self):  # a setting of a fixed set: its field's `choices`
+            allowed = f.metadata.get("choices")
+            if allowed is not None and getattr(self, f.name) not in allowed:
+                raise ValueError(f"lead.{f.name}={getattr(self, f.name)!r} is not one of {list(allowed)}")
         if self.preset not in PRESETS:
             raise ValueError(f"lead.preset={self.preset!r} is not one of {sorted(PRESETS)}")
         for name in ("alpha", "length_eps", "advantage_eps", "k", "dgpo_temperature", "length_gate_tokens",
