@@ -30,7 +30,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Optional
 
-from . import advantages, filters, loss
+from . import advantages, filters, loss, rewards
 from .rollout_correction import RolloutCorrectionConfig
 
 # names accepted for the settings with a registry of implementations: read from it, never written twice (the
@@ -40,6 +40,7 @@ REWEIGHTINGS = advantages.REWEIGHTINGS.names
 GROUP_FILTERS = filters.GROUP_FILTERS.names
 LOSS_AGGREGATIONS = loss.LOSS_AGGREGATIONS.names
 KL_ESTIMATORS = loss.KL_ESTIMATORS.names
+LENGTH_SHAPINGS = rewards.SHAPINGS.names
 # two-way switches read where they act (advantages.success_rate, rewards / advantages' std, the verifier)
 RHO_SOURCES = ("correct", "positive_reward")
 STD_ESTIMATORS = ("population", "sample")
@@ -62,7 +63,10 @@ class LeadConfig:
     # authors' code: prompt + response read before </think>, finished flags ignored, repetition only for
     # responses without a readable answer); see nemo_lead.verify.verifier
     outcome_rule: str = field(default="paper", metadata={"choices": OUTCOME_RULES})
-    length_reward: bool = True  # R = exp(-alpha z) for correct responses
+    length_reward: bool = True  # the length term on (false: no length term, whatever length_shaping says)
+    # which length term: exp_z (the paper's R = exp(-alpha z) for correct responses) or another of
+    # rewards.SHAPINGS (see rewards.py); none = no length term, as length_reward=false
+    length_shaping: str = field(default="exp_z", metadata={"choices": LENGTH_SHAPINGS})
     alpha: float = 0.05
     length_eps: float = 1e-6  # eps in z = (|o| - mu) / (sigma + eps)
     length_std: str = field(default="population", metadata={"choices": STD_ESTIMATORS})  # sigma of correct lengths: population (paper) or sample (code, n-1)

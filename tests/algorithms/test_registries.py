@@ -1,7 +1,7 @@
 """Each setting with a fixed set of names has one list of them, and every name on it runs.
 
-The accepted names of `lead.advantage_estimator`, `reweighting`, `group_filter`, `loss_agg` and
-`kl_estimator` are the keys of their implementations' registries; the two-way switches and the outcome
+The accepted names of `lead.advantage_estimator`, `reweighting`, `group_filter`, `loss_agg`,
+`kl_estimator` and `length_shaping` are the keys of their implementations' registries; the two-way switches and the outcome
 rule are checked against the code that reads them. An unknown name is refused when the config is built,
 naming the choices, never at the first RL step. The registries are filled where their entries are defined,
 and those modules never import `algorithms/config.py` (the config reads them, not the reverse).
@@ -24,6 +24,7 @@ from nemo_lead.algorithms import (
     group_keep_mask,
     loss,
     policy_loss,
+    rewards,
 )
 from nemo_lead.algorithms.outcome import Outcome
 from nemo_lead.algorithms.registry import Registry
@@ -39,6 +40,7 @@ REGISTRIES = [
     ("group_filter", config.GROUP_FILTERS, filters.GROUP_FILTERS),
     ("loss_agg", config.LOSS_AGGREGATIONS, loss.LOSS_AGGREGATIONS),
     ("kl_estimator", config.KL_ESTIMATORS, loss.KL_ESTIMATORS),
+    ("length_shaping", config.LENGTH_SHAPINGS, rewards.SHAPINGS),
 ]
 
 
@@ -171,7 +173,7 @@ def modules_with_registries() -> list[str]:
 
 def test_modules_with_registries_never_import_the_config():
     holders = modules_with_registries()
-    assert {"advantages", "filters", "loss"} <= set(holders), holders
+    assert {"advantages", "filters", "loss", "rewards"} <= set(holders), holders
     chains = {m: reaches_config(m) for m in holders}
     assert not any(chains.values()), {m: " -> ".join(c) for m, c in chains.items() if c}
 
@@ -190,7 +192,7 @@ def test_every_registry_is_the_choices_of_its_setting():
         for value in vars(importlib.import_module(f"{PACKAGE}.{name}")).values():
             if isinstance(value, Registry):
                 registries[value.key] = value
-    assert len(registries) >= 5
+    assert len(registries) >= 6
     for key, registry in registries.items():
         assert key in fields, f"{key}: no such setting of LeadConfig"
         assert fields[key].metadata["choices"] == registry.names, key

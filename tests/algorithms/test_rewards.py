@@ -103,3 +103,12 @@ def test_empty_batch_and_bad_inputs():
         shape_rewards(torch.tensor([1]), torch.tensor([-4]), torch.tensor([0]), cfg)
     with pytest.raises(ValueError, match="integer ids"):
         shape_rewards(torch.tensor([1]), torch.tensor([4]), torch.tensor([0.5]), cfg)
+
+
+def test_length_shaping_none_is_length_reward_off_and_length_reward_off_wins():
+    out, lengths, group = [C, C, C, W, T], [100, 200, 300, 50, 900], [0] * 5
+    off = rewards(out, lengths, group, LeadConfig.paper().replace(length_reward=False))
+    assert off == [1.0, 1.0, 1.0, -1.0, -1.0]
+    assert rewards(out, lengths, group, LeadConfig.paper().replace(length_shaping="none")) == off
+    assert rewards(out, lengths, group, LeadConfig.stage2().replace(length_shaping="exp_z")) == off[:3] + [-1.0, -1.0]
+    assert rewards(out, lengths, group, LeadConfig.paper()) != off  # exp_z, the default
