@@ -77,6 +77,11 @@ class LeadConfig:
     max_response_len: int = 0  # L_max (tokens); required when overlong shaping or constant_norm is used
     overlong_penalty_factor: float = 1.0
     overlong_filter: bool = False  # DAPO overlong filtering: truncated responses take no part in the loss
+    # --- length_shaping=cosine (Yeo et al. 2025, rewards.py; L_max = max_response_len, r_e = truncated_reward) ---
+    cosine_r0_correct: float = 2.0  # cosine: reward of a correct answer of length 0 (r_0^c)
+    cosine_rL_correct: float = 1.0  # cosine: reward of a correct answer of length L_max (r_L^c)
+    cosine_r0_wrong: float = -10.0  # cosine: reward of a wrong answer of length 0 (r_0^w)
+    cosine_rL_wrong: float = 0.0  # cosine: reward of a wrong answer of length L_max (r_L^w)
 
     # --- advantages (advantages.py) ---
     advantage_estimator: str = field(default="grpo", metadata={"choices": ADVANTAGE_ESTIMATORS})  # one of advantages.ESTIMATORS
@@ -133,6 +138,8 @@ class LeadConfig:
                 f"lead.overlong_buffer_len={self.overlong_buffer_len} needs lead.max_response_len >= it "
                 f"(got {self.max_response_len})"
             )
+        if self.length_reward and self.length_shaping == "cosine" and self.max_response_len <= 0:
+            raise ValueError("lead.length_shaping=cosine needs lead.max_response_len > 0 (its L_max, in tokens)")
         self.rollout_correction.validate()
 
     @property

@@ -12,6 +12,10 @@ token length |o_i|:
                z_i = (|o_i| - mu) / (sigma + eps)            (length_z)
                R_i = exp(-alpha z_i)                          (length_reward)
 
+    cosine Yeo et al. 2025 (arXiv 2502.03373), correct and wrong responses, L = |o_i| <= L_max:
+
+               R_i = r_L + (r_0 - r_L) (1 + cos(pi L / L_max)) / 2    (cosine_length_reward)
+
 `lead.length_reward` stays the switch of the length term that presets and existing configs set: false means
 `none` whatever `length_shaping` says (`length_shaping_of`), so `length_reward: false` keeps its meaning and
 `length_shaping` only chooses which term is on. DAPO's overlong penalty (`overlong_penalty`) is added on top
@@ -31,6 +35,7 @@ Decided edge cases (each has a test):
 
 from __future__ import annotations
 
+import math
 from typing import Protocol
 
 import torch
@@ -58,6 +63,10 @@ class RewardSettings(Protocol):
     overlong_buffer_len: int  # L_c of DAPO's overlong penalty (0: off)
     max_response_len: int  # L_max
     overlong_penalty_factor: float
+    cosine_r0_correct: float  # r_0^c of cosine
+    cosine_rL_correct: float  # r_L^c
+    cosine_r0_wrong: float  # r_0^w
+    cosine_rL_wrong: float  # r_L^w
 
 
 # `lead.length_shaping`: the one list of length shapings (LeadConfig accepts exactly these names)
@@ -131,6 +140,30 @@ def exp_z_length_term(R: torch.Tensor, outcome: torch.Tensor, lengths: torch.Ten
     z = length_z(lengths, correct, groups, eps=s.length_eps, sample_std=s.length_std == "sample")
     gated = length_gate(lengths, groups, k=s.length_gate_k, tokens=s.length_gate_tokens)
     return torch.where(correct & gated, length_reward(z, s.alpha), R)
+
+
+def cosine_length_reward(lengths: torch.Tensor, L_max: int, r_0: float, r_L: float) -> torch.Tensor:
+    """CosFn of Yeo et al. 2025: r_L + (r_0 - r_L) (1 + cos(pi L / L_max)) / 2, r_0 at L = 0 falling (or
+    rising) along half a cosine to r_L at L = L_max; L is clamped to L_max (beyond it the curve would turn
+    back)."""
+    L = lengths.to(torch.float64).clamp(max=L_max)
+    return r_L + 0.5 * (r_0 - r_L) * (1.0 + torch.cos(math.pi * L / L_max))
+
+
+@SHAPINGS.register("cosine")
+def cosine_length_term(R: torch.Tensor, outcome: torch.Tensor, lengths: torch.Tensor, groups: Groups, s: RewardSettings) -> torch.Tensor:  # noqa: ARG001
+    """The cosine length-scaling reward of Yeo et al., "Demystifying Long Chain-of-Thought Reasoning in LLMs"
+    (arXiv 2502.03373, 2025), Sec. 4.2, Eq. 1, as read here: a correct answer earns r_0^c at length 0 down to
+    r_L^c at L_max (short correct answers earn most), a wrong one r_0^w at length 0 up to r_L^w at L_max (a
+    long wrong attempt is punished least), both along `cosine_length_reward`. L_max is `max_response_len`;
+    the paper's r_e for a response that reaches L_max is `truncated_reward` (TRUNCATED responses, as
+    REPETITION ones, keep their outcome's reward). The defaults of the `cosine_*` fields are the paper's
+    (its run scripts: r_0^c = 2, r_L^c = 1, r_0^w = -10, r_L^w = 0; their r_e = -10 is
+    `truncated_reward=-10`, not set by this shaping)."""
+    L_max = s.max_response_len
+    correct = cosine_length_reward(lengths, L_max, s.cosine_r0_correct, s.cosine_rL_correct)
+    wrong = cosine_length_reward(lengths, L_max, s.cosine_r0_wrong, s.cosine_rL_wrong)
+    return torch.where(outcome == Outcome.CORRECT, correct, torch.where(outcome == Outcome.WRONG, wrong, R))
 
 
 def length_shaping_of(s: RewardSettings) -> str:
