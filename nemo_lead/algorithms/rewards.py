@@ -5,13 +5,13 @@ Every response first gets the reward of its outcome: `correct_reward`, `wrong_re
 (stage 2). A length shaping (`lead.length_shaping`, one of `SHAPINGS`) then makes some of them depend on the
 token length |o_i|:
 
-    none   no length term
     exp_z  the paper's, for a correct response o_i of a group, with mu and sigma the mean and standard
            deviation of the token lengths of the group's *correct* responses:
 
                z_i = (|o_i| - mu) / (sigma + eps)            (length_z)
                R_i = exp(-alpha z_i)                          (length_reward)
 
+    none   no length term
     cosine Yeo et al. 2025 (arXiv 2502.03373), correct and wrong responses, L = |o_i| <= L_max:
 
                R_i = r_L + (r_0 - r_L) (1 + cos(pi L / L_max)) / 2    (cosine_length_reward)
@@ -126,12 +126,6 @@ def outcome_rewards(outcome: torch.Tensor, s: RewardSettings) -> torch.Tensor:
     return R
 
 
-@SHAPINGS.register("none")
-def no_length_term(R: torch.Tensor, outcome: torch.Tensor, lengths: torch.Tensor, groups: Groups, s: RewardSettings) -> torch.Tensor:  # noqa: ARG001
-    """The outcome rewards as they are (plain GRPO, the paper's stage 2)."""
-    return R
-
-
 @SHAPINGS.register("exp_z")
 def exp_z_length_term(R: torch.Tensor, outcome: torch.Tensor, lengths: torch.Tensor, groups: Groups, s: RewardSettings) -> torch.Tensor:
     """Sec. 3.1: a correct response earns exp(-alpha z) instead of `correct_reward` (where the authors' gate,
@@ -140,6 +134,12 @@ def exp_z_length_term(R: torch.Tensor, outcome: torch.Tensor, lengths: torch.Ten
     z = length_z(lengths, correct, groups, eps=s.length_eps, sample_std=s.length_std == "sample")
     gated = length_gate(lengths, groups, k=s.length_gate_k, tokens=s.length_gate_tokens)
     return torch.where(correct & gated, length_reward(z, s.alpha), R)
+
+
+@SHAPINGS.register("none")
+def no_length_term(R: torch.Tensor, outcome: torch.Tensor, lengths: torch.Tensor, groups: Groups, s: RewardSettings) -> torch.Tensor:  # noqa: ARG001
+    """The outcome rewards as they are (plain GRPO, the paper's stage 2)."""
+    return R
 
 
 def cosine_length_reward(lengths: torch.Tensor, L_max: int, r_0: float, r_L: float) -> torch.Tensor:

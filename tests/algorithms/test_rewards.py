@@ -138,4 +138,4 @@ def test_cosine_is_selectable_from_the_config(capsys):
     by_key = {e.key: e for e in reference(RLConfig)}
     assert "cosine" in by_key["lead.length_shaping"].choices and "lead.cosine_r0_correct" in by_key
     assert main(["config", "rl"]) == 0
-    assert "lead.length_shaping = exp_z  [str]\n    one of: none | exp_z | cosine" in capsys.readouterr().out
+    assert "lead.length_shaping = exp_z  [str]\n    one of: exp_z | none | cosine" in capsys.readouterr().out
