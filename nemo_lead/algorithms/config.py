@@ -20,6 +20,15 @@ Presets (`LeadConfig.from_preset(name)`, `name` as in `PRESETS`):
 | `dapo` | DAPO: clip-higher 0.2/0.28, token-mean loss, dynamic sampling, overlong shaping and masking |
 | `dgpo` | DGPO (MathForge): MAD-normalised advantage, softmax question weights at T = 2 |
 
+The settings that choose an implementation by name (`advantage_estimator`, `reweighting`, `group_filter`,
+`loss_agg`, `kl_estimator`, `length_shaping`) accept exactly the names registered where the implementations
+are defined (`registry.Registry`, filled by `@REGISTRY.register(name)` in advantages.py, filters.py, loss.py
+and rewards.py). This module imports those modules, so their registries are complete before the choices
+below are read from them; they never import this one (they type the settings they read with a `Protocol` of
+their own), so a new entry needs no edit here unless it brings a setting of its own (a field below).
+`length_reward` stays the switch of the length term (false: `none`, whatever `length_shaping` says), so
+the presets and existing configs keep their meaning.
+
 How a response becomes an outcome is the verifier's (`nemo_lead.verify.verifier`), by `outcome_rule`;
 where the answer is read follows it (`default_answer_region`) unless the job sets `answer_region`.
 """
