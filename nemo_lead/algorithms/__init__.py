@@ -3,7 +3,8 @@
 One module per idea, readable beside the paper (arXiv 2504.09696):
 `rewards` (Sec. 3.1 length-dependent accuracy reward, 3.2 explicit penalty), `advantages` (group
 normalisation and Sec. 3.3 difficulty-aware reweighting), `filters` (which groups train), `loss` (the
-clipped surrogate and its aggregation), `config` (`LeadConfig` and its presets).
+clipped surrogate and its aggregation), `config` (`LeadConfig` and its presets), `registry` (the named lists
+of implementations the settings choose from, filled where each implementation is defined).
 """
 
 from nemo_lead.algorithms.advantages import compute_advantages, difficulty_weight

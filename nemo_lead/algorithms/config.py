@@ -20,6 +20,15 @@ Presets (`LeadConfig.from_preset(name)`, `name` as in `PRESETS`):
 | `dapo` | DAPO: clip-higher 0.2/0.28, token-mean loss, dynamic sampling, overlong shaping and masking |
 | `dgpo` | DGPO (MathForge): MAD-normalised advantage, softmax question weights at T = 2 |
 
+The settings that choose an implementation by name (`advantage_estimator`, `reweighting`, `group_filter`,
+`loss_agg`, `kl_estimator`, `length_shaping`) accept exactly the names registered where the implementations
+are defined (`registry.Registry`, filled by `@REGISTRY.register(name)` in advantages.py, filters.py, loss.py
+and rewards.py). This module imports those modules, so their registries are complete before the choices
+below are read from them; they never import this one (they type the settings they read with a `Protocol` of
+their own), so a new entry needs no edit here unless it brings a setting of its own (a field below).
+`length_reward` stays the switch of the length term (false: `none`, whatever `length_shaping` says), so
+the presets and existing configs keep their meaning.
+
 How a response becomes an outcome is the verifier's (`nemo_lead.verify.verifier`), by `outcome_rule`;
 where the answer is read follows it (`default_answer_region`) unless the job sets `answer_region`.
 """
@@ -30,15 +39,17 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Optional
 
-from nemo_lead.algorithms import advantages, filters, loss
+from nemo_lead.algorithms import advantages, filters, loss, rewards
 from nemo_lead.algorithms.rollout_correction import RolloutCorrectionConfig
 
-# names accepted for the settings with a registry of implementations: derived from it, never written twice
-ADVANTAGE_ESTIMATORS = tuple(advantages.ESTIMATORS)
-REWEIGHTINGS = tuple(advantages.REWEIGHTINGS)
-GROUP_FILTERS = tuple(filters.GROUP_FILTERS)
-LOSS_AGGREGATIONS = tuple(loss.LOSS_AGGREGATIONS)
-KL_ESTIMATORS = tuple(loss.KL_ESTIMATORS)
+# names accepted for the settings with a registry of implementations: read from it, never written twice (the
+# modules imported above fill their registries when imported, before these lines run)
+ADVANTAGE_ESTIMATORS = advantages.ESTIMATORS.names
+REWEIGHTINGS = advantages.REWEIGHTINGS.names
+GROUP_FILTERS = filters.GROUP_FILTERS.names
+LOSS_AGGREGATIONS = loss.LOSS_AGGREGATIONS.names
+KL_ESTIMATORS = loss.KL_ESTIMATORS.names
+LENGTH_SHAPINGS = rewards.SHAPINGS.names
 # two-way switches read where they act (advantages.success_rate, rewards / advantages' std, the verifier)
 RHO_SOURCES = ("correct", "positive_reward")
 STD_ESTIMATORS = ("population", "sample")
@@ -61,7 +72,10 @@ class LeadConfig:
     # authors' code: prompt + response read before </think>, finished flags ignored, repetition only for
     # responses without a readable answer); see nemo_lead.verify.verifier
     outcome_rule: str = field(default="paper", metadata={"choices": OUTCOME_RULES})
-    length_reward: bool = True  # R = exp(-alpha z) for correct responses
+    length_reward: bool = True  # the length term on (false: no length term, whatever length_shaping says)
+    # which length term: exp_z (the paper's R = exp(-alpha z) for correct responses) or another of
+    # rewards.SHAPINGS (see rewards.py); none = no length term, as length_reward=false
+    length_shaping: str = field(default="exp_z", metadata={"choices": LENGTH_SHAPINGS})
     alpha: float = 0.05
     length_eps: float = 1e-6  # eps in z = (|o| - mu) / (sigma + eps)
     length_std: str = field(default="population", metadata={"choices": STD_ESTIMATORS})  # sigma of correct lengths: population (paper) or sample (code, n-1)
@@ -72,6 +86,11 @@ class LeadConfig:
     max_response_len: int = 0  # L_max (tokens); required when overlong shaping or constant_norm is used
     overlong_penalty_factor: float = 1.0
     overlong_filter: bool = False  # DAPO overlong filtering: truncated responses take no part in the loss
+    # --- length_shaping=cosine (Yeo et al. 2025, rewards.py; L_max = max_response_len, r_e = truncated_reward) ---
+    cosine_r0_correct: float = 2.0  # cosine: reward of a correct answer of length 0 (r_0^c)
+    cosine_rL_correct: float = 1.0  # cosine: reward of a correct answer of length L_max (r_L^c)
+    cosine_r0_wrong: float = -10.0  # cosine: reward of a wrong answer of length 0 (r_0^w)
+    cosine_rL_wrong: float = 0.0  # cosine: reward of a wrong answer of length L_max (r_L^w)
 
     # --- advantages (advantages.py) ---
     advantage_estimator: str = field(default="grpo", metadata={"choices": ADVANTAGE_ESTIMATORS})  # one of advantages.ESTIMATORS
@@ -105,21 +124,10 @@ class LeadConfig:
     # ------------------------------------------------------------------ checks
     def validate(self) -> None:
         """Raise ValueError naming the field when a value is out of its domain."""
-        choices = {
-            "advantage_estimator": ADVANTAGE_ESTIMATORS,
-            "reweighting": REWEIGHTINGS,
-            "rho_source": RHO_SOURCES,
-            "group_filter": GROUP_FILTERS,
-            "loss_agg": LOSS_AGGREGATIONS,
-            "length_std": STD_ESTIMATORS,
-            "advantage_std": STD_ESTIMATORS,
-            "kl_estimator": KL_ESTIMATORS,
-            "outcome_rule": OUTCOME_RULES,
-        }
-        for name, allowed in choices.items():
-            value = getattr(self, name)
-            if value not in allowed:
-                raise ValueError(f"lead.{name}={value!r} is not one of {list(allowed)}")
+        for f in dataclasses.fields(self):  # a setting of a fixed set: its field's `choices`
+            allowed = f.metadata.get("choices")
+            if allowed is not None and getattr(self, f.name) not in allowed:
+                raise ValueError(f"lead.{f.name}={getattr(self, f.name)!r} is not one of {list(allowed)}")
         if self.preset not in PRESETS:
             raise ValueError(f"lead.preset={self.preset!r} is not one of {sorted(PRESETS)}")
         for name in ("alpha", "length_eps", "advantage_eps", "k", "dgpo_temperature", "length_gate_tokens",
@@ -139,6 +147,8 @@ class LeadConfig:
                 f"lead.overlong_buffer_len={self.overlong_buffer_len} needs lead.max_response_len >= it "
                 f"(got {self.max_response_len})"
             )
+        if self.length_reward and self.length_shaping == "cosine" and self.max_response_len <= 0:
+            raise ValueError("lead.length_shaping=cosine needs lead.max_response_len > 0 (its L_max, in tokens)")
         self.rollout_correction.validate()
 
     @property

@@ -14,23 +14,35 @@ that a cut-off chain of thought is not punished for being cut (`overlong_filter=
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import torch
 
 from nemo_lead.algorithms.checks import check_batch
 from nemo_lead.algorithms.groups import Groups
 from nemo_lead.algorithms.outcome import Outcome, check_outcomes
-
-if TYPE_CHECKING:  # the config derives its accepted names from GROUP_FILTERS
-    from nemo_lead.algorithms.config import LeadConfig
+from nemo_lead.algorithms.registry import Registry
 
 
+class FilterSettings(Protocol):
+    """What this module reads of the `lead` settings (`LeadConfig` has them all)."""
+
+    group_filter: str  # a name of GROUP_FILTERS
+    overlong_filter: bool  # DAPO's overlong filtering on
+
+
+# `lead.group_filter`: the one list of group filters (LeadConfig accepts exactly these names); each maps
+# (rewards float64[N], outcomes[N], groups) to the groups kept, BoolTensor[Q]
+GROUP_FILTERS = Registry("lead.group_filter")
+
+
+@GROUP_FILTERS.register("none")
 def keep_every_group(R: torch.Tensor, outcome: torch.Tensor, groups: Groups) -> torch.Tensor:  # noqa: ARG001
     """`none`: BoolTensor[Q] of True."""
     return torch.ones(groups.num, dtype=torch.bool, device=R.device)
 
 
+@GROUP_FILTERS.register("reference_code")
 def reference_code_filter(R: torch.Tensor, outcome: torch.Tensor, groups: Groups) -> torch.Tensor:  # noqa: ARG001
     """`reference_code`: drop a group whose rewards are all <= 0, or all exactly 1."""
     all_nonpositive = groups.max(R) <= 0
@@ -38,23 +50,15 @@ def reference_code_filter(R: torch.Tensor, outcome: torch.Tensor, groups: Groups
     return ~(all_nonpositive | all_one)
 
 
+@GROUP_FILTERS.register("dynamic_sampling")
 def dynamic_sampling_filter(R: torch.Tensor, outcome: torch.Tensor, groups: Groups) -> torch.Tensor:  # noqa: ARG001
     """`dynamic_sampling`: keep groups with 0 < #correct < G, decided on raw outcomes, never on rewards."""
     n_correct = groups.count(outcome == Outcome.CORRECT)
     return (n_correct > 0) & (n_correct < groups.size)
 
 
-# `lead.group_filter`: the one list of group filters (LeadConfig accepts exactly these names); each maps
-# (rewards float64[N], outcomes[N], groups) to the groups kept, BoolTensor[Q]
-GROUP_FILTERS = {
-    "none": keep_every_group,
-    "reference_code": reference_code_filter,
-    "dynamic_sampling": dynamic_sampling_filter,
-}
-
-
 def group_keep_mask(
-    rewards: torch.Tensor, outcome: torch.Tensor, group: torch.Tensor, cfg: LeadConfig
+    rewards: torch.Tensor, outcome: torch.Tensor, group: torch.Tensor, cfg: FilterSettings
 ) -> torch.Tensor:
     """BoolTensor[N]: False for every response of a dropped group."""
     check_batch(outcome, group, rewards=rewards)
@@ -64,7 +68,7 @@ def group_keep_mask(
     return groups.broadcast(GROUP_FILTERS[cfg.group_filter](rewards.to(torch.float64), outcome, groups))
 
 
-def overlong_keep_mask(outcome: torch.Tensor, cfg: LeadConfig) -> torch.Tensor:
+def overlong_keep_mask(outcome: torch.Tensor, cfg: FilterSettings) -> torch.Tensor:
     """BoolTensor[N]: False for TRUNCATED responses when `overlong_filter` is on, True otherwise."""
     check_outcomes(outcome)
     if not cfg.overlong_filter:

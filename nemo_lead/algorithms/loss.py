@@ -28,16 +28,39 @@ of the loss over the whole batch whatever the split. Left as None, the batch pas
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Optional, Protocol
 
 import torch
 
 from nemo_lead.algorithms.mismatch import logprob_mismatch
+from nemo_lead.algorithms.registry import Registry
 from nemo_lead.algorithms.rollout_correction import METRIC_KEYS as CORRECTION_KEYS
-from nemo_lead.algorithms.rollout_correction import correction_metrics, correction_weights
+from nemo_lead.algorithms.rollout_correction import (
+    RolloutCorrectionConfig,
+    correction_metrics,
+    correction_weights,
+)
 
-if TYPE_CHECKING:  # the config derives its accepted names from LOSS_AGGREGATIONS
-    from nemo_lead.algorithms.config import LeadConfig
+
+class LossSettings(Protocol):
+    """What this module reads of the `lead` settings (`LeadConfig` has them all), in the symbols above."""
+
+    clip_eps_low: float  # eps_low
+    clip_eps_high: float  # eps_high
+    dual_clip_c: Optional[float]  # c (None: no dual clip)
+    kl_coeff: float
+    kl_estimator: str  # a name of KL_ESTIMATORS
+    entropy_coeff: float
+    loss_agg: str  # a name of LOSS_AGGREGATIONS
+    max_response_len: int  # L_max of constant_norm (0: the batch's padded length)
+    rollout_correction: RolloutCorrectionConfig
+
+
+# `lead.kl_estimator`: the one list of KL estimators (LeadConfig accepts exactly these names)
+KL_ESTIMATORS = Registry("lead.kl_estimator")
+# `lead.loss_agg`: the one list of aggregations (LeadConfig accepts exactly these names), each mapping a [B, T]
+# mask m to (the per-token weights, this batch's share of the global denominator), as in the module docstring
+LOSS_AGGREGATIONS = Registry("lead.loss_agg")
 
 TOKEN_MEAN, SEQUENCE_MEAN, MAX = "token_mean", "sequence_mean", "max"
 METRIC_REDUCTIONS = {
@@ -53,7 +76,7 @@ METRIC_REDUCTIONS = {
 WEIGHTS = {TOKEN_MEAN: "tokens", SEQUENCE_MEAN: "sequences"}  # what a mean's per-batch value is weighted by
 
 
-def metric_keys(cfg: LeadConfig, *, entropy: bool, ref: bool, rollout: bool) -> tuple[str, ...]:
+def metric_keys(cfg: LossSettings, *, entropy: bool, ref: bool, rollout: bool) -> tuple[str, ...]:
     """The metrics `policy_loss` returns (besides `tokens` and `sequences`) when given an entropy, reference
     log-probs, the engine's log-probs (`rollout`), under `cfg`."""
     keys = ["pg_loss", "clip_frac", "ratio_mean", "approx_kl", "ratio_max"]
@@ -69,7 +92,7 @@ def importance_ratio(logp: torch.Tensor, old_logp: torch.Tensor) -> torch.Tensor
     return torch.exp((logp - old_logp).clamp(-20.0, 20.0))
 
 
-def clipped_surrogate(ratio: torch.Tensor, adv: torch.Tensor, cfg: LeadConfig) -> tuple[torch.Tensor, torch.Tensor]:
+def clipped_surrogate(ratio: torch.Tensor, adv: torch.Tensor, cfg: LossSettings) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-token negated clipped objective and a bool map of where the clip is active."""
     unclipped = -adv * ratio
     clipped = -adv * ratio.clamp(1.0 - cfg.clip_eps_low, 1.0 + cfg.clip_eps_high)
@@ -83,19 +106,17 @@ def clipped_surrogate(ratio: torch.Tensor, adv: torch.Tensor, cfg: LeadConfig) -
     return loss, active
 
 
+@KL_ESTIMATORS.register("k1")
 def kl_k1(log_ratio: torch.Tensor) -> torch.Tensor:
     """k1 = log r (unbiased, high variance)."""
     return log_ratio
 
 
+@KL_ESTIMATORS.register("k3")
 def kl_k3(log_ratio: torch.Tensor) -> torch.Tensor:
     """k3 = r' - log r' - 1 with r' = pi_ref / pi_theta (unbiased, non-negative, low variance)."""
     neg = (-log_ratio).clamp(-20.0, 20.0)
     return torch.exp(neg) - neg - 1.0
-
-
-# `lead.kl_estimator`: the one list of KL estimators (LeadConfig accepts exactly these names)
-KL_ESTIMATORS = {"k1": kl_k1, "k3": kl_k3}
 
 
 def kl_penalty(logp: torch.Tensor, ref_logp: torch.Tensor, estimator: str) -> torch.Tensor:
@@ -104,46 +125,45 @@ def kl_penalty(logp: torch.Tensor, ref_logp: torch.Tensor, estimator: str) -> to
 
 
 # ----------------------------------------------------------------------------- aggregations (`loss_agg`)
-def _each_token(m: torch.Tensor) -> torch.Tensor:
-    return m
-
-
-def _each_response_mean(m: torch.Tensor) -> torch.Tensor:
-    return m / m.sum(dim=1, keepdim=True).clamp_min(1.0)
-
-
-def _tokens(m: torch.Tensor, cfg: LeadConfig) -> torch.Tensor:  # noqa: ARG001
-    return m.sum()
-
-
-def _responses(m: torch.Tensor, cfg: LeadConfig) -> torch.Tensor:  # noqa: ARG001
+def _responses(m: torch.Tensor) -> torch.Tensor:
+    """S: the responses with at least one trained token (float64)."""
     return (m.sum(dim=1) > 0).to(torch.float64).sum()
 
 
-def _responses_times_max_len(m: torch.Tensor, cfg: LeadConfig) -> torch.Tensor:
-    return _responses(m, cfg) * (cfg.max_response_len or m.shape[-1])
+@LOSS_AGGREGATIONS.register("token_mean")
+def token_mean(m: torch.Tensor, cfg: LossSettings) -> tuple[torch.Tensor, torch.Tensor]:  # noqa: ARG001
+    """sum_it m_it l_it / sum_it m_it: weight 1 per token over the number of tokens."""
+    return m, m.sum()
 
 
-# `lead.loss_agg`: the one list of aggregations (LeadConfig accepts exactly these names), each
-# (per-token weight of a [B, T] mask, this batch's share of the global denominator), as in the module docstring
-LOSS_AGGREGATIONS = {
-    "token_mean": (_each_token, _tokens),
-    "seq_mean_token_mean": (_each_response_mean, _responses),
-    "seq_mean_token_sum": (_each_token, _responses),
-    "constant_norm": (_each_token, _responses_times_max_len),
-}
+@LOSS_AGGREGATIONS.register("seq_mean_token_mean")
+def seq_mean_token_mean(m: torch.Tensor, cfg: LossSettings) -> tuple[torch.Tensor, torch.Tensor]:  # noqa: ARG001
+    """1/S sum_i (sum_t m_it l_it / |o_i|): weight 1/|o_i| per token over S."""
+    return m / m.sum(dim=1, keepdim=True).clamp_min(1.0), _responses(m)
 
 
-def token_weights(mask: torch.Tensor, cfg: LeadConfig, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+@LOSS_AGGREGATIONS.register("seq_mean_token_sum")
+def seq_mean_token_sum(m: torch.Tensor, cfg: LossSettings) -> tuple[torch.Tensor, torch.Tensor]:  # noqa: ARG001
+    """1/S sum_i sum_t m_it l_it: weight 1 per token over S."""
+    return m, _responses(m)
+
+
+@LOSS_AGGREGATIONS.register("constant_norm")
+def constant_norm(m: torch.Tensor, cfg: LossSettings) -> tuple[torch.Tensor, torch.Tensor]:
+    """sum_it m_it l_it / (S * L_max): weight 1 per token over S L_max (L_max: the padded length when unset)."""
+    return m, _responses(m) * (cfg.max_response_len or m.shape[-1])
+
+
+def token_weights(mask: torch.Tensor, cfg: LossSettings, dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """Per-token weight before the global denominator: 1/|o_i| for seq_mean_token_mean, else 1."""
-    return LOSS_AGGREGATIONS[cfg.loss_agg][0](mask.to(dtype))
+    return LOSS_AGGREGATIONS[cfg.loss_agg](mask.to(dtype), cfg)[0]
 
 
-def loss_denominator(mask: torch.Tensor, cfg: LeadConfig) -> torch.Tensor:
+def loss_denominator(mask: torch.Tensor, cfg: LossSettings) -> torch.Tensor:
     """This batch's share of the global denominator (sum it over micro-batches and DP ranks).
 
     float64, so that token counts of large global batches (> 2**24 tokens) stay exact."""
-    return LOSS_AGGREGATIONS[cfg.loss_agg][1](mask.to(torch.float64), cfg)
+    return LOSS_AGGREGATIONS[cfg.loss_agg](mask.to(torch.float64), cfg)[1]
 
 
 def policy_loss(
@@ -151,7 +171,7 @@ def policy_loss(
     old_logp: torch.Tensor,
     advantages: torch.Tensor,
     mask: torch.Tensor,
-    cfg: LeadConfig,
+    cfg: LossSettings,
     *,
     ref_logp: torch.Tensor | None = None,
     entropy: torch.Tensor | None = None,

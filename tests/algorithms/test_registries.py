@@ -1,12 +1,16 @@
 """Each setting with a fixed set of names has one list of them, and every name on it runs.
 
-The accepted names of `lead.advantage_estimator`, `reweighting`, `group_filter`, `loss_agg` and
-`kl_estimator` are the keys of their implementations' registries; the two-way switches and the outcome
+The accepted names of `lead.advantage_estimator`, `reweighting`, `group_filter`, `loss_agg`,
+`kl_estimator` and `length_shaping` are the keys of their implementations' registries; the two-way switches and the outcome
 rule are checked against the code that reads them. An unknown name is refused when the config is built,
-naming the choices, never at the first RL step.
+naming the choices, never at the first RL step. The registries are filled where their entries are defined,
+and those modules never import `algorithms/config.py` (the config reads them, not the reverse).
 """
 
+import ast
 import dataclasses
+import importlib
+from pathlib import Path
 
 import pytest
 import torch
@@ -20,8 +24,10 @@ from nemo_lead.algorithms import (
     group_keep_mask,
     loss,
     policy_loss,
+    rewards,
 )
 from nemo_lead.algorithms.outcome import Outcome
+from nemo_lead.algorithms.registry import Registry
 
 # two groups of four: one with spread, one all wrong
 OUTCOME = torch.tensor([Outcome.CORRECT, Outcome.WRONG, Outcome.CORRECT, Outcome.WRONG] + [Outcome.WRONG] * 4)
@@ -34,6 +40,7 @@ REGISTRIES = [
     ("group_filter", config.GROUP_FILTERS, filters.GROUP_FILTERS),
     ("loss_agg", config.LOSS_AGGREGATIONS, loss.LOSS_AGGREGATIONS),
     ("kl_estimator", config.KL_ESTIMATORS, loss.KL_ESTIMATORS),
+    ("length_shaping", config.LENGTH_SHAPINGS, rewards.SHAPINGS),
 ]
 
 
@@ -108,3 +115,94 @@ def test_outcome_rules_are_the_verifiers():
     from nemo_lead.verify.verifier import RULES
 
     assert config.OUTCOME_RULES == RULES
+
+
+# ----------------------------------------------------------------------------- no back references
+ALGORITHMS = Path(config.__file__).parent
+PACKAGE = "nemo_lead.algorithms"
+
+
+def _absolute(module: str, node: ast.ImportFrom) -> str:
+    """The module `from X import ...` inside `nemo_lead.algorithms.<module>` reads, relative imports resolved."""
+    if not node.level:
+        return node.module or ""
+    base = PACKAGE.split(".")[: len(PACKAGE.split(".")) - (node.level - 1)]
+    return ".".join(base + ([node.module] if node.module else []))
+
+
+def imported_modules(module: str, source: str) -> set[str]:
+    """Every module an import anywhere in `source` names (functions and `if TYPE_CHECKING` blocks included);
+    `from pkg import name` counts as importing `pkg` and, when it is one, the submodule `pkg.name`."""
+    out = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            out |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            source_module = _absolute(module, node)
+            out |= {source_module} | {f"{source_module}.{a.name}" for a in node.names}
+    return out
+
+
+def reaches_config(module: str, seen: set[str] | None = None) -> list[str]:
+    """The chain of algorithms modules by which `module` imports `algorithms/config.py` (or the package, whose
+    `__init__` imports it); empty when it does not."""
+    seen = set() if seen is None else seen
+    seen.add(module)
+    for target in sorted(imported_modules(module, (ALGORITHMS / f"{module}.py").read_text())):
+        if target in (f"{PACKAGE}.config", PACKAGE):
+            return [module, target]
+        name = target.removeprefix(f"{PACKAGE}.")
+        if target.startswith(f"{PACKAGE}.") and (ALGORITHMS / f"{name}.py").exists() and name not in seen:
+            chain = reaches_config(name, seen)
+            if chain:
+                return [module, *chain]
+    return []
+
+
+def modules_with_registries() -> list[str]:
+    """The algorithms modules that create a `Registry` at their top level (read from the source)."""
+    out = []
+    for path in sorted(ALGORITHMS.glob("*.py")):
+        for node in ast.parse(path.read_text()).body:
+            value = getattr(node, "value", None)
+            if isinstance(value, ast.Call) and getattr(value.func, "id", None) == "Registry":
+                out.append(path.stem)
+                break
+    return out
+
+
+def test_modules_with_registries_never_import_the_config():
+    holders = modules_with_registries()
+    assert {"advantages", "filters", "loss", "rewards"} <= set(holders), holders
+    chains = {m: reaches_config(m) for m in holders}
+    assert not any(chains.values()), {m: " -> ".join(c) for m, c in chains.items() if c}
+
+
+def test_the_import_scan_sees_type_checking_blocks_and_functions():
+    source = "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .config import LeadConfig\n"
+    assert f"{PACKAGE}.config" in imported_modules("rewards", source)
+    assert f"{PACKAGE}.config" in imported_modules("rewards", "def f():\n    from . import config\n")
+    assert PACKAGE in imported_modules("rewards", "from nemo_lead.algorithms import Outcome\n")
+
+
+def test_every_registry_is_the_choices_of_its_setting():
+    fields = {f"lead.{f.name}": f for f in dataclasses.fields(LeadConfig)}
+    registries = {}
+    for name in modules_with_registries():
+        for value in vars(importlib.import_module(f"{PACKAGE}.{name}")).values():
+            if isinstance(value, Registry):
+                registries[value.key] = value
+    assert len(registries) >= 6
+    for key, registry in registries.items():
+        assert key in fields, f"{key}: no such setting of LeadConfig"
+        assert fields[key].metadata["choices"] == registry.names, key
+
+
+def test_a_registry_refuses_unknown_and_repeated_names():
+    reg = Registry("lead.thing")
+    reg.register("a")(len)
+    assert reg["a"] is len and reg.names == ("a",)
+    with pytest.raises(ValueError, match=r"lead\.thing='b' is not one of \['a'\]"):
+        reg["b"]
+    with pytest.raises(ValueError, match="registered twice"):
+        reg.register("a")(abs)

@@ -6,6 +6,9 @@ import pytest
 import torch
 
 from nemo_lead.algorithms import LeadConfig, Outcome, shape_rewards
+from nemo_lead.cli import main
+from nemo_lead.config.reference import reference
+from nemo_lead.training.rl.config import RLConfig
 
 C, W, T, R = int(Outcome.CORRECT), int(Outcome.WRONG), int(Outcome.TRUNCATED), int(Outcome.REPETITION)
 
@@ -103,3 +106,36 @@ def test_empty_batch_and_bad_inputs():
         shape_rewards(torch.tensor([1]), torch.tensor([-4]), torch.tensor([0]), cfg)
     with pytest.raises(ValueError, match="integer ids"):
         shape_rewards(torch.tensor([1]), torch.tensor([4]), torch.tensor([0.5]), cfg)
+
+
+def test_length_shaping_none_is_length_reward_off_and_length_reward_off_wins():
+    out, lengths, group = [C, C, C, W, T], [100, 200, 300, 50, 900], [0] * 5
+    off = rewards(out, lengths, group, LeadConfig.paper().replace(length_reward=False))
+    assert off == [1.0, 1.0, 1.0, -1.0, -1.0]
+    assert rewards(out, lengths, group, LeadConfig.paper().replace(length_shaping="none")) == off
+    assert rewards(out, lengths, group, LeadConfig.stage2().replace(length_shaping="exp_z")) == off[:3] + [-1.0, -1.0]
+    assert rewards(out, lengths, group, LeadConfig.paper()) != off  # exp_z, the default
+
+
+def test_cosine_length_reward_of_yeo_et_al_by_hand():
+    # Yeo et al. 2025, Eq. 1: R = r_L + (r_0 - r_L) (1 + cos(pi L / L_max)) / 2, the paper's r_0^c = 2,
+    # r_L^c = 1, r_0^w = -10, r_L^w = 0; L_max = 1000. cos(pi / 4) = 0.70710678, cos(pi / 2) = 0, cos(pi) = -1
+    cfg = LeadConfig.paper().replace(length_shaping="cosine", max_response_len=1000, truncated_reward=-10.0)
+    got = rewards([C, C, C, C, W, W, W, W, T, R, C], [0, 250, 500, 1000, 0, 250, 500, 1000, 1000, 300, 1200],
+                  [0] * 5 + [1] * 6, cfg)
+    correct = [2.0, 1 + 0.5 * 1.70710678, 1.5, 1.0]  # 2, 1.85355339, 1.5, 1
+    wrong = [-10.0, -5 * 1.70710678, -5.0, 0.0]  # -10, -8.5355339, -5, 0
+    # truncated: r_e = truncated_reward; repetition keeps its penalty; past L_max the curve stays at r_L^c
+    assert got == pytest.approx(correct + wrong + [-10.0, -1.5, 1.0], rel=1e-6, abs=1e-6)
+
+
+def test_cosine_is_selectable_from_the_config(capsys):
+    cfg = LeadConfig(length_shaping="cosine", max_response_len=4096)
+    assert cfg.length_shaping == "cosine" and (cfg.cosine_r0_correct, cfg.cosine_rL_wrong) == (2.0, 0.0)
+    with pytest.raises(ValueError, match="cosine needs lead.max_response_len > 0"):
+        LeadConfig(length_shaping="cosine")
+    assert LeadConfig(length_shaping="cosine", length_reward=False).length_shaping == "cosine"  # off: no L_max
+    by_key = {e.key: e for e in reference(RLConfig)}
+    assert "cosine" in by_key["lead.length_shaping"].choices and "lead.cosine_r0_correct" in by_key
+    assert main(["config", "rl"]) == 0
+    assert "lead.length_shaping = exp_z  [str]\n    one of: exp_z | none | cosine" in capsys.readouterr().out
