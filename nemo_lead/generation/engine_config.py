@@ -21,7 +21,7 @@ from typing import Any, Optional
 import torch
 
 from nemo_lead.generation.engine import RolloutEngine
-from nemo_lead.generation.megatron_engine.engine import MegatronEngine
+from nemo_lead.generation.megatron_engine.engine import MegatronEngine, check_limits
 from nemo_lead.generation.trtllm_engine import TrtllmEngine
 from nemo_lead.models import tokenizer_files
 from nemo_lead.parallel.layout import engine_layouts
@@ -122,20 +122,14 @@ class EngineConfig:
     def __post_init__(self) -> None:
         if self.kind not in (*ENGINE_KINDS, AUTO_KIND):
             raise ValueError(f"engine.kind must be one of {', '.join((*ENGINE_KINDS, AUTO_KIND))}, got {self.kind!r}")
-        if self.max_batch_size < 1 or self.max_prefill_tokens < 1:
-            raise ValueError("max_batch_size and max_prefill_tokens must be >= 1")
-        if self.sync_every is not None and self.sync_every < 1:
-            raise ValueError(f"sync_every must be >= 1, got {self.sync_every}")
-        if self.kv_cache_gib is not None and not self.kv_cache_gib > 0:
-            raise ValueError(f"engine.kv_cache_gib must be > 0 (or None for no budget), got {self.kv_cache_gib!r}")
+        check_limits(self.max_batch_size, self.max_prefill_tokens, self.sync_every, self.kv_cache_gib,
+                     self.refit_bucket_mb)
         for key in ("tp", "pp"):
             value = str(getattr(self, key))
             if value not in (AUTO, AT_THE_MODELS_LAYOUT) and not (value.isdigit() and int(value) >= 1):
                 raise ValueError(f"engine.{key} must be {AUTO}, {AT_THE_MODELS_LAYOUT} or a number >= 1 (the "
                                  f"plan's choice, the model's {key.upper()}, or 1 for a TP1 x PP1 engine), got "
                                  f"{value!r}")
-        if not self.refit_bucket_mb > 0:
-            raise ValueError(f"engine.refit_bucket_mb must be > 0, got {self.refit_bucket_mb!r}")
 
 
 def engine_layout(cfg: EngineConfig, *, tp: int, pp: int) -> tuple[int, int]:

@@ -115,6 +115,21 @@ class _Seq:
     finish: str | None = None
 
 
+
+def check_limits(max_batch_size: int, max_prefill_tokens: int, sync_every: int | None, kv_cache_gib: float | None,
+                 refit_bucket_mb: float) -> None:
+    """The engine's size limits, checked in this one place: by `EngineConfig` when a config is read (so a bad
+    value fails before a job starts) and by `MegatronEngine` when it is built without one."""
+    if max_batch_size < 1 or max_prefill_tokens < 1:
+        raise ValueError("max_batch_size and max_prefill_tokens must be >= 1")
+    if sync_every is not None and sync_every < 1:
+        raise ValueError(f"sync_every must be >= 1, got {sync_every}")
+    if kv_cache_gib is not None and not kv_cache_gib > 0:
+        raise ValueError(f"engine.kv_cache_gib must be > 0 (or None for no budget), got {kv_cache_gib!r}")
+    if not refit_bucket_mb > 0:
+        raise ValueError(f"engine.refit_bucket_mb must be > 0, got {refit_bucket_mb!r}")
+
+
 class MegatronEngine:
     """See the module docstring. Options:
 
@@ -154,12 +169,7 @@ class MegatronEngine:
                  sync_every: int | None = None, vocab_size: int | None = None, cuda_graphs: bool | None = None,
                  kv_cache_gib: float | None = None, own_copy: bool = False, refit_bucket_mb: float = 512,
                  release_copy: bool = False, engine_tp: int = 1, cuda_graphs_tp: bool = False):
-        if max_batch_size < 1 or max_prefill_tokens < 1:
-            raise ValueError("max_batch_size and max_prefill_tokens must be >= 1")
-        if sync_every is not None and sync_every < 1:
-            raise ValueError(f"sync_every must be >= 1, got {sync_every}")
-        if kv_cache_gib is not None and not kv_cache_gib > 0:
-            raise ValueError(f"engine.kv_cache_gib must be > 0 (or None for no budget), got {kv_cache_gib!r}")
+        check_limits(max_batch_size, max_prefill_tokens, sync_every, kv_cache_gib, refit_bucket_mb)
         self.kv_cache_gib = kv_cache_gib
         self.last_stats: dict[str, Any] = {}
         self.max_batch_size = max_batch_size
@@ -173,8 +183,6 @@ class MegatronEngine:
         if engine_tp < 1 or (engine_tp > 1 and not own_copy):
             raise ValueError(f"engine_tp={engine_tp}: an engine TP of its own needs own_copy")
         self.engine_tp, self._engine_group = engine_tp, None
-        if refit_bucket_mb <= 0:
-            raise ValueError(f"engine.refit_bucket_mb must be > 0, got {refit_bucket_mb!r}")
         self.refit_bucket_bytes = refit_bucket_mb * 1e6
         self.replicas: tuple[int, int] | None = None  # own_copy: (engine replicas per actor replica, this one's)
         self.refit_stats: dict[str, Any] = {}  # own_copy: the last rebuild's bytes, buckets, seconds, copy_bytes
