@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from nemo_lead.checkpoint.manifest import MANIFEST_FILE, file_entry
+from nemo_lead.config.dotted import lookup
 from nemo_lead.config.loading import ConfigError, drop_keys, keys_where, save_config
 from nemo_lead.pipeline.config import RunConfig, Stage, eval_row_config, load_recipe, resolve_stage
 from nemo_lead.pipeline.kinds import KINDS, run_function
@@ -70,13 +71,54 @@ def is_writer() -> bool:
     return int(os.environ.get("RANK", os.environ.get("SLURM_PROCID", "0"))) == 0
 
 
-def fingerprint(stage: Stage) -> str:
+# Settings added to the stage kinds after pipeline state files existed, oldest first, with the date they came.
+# A stage recorded before a key existed was fingerprinted without it: while the key is at its default the
+# stage is the same one, and a finished RL stage of many GPU hours is not run again because a knob appeared.
+ADDED_KEYS: tuple[tuple[str, str], ...] = (
+    ("lead.length_shaping", "2026-12-04"),
+    ("lead.cosine_r0_correct", "2026-12-04"),
+    ("lead.cosine_rL_correct", "2026-12-04"),
+    ("lead.cosine_r0_wrong", "2026-12-04"),
+    ("lead.cosine_rL_wrong", "2026-12-04"),
+)
+
+
+def fingerprint(stage: Stage, without: tuple[str, ...] = ()) -> str:
     """A short hash of the stage's resolved settings (its inputs' paths included), without the keys that do
     not change its results (progress output, grader processes, checkpoint cadence, ...: the fields marked
-    `results=False`), so a finished stage is not run again for them."""
+    `results=False`), so a finished stage is not run again for them; and without the dotted keys `without`."""
     quiet = keys_where(type(stage.config), results=False) if dataclasses.is_dataclass(stage.config) else ()
-    settings = drop_keys(stage.as_dict(), quiet)
+    settings = drop_keys(stage.as_dict(), [*quiet, *without])
     return hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def _field_default(cls: Any, dotted: str) -> Any:
+    """The default of a nested config field (`lead.alpha` of RLConfig), or a marker when it has none."""
+    for name in dotted.split("."):
+        found = {f.name: f for f in dataclasses.fields(cls)} if dataclasses.is_dataclass(cls) else {}
+        if name not in found:
+            return _NO_DEFAULT
+        f = found[name]
+        cls = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+    return cls
+
+
+_NO_DEFAULT = object()
+
+
+def same_settings(stage: Stage, recorded: str | None) -> bool:
+    """Whether `recorded` (a state file's fingerprint) is the stage's at today's settings: the fingerprint
+    itself, or one taken before some of `ADDED_KEYS` existed, those keys being at their defaults now."""
+    if recorded == fingerprint(stage):
+        return True
+    if not dataclasses.is_dataclass(stage.config):
+        return False
+    settings = stage.as_dict()
+    at_default = [key for key, _ in ADDED_KEYS
+                  if (value := lookup(settings, key, _NO_DEFAULT)) is not _NO_DEFAULT
+                  and value == _field_default(type(stage.config), key)]
+    # a record taken between two additions lacks the later keys only: drop the newest ones, more and more
+    return any(recorded == fingerprint(stage, tuple(at_default[i:])) for i in range(len(at_default)))
 
 
 _HASHED_FILE_BYTES = 1 << 28  # data files up to 256 MB are hashed; larger ones (and folders) go by size and time
@@ -143,7 +185,7 @@ def run_stage(stage: Stage, state: dict[str, Any], out: Path) -> None:
     fp = fingerprint(stage)
     rec = state["stages"].get(stage.name)
     changed = changed_inputs(stage, rec) if rec and rec.get("status") == "done" else []
-    if rec and rec.get("status") == "done" and rec.get("fingerprint") == fp and not changed:
+    if rec and rec.get("status") == "done" and same_settings(stage, rec.get("fingerprint")) and not changed:
         say(f"stage {stage.name} ({stage.kind}): done, skipped")
         return
     if changed:
@@ -212,7 +254,7 @@ def planned_status(stage: Stage | None, rec: dict[str, Any] | None) -> str:
     if status == "done":
         if stage is None:
             return "rerun"  # an input will run again
-        if rec.get("fingerprint") != fingerprint(stage):
+        if not same_settings(stage, rec.get("fingerprint")):
             return "rerun"
         return "rerun (inputs)" if changed_inputs(stage, rec) else "done"
     if status == "failed":

@@ -312,3 +312,43 @@ def test_a_finished_stage_whose_input_files_changed_runs_again(setup, capsys):
     assert run(recipe, out) == 0 and calls == []  # recorded: done again for the new content
     capsys.readouterr()
     assert run(recipe, out, "dry_run=true") == 0 and set(_planned(capsys.readouterr().out).values()) == {"done"}
+
+
+def test_a_setting_added_since_a_stage_finished_does_not_run_it_again(setup, monkeypatch, capsys):
+    from nemo_lead.pipeline import runner
+
+    recipe, out, calls, _ = setup
+    real = runner.fingerprint
+    added = tuple(key for key, _ in runner.ADDED_KEYS)
+    # the state file of a release that did not have the added keys: its fingerprints were taken without them
+    monkeypatch.setattr(runner, "fingerprint", lambda stage, without=(): real(stage, (*without, *added)))
+    assert run(recipe, out) == 0
+    old = {name: rec["fingerprint"] for name, rec in _state(out).items()}
+    monkeypatch.setattr(runner, "fingerprint", real)
+    calls.clear()
+    assert run(recipe, out) == 0
+    assert calls == [] and "done, skipped" in capsys.readouterr().err  # the new keys are at their defaults
+    assert {name: rec["fingerprint"] for name, rec in _state(out).items()} == old
+    assert run(recipe, out, "stages.rl2.lead.cosine_r0_correct=3.0") == 0  # one of them set: rl2 runs again
+    assert [name for name, _ in calls] == ["rl2"]  # (the fake writes the same checkpoint: eval stays done)
+
+
+@pytest.mark.parametrize("kind", ["sft", "rl"])
+def test_every_setting_added_since_2026_12_04_is_listed_as_added(kind):
+    """A key that changes results, added to the SFT / RL settings after the run folders of 2026-12-04 (their
+    config.yaml lists every key of that day), is in ADDED_KEYS, or every finished stage would run again."""
+    import yaml
+
+    from nemo_lead.config.dotted import flatten
+    from nemo_lead.config.loading import key_rules
+    from nemo_lead.pipeline.runner import ADDED_KEYS
+    from nemo_lead.training.rl.config import RLConfig
+    from nemo_lead.training.sft.config import SFTConfig
+
+    schema = {"sft": SFTConfig, "rl": RLConfig}[kind]
+    fixture = Path(__file__).parents[1] / "training" / "fixtures" / "runs-2026-12-04" / kind / "config.yaml"
+    then = set(flatten(yaml.safe_load(fixture.read_text()), keep_empty=True))
+    now = {k for k, rule in key_rules(schema).items() if rule["results"]}
+    sections = {k for k in now if any(other.startswith(k + ".") for other in now)}
+    added = {k for k in now - then - sections if not any(k.startswith(t + ".") for t in then)}
+    assert added <= {k for k, _ in ADDED_KEYS}, f"add them to nemo_lead.pipeline.runner.ADDED_KEYS: {added}"
