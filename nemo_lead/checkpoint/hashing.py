@@ -12,7 +12,7 @@ file, so the record reaches the saving rank from a forked writer process as well
 Everything else (other modes, other paths, multistorageclient's `msc.open`, which the writer calls
 instead of `open`) goes to the real `open` unchanged.
 
-The manifest step (`checkpoint_manifest.entries_of_rank`) uses a record when its size is the file's and
+The manifest step (`manifest.entries_of_rank`) uses a record when its size is the file's and
 reads the file back otherwise, so a megatron release whose writer does not take the hook still gets a
 correct manifest (and a warning that the bytes were read back).
 
@@ -139,7 +139,7 @@ _warned = False
 
 def warn_unless_streamed(folder: str | os.PathLike, counts: dict[str, int]) -> None:
     """Once per process: say so when a save's shard files were all read back for the manifest (`counts` from
-    `checkpoint_manifest.entries_of_rank`), i.e. this megatron-core's writer did not take the hook."""
+    `manifest.entries_of_rank`), i.e. this megatron-core's writer did not take the hook."""
     global _warned
     if counts.get("distcp_read_back") and not counts.get("distcp_in_write") and not _warned:
         _warned = True

@@ -80,7 +80,7 @@ class SoloComm:
 
 class ReplicaComm(SoloComm):
     """One engine replica on the `size` ranks of `group` (the copy at engine TP > 1, one stage): every rank
-    computes the full logits (the vocabulary tables are whole, `engine_copy`); the replica's first rank
+    computes the full logits (the vocabulary tables are whole, `model_copy`); the replica's first rank
     samples and broadcasts the tokens, so its ranks take the same decisions bit for bit."""
 
     def __init__(self, group, size: int, src: int, rank: int):

@@ -19,7 +19,7 @@ tokens as the engine's plain decode. The engine decides where (`graph_layout_err
 always (pipeline stages pass hidden states between steps; not captured); one TP rank by default; TP > 1
 only with `engine.cuda_graphs_tp` (`MegatronEngine(cuda_graphs_tp=True)`), both for the engine on the
 actor's modules (megatron's TP linears and vocabulary-parallel embedding all-reduce over megatron's TP
-group) and for the engine's own copy at engine TP > 1 (`engine_copy`: row-parallel outputs all-reduced over
+group) and for the engine's own copy at engine TP > 1 (`model_copy`: row-parallel outputs all-reduced over
 the replica's group). Off by default there because no GPU run has measured it yet (bench/gpu_session.sh,
 step rollout_tp2); the plan counts it only once one has (`nemo_lead.plan.timing`).
 
