@@ -33,7 +33,18 @@ from nemo_lead.verify.extract import THINK_OPEN
 
 @dataclass
 class Group:
-    """One problem's n samples, graded. `rewards` / `advantages` / `keep` are filled by the loop."""
+    """One problem's n samples, filled in place phase by phase (each field written by one phase only, so a
+    field read before its phase ran is still its default):
+
+    - problem, prompt_ids, rollouts: 2. generate, `generate_groups` (here)
+    - texts, outcomes, extracted: 3. verify, `grade_groups` (here; the same on every rank)
+    - rewards, keep: 4-5. rewards and filter, `phases.score_and_filter`; `phases.select_groups` then clears
+      `keep` of groups that passed the filter after the batch was full
+    - advantages: 6. advantages, `loop.assign_advantages` (zeros for groups not selected)
+
+    `lag.batch_from_data` rebuilds a group with every field but `advantages` (a queued or checkpointed batch
+    is one sampled through phase 5). Why in place: the groups travel as one object per problem through the
+    lag queue, the split layout's wire and the checkpoint, and the metrics and logs read them whole."""
 
     problem: Problem
     prompt_ids: list[int]
