@@ -7,9 +7,9 @@
     5. filter      the group keep mask on raw outcomes; with dynamic sampling, more rounds until the batch
                    holds `prompts_per_step` groups with signal (`select_groups`)
 
-`rl.py` runs the step (phases 6-11) and picks where these phases run: in the step itself, k steps ahead
-(`lag.py`), or on generator ranks (`split.py`); all three call the functions here, so this module imports
-none of them.
+`loop.py` runs the step (phases 6-11) and picks where these phases run (`s.batches`, a `StepBatches`): in
+the step itself, k steps ahead (`lag.py`), or on generator ranks (`split.py`); all three call the functions
+here, so this module imports none of them (two of their names only for type checking).
 """
 
 from __future__ import annotations
