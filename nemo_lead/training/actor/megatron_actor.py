@@ -61,7 +61,7 @@ from nemo_lead.mcore.compat import forward_final_hidden
 from nemo_lead.models import build_gpt, eval_mode, load_hf_weights, model_info
 from nemo_lead.models.source import model_source, resolve_precision
 from nemo_lead.models.weights_checkpoint import load_checkpoint
-from nemo_lead.parallel import seed_model_parallel_rng
+from nemo_lead.parallel import ParallelInfo, seed_model_parallel_rng
 from nemo_lead.training.actor.collectives import (
     broadcast_from_last_stage,
     collective_device,
@@ -93,7 +93,7 @@ class Actor:
     learning rate and weight decay per step."""
 
     cfg: ActorConfig
-    parallel: Any  # nemo_lead.parallel.ParallelInfo
+    parallel: ParallelInfo
     model: Any  # megatron.core.distributed.DistributedDataParallel
     optimizer: Any  # megatron.core.optimizer.MegatronOptimizer
     scheduler: Any  # megatron.core.optimizer_param_scheduler.OptimizerParamScheduler
@@ -121,7 +121,7 @@ def _finalize_grads_without_token_scaling(model, num_tokens=None, **kwargs):
     return finalize_model_grads(model, None, **kwargs)
 
 
-def build_actor(cfg: ActorConfig, parallel: Any = None) -> Actor:
+def build_actor(cfg: ActorConfig, parallel: ParallelInfo | None = None) -> Actor:
     """Build the actor for the current parallel layout (`nemo_lead.parallel.init_parallel(cfg.tp, cfg.pp)`).
 
     Weights: a HF folder is loaded (each rank reads its slices), a checkpoint folder's model part is loaded

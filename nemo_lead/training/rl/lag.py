@@ -48,8 +48,9 @@ import torch
 from nemo_lead.data import Problem
 from nemo_lead.generation import Rollout
 from nemo_lead.parallel.ranks import dist_rank
-from nemo_lead.training.rl.phases import select_groups
+from nemo_lead.training.rl.phases import RLState, select_groups
 from nemo_lead.training.rl.rollouts import Group
+from nemo_lead.training.run.lifecycle import Run
 
 PART = "lag"  # the checkpoint part (folder) holding the queued batches
 BATCHES_FILE = "batches.pt"
@@ -62,14 +63,14 @@ class Batch:
 
     step: int
     version: int  # optimizer steps behind the weights that sampled it
-    seen: list  # every Group sampled for the step (nemo_lead.training.rl.rollouts.Group)
-    selected: list  # the groups that train (a sub-list of `seen`, the same objects)
+    seen: list[Group]  # every group sampled for the step
+    selected: list[Group]  # the groups that train (a sub-list of `seen`, the same objects)
     rounds: int
     times: dict[str, float] = field(default_factory=dict)  # seconds spent sampling it (SAMPLE_TIMES, waits)
     order: dict[str, int] = field(default_factory=dict)  # the data order's state right after sampling it
 
 
-def sample_batch(s: Any, step: int, version: int) -> Batch:
+def sample_batch(s: RLState, step: int, version: int) -> Batch:
     """Phases 1-5 for `step` with the engine's current weights (which are W_version). Collective. An engine
     that keeps a weight version (vllm) must hold W_version: stale weights would be an error, not a silent lag."""
     held = getattr(s.ctx.engine, "weight_version", None)
@@ -122,31 +123,31 @@ class BatchQueue:
     (W_run.step); the split layout receives it instead and takes no batch before it is due (`ahead` 0)."""
 
     def __init__(self, k: int, next_step: int, queued: list[Batch] = (), *,
-                 produce: Callable[[Any, int], Batch] | None = None, ahead: int | None = None):
+                 produce: Callable[[RLState, int], Batch] | None = None, ahead: int | None = None):
         self.k = k
         self.pending: deque[Batch] = deque(queued)
         self.next_step = next_step + len(self.pending)  # the first batch not made yet
         self.produce = produce or (lambda s, j: sample_batch(s, j, version=s.run.step))
         self.ahead = k if ahead is None else ahead
 
-    def fill(self, s: Any, last: int) -> None:
+    def fill(self, s: RLState, last: int) -> None:
         """Make every batch up to B_min(last, steps) that does not exist yet."""
         while self.next_step <= min(last, s.cfg.steps):
             self.pending.append(self.produce(s, self.next_step))
             self.next_step += 1
 
-    def take(self, s: Any, step: int) -> Batch:
+    def take(self, s: RLState, step: int) -> Batch:
         """B_step (phases 1-5), after making what is due at the start of the step."""
         self.fill(s, step + self.ahead)
         batch = self.pending.popleft()
         check_staleness(batch, step, self.k)
         return batch
 
-    def after_update(self, s: Any, step: int) -> dict[str, float]:  # noqa: ARG002 - the split layout's hook
+    def after_update(self, s: RLState, step: int) -> dict[str, float]:  # noqa: ARG002 - the split layout's hook
         """After step's update (the split layout sends the new weights here); its seconds by key."""
         return {}
 
-    def loop_state(self, s: Any) -> dict[str, Any]:
+    def loop_state(self, s: RLState) -> dict[str, Any]:
         """meta.json's "lag" entry, once the queue holds everything the checkpoint after this step must."""
         self.fill(s, s.run.step + self.k)
         return {"lag": {"k": self.k, "queued": [[b.step, b.version] for b in self.pending]}}
@@ -161,7 +162,7 @@ class BatchQueue:
         """Nothing to end in the serial layout."""
 
 
-def restored_batches(run: Any, k: int) -> list[Batch]:
+def restored_batches(run: Run, k: int) -> list[Batch]:
     """The queued batches of the checkpoint `run` resumed from (none for a fresh run, or k = 0)."""
     saved = run.loop_state.get("lag")
     if not saved or not saved["queued"]:

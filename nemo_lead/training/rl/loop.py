@@ -3,7 +3,7 @@
 
     nemo-lead rl --model HF_DIR|CKPT --data PROBLEMS --out RUN [--steps N] [--preset NAME] [--val-data FILE] ...
 
-One step (`rl_step`), each phase a function of its own (1-5 in `sampling.py`, 6-11 here):
+One step (`rl_step`), each phase a function of its own (1-5 in `phases.py`, 6-11 here):
 
     1. prompts          the next `prompts_per_step` problems of a seeded per-epoch shuffle (resumable); with
                         `rollout.lag=k` steps 1-5 ran k steps earlier, with older weights (`lag.py`), or
@@ -56,6 +56,7 @@ from nemo_lead.generation import SamplingParams, resolve_engine_kind
 from nemo_lead.parallel.local import run_command
 from nemo_lead.plan.check import check_before_start, resolve_engine_auto
 from nemo_lead.training.actor.megatron_actor import compute_logprobs, policy_train_step
+from nemo_lead.training.actor.microbatch import SequenceBatch
 from nemo_lead.training.actor.offload import offloaded
 from nemo_lead.training.rl.config import RLConfig
 from nemo_lead.training.rl.lag import PART, BatchQueue, lag_metrics, restored_batches
@@ -116,7 +117,7 @@ def old_logprobs_from_update(cfg: RLConfig) -> bool:
     return cfg.old_logprobs == "auto" and cfg.ppo_epochs == 1 and cfg.minibatches == 1 and cfg.rollout.lag == 0
 
 
-def old_logprobs(s: RLState, batch, engine_logp: list) -> tuple[Any, dict[str, float]]:
+def old_logprobs(s: RLState, batch: SequenceBatch, engine_logp: list[list[float]]) -> tuple[SequenceBatch, dict[str, float]]:
     """7. old log-probs and entropies from the actor, and the engine's log-probs for the update.
 
     From the update's forward pass (`old_logprobs_from_update`): nothing to compute here; the update reports
@@ -139,7 +140,7 @@ def old_logprobs(s: RLState, batch, engine_logp: list) -> tuple[Any, dict[str, f
     return dataclasses.replace(batch, old_logprobs=logp, rollout_logprobs=with_engine), metrics
 
 
-def update_policy(s: RLState, batch, on_policy: bool) -> dict[str, float]:
+def update_policy(s: RLState, batch: SequenceBatch, on_policy: bool) -> dict[str, float]:
     """8. update: `ppo_epochs` passes of `minibatches` optimizer steps; metrics combined over them (means
     averaged, maxima the largest). `on_policy`: the old log-probs are this update's own (7 left them to it)."""
     n = len(batch)

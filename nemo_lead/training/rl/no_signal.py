@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from nemo_lead.training.rl.rollouts import answer_extracted_frac
+from nemo_lead.training.rl.rollouts import Group, answer_extracted_frac
 
 WARN_EVERY = 10  # after the first warning, one more every this many steps while steps stay without signal
 
@@ -36,8 +36,8 @@ def has_signal(rewards: torch.Tensor) -> bool:
     return rewards.numel() > 1 and bool((rewards != rewards[0]).any())
 
 
-def signal_metrics(seen: Sequence[Any], selected: Sequence[Any]) -> dict[str, Any]:
-    """The metrics of the module docstring, from the step's groups (`rollouts.Group`, rewards assigned):
+def signal_metrics(seen: Sequence[Group], selected: Sequence[Group]) -> dict[str, Any]:
+    """The metrics of the module docstring, from the step's groups (rewards assigned):
     `seen` every group sampled, `selected` those the update trains on."""
     no_signal = sum(not has_signal(g.rewards) for g in seen)
     return {

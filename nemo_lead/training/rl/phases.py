@@ -7,41 +7,72 @@
     5. filter      the group keep mask on raw outcomes; with dynamic sampling, more rounds until the batch
                    holds `prompts_per_step` groups with signal (`select_groups`)
 
-`rl.py` runs the step (phases 6-11) and picks where these phases run: in the step itself, k steps ahead
-(`lag.py`), or on generator ranks (`split.py`); all three call the functions here, so this module imports
-none of them.
+`loop.py` runs the step (phases 6-11) and picks where these phases run (`s.batches`, a `StepBatches`): in
+the step itself, k steps ahead (`lag.py`), or on generator ranks (`split.py`); all three call the functions
+here, so this module imports none of them (two of their names only for type checking).
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import torch
 
 from nemo_lead.algorithms import group_keep_mask, overlong_keep_mask, shape_rewards
-from nemo_lead.data import open_think
+from nemo_lead.data import Problem, open_think
 from nemo_lead.generation import SamplingParams, build_engine, engine_config_for
 from nemo_lead.models import end_token_ids, generation_config_dir
+from nemo_lead.models.source import ModelSource
+from nemo_lead.parallel import ParallelInfo
 from nemo_lead.training.actor.offload import offloaded
 from nemo_lead.training.rl.config import RLConfig
 from nemo_lead.training.rl.no_signal import NoSignalWarnings
 from nemo_lead.training.rl.rollouts import Group, RolloutContext, flat_tensors, generate_groups, grade_groups
+from nemo_lead.training.run.data_order import DataOrder
+from nemo_lead.training.run.lifecycle import Run
+
+if TYPE_CHECKING:  # both import this module: at run time these names would close a cycle
+    from nemo_lead.training.rl.lag import Batch
+    from nemo_lead.training.rl.split import GeneratorRun
+
+
+@runtime_checkable
+class StepBatches(Protocol):
+    """Where each step's batch (phases 1-5) comes from: what `rl_step`, `rl_job` and `RLState` call on
+    `s.batches`. `lag.BatchQueue` (serial, any lag) and `split.SplitQueue` (the trainers of the split layout)
+    are the two."""
+
+    def take(self, s: RLState, step: int) -> Batch:
+        """B_step, made or received when due, checked for staleness."""
+
+    def after_update(self, s: RLState, step: int) -> dict[str, float]:
+        """After step's update (the split layout sends the new weights); seconds by metric key."""
+
+    def loop_state(self, s: RLState) -> dict[str, Any]:
+        """meta.json's "lag" entry, once the queue holds what the checkpoint after this step must."""
+
+    def write_part(self, folder: Path) -> None:
+        """The checkpoint part (`lag.PART`): the queued batches."""
+
+    def close(self) -> None:
+        """After the last step, or a stop: end what the queue started."""
 
 
 @dataclass
 class RLState:
     """Everything the loop carries from step to step (besides the actor)."""
 
-    run: Any  # nemo_lead.training.run.lifecycle.Run
-    ctx: Any  # RolloutContext
-    problems: list
-    order: Any  # DataOrder
-    val_problems: list
+    run: Run | GeneratorRun  # GeneratorRun on the split layout's generator ranks: the part of Run phases 1-5 read
+    ctx: RolloutContext
+    problems: list[Problem]
+    order: DataOrder
+    val_problems: list[Problem]
     end_tokens: list[int] = field(default_factory=list)  # stop tokens: nemo_lead.models.end_token_ids
     no_signal: NoSignalWarnings = field(default_factory=NoSignalWarnings)  # warns when steps cannot learn
-    batches: Any = None  # where each step's rollouts come from: lag.BatchQueue (or split.py's)
+    batches: StepBatches | None = None  # where each step's rollouts come from; rl_job sets it (None on generators)
 
     @property
     def cfg(self) -> RLConfig:
@@ -61,7 +92,7 @@ def step_seed(*parts: int) -> int:
 
 
 # ----------------------------------------------------------------------------- phases 1-5
-def next_prompts(s: RLState) -> list:
+def next_prompts(s: RLState) -> list[Problem]:
     """1. prompts."""
     return [s.problems[i] for i in s.order.take(s.cfg.prompts_per_step)]
 
@@ -72,7 +103,7 @@ def rollout_params(s: RLState, step: int, round_: int) -> SamplingParams:
                           stop_token_ids=list(s.end_tokens) if r.stop_at_eos else [], seed=step_seed(s.cfg.seed, step, round_))
 
 
-def generate_and_verify(s: RLState, problems: list, params: SamplingParams, times: dict[str, float]) -> list[Group]:
+def generate_and_verify(s: RLState, problems: list[Problem], params: SamplingParams, times: dict[str, float]) -> list[Group]:
     """2. generate and 3. verify (one round of prompts); their seconds are added to `times`."""
     t0 = time.monotonic()
     with offloaded(s.run.actor, s.cfg.actor.offload_during_generation):  # optimizer state on the host meanwhile
@@ -114,7 +145,8 @@ def select_groups(s: RLState, step: int, times: dict[str, float]) -> tuple[list[
 
 
 # ----------------------------------------------------------------------------- the engine and verifier of a job
-def rollout_context(cfg: RLConfig, source, info, model, tokenizer, tokenizer_dir: str, weight_version: int = 0):
+def rollout_context(cfg: RLConfig, source: ModelSource, info: ParallelInfo, model, tokenizer, tokenizer_dir: str,
+                    weight_version: int = 0) -> tuple[RolloutContext, list[int]]:
     """(the job's RolloutContext: the engine on `model`, whose weights are optimizer step `weight_version`'s,
     the verifier's worker pool on global rank 0 (the caller closes it), the end tokens): rl_job's, and the
     split layout's generators'."""

@@ -23,18 +23,32 @@ import torch
 import torch.distributed as dist
 
 from nemo_lead.algorithms import Outcome, outcome_label
-from nemo_lead.data import prompt_token_ids
+from nemo_lead.data import Problem, PromptConfig, prompt_token_ids
+from nemo_lead.generation import Rollout, RolloutEngine, SamplingParams
+from nemo_lead.parallel import ParallelInfo
 from nemo_lead.training.actor.microbatch import SequenceBatch
+from nemo_lead.verify import MathVerifier
 from nemo_lead.verify.extract import THINK_OPEN
 
 
 @dataclass
 class Group:
-    """One problem's n samples, graded. `rewards` / `advantages` / `keep` are filled by the loop."""
+    """One problem's n samples, filled in place phase by phase (each field written by one phase only, so a
+    field read before its phase ran is still its default):
 
-    problem: Any  # nemo_lead.data.Problem
+    - problem, prompt_ids, rollouts: 2. generate, `generate_groups` (here)
+    - texts, outcomes, extracted: 3. verify, `grade_groups` (here; the same on every rank)
+    - rewards, keep: 4-5. rewards and filter, `phases.score_and_filter`; `phases.select_groups` then clears
+      `keep` of groups that passed the filter after the batch was full
+    - advantages: 6. advantages, `loop.assign_advantages` (zeros for groups not selected)
+
+    `lag.batch_from_data` rebuilds a group with every field but `advantages` (a queued or checkpointed batch
+    is one sampled through phase 5). Why in place: the groups travel as one object per problem through the
+    lag queue, the split layout's wire and the checkpoint, and the metrics and logs read them whole."""
+
+    problem: Problem
     prompt_ids: list[int]
-    rollouts: list[Any]  # nemo_lead.generation.Rollout, sample order
+    rollouts: list[Rollout]  # sample order
     texts: list[str] = field(default_factory=list)
     outcomes: list[int] = field(default_factory=list)  # Outcome values
     extracted: list[str | None] = field(default_factory=list)
@@ -55,11 +69,11 @@ class Group:
 class RolloutContext:
     """What sampling and grading need; built once per job."""
 
-    info: Any  # ParallelInfo
-    engine: Any  # RolloutEngine
-    tokenizer: Any
-    prompt_cfg: Any  # PromptConfig
-    verifier: Any  # MathVerifier on global rank 0, None elsewhere
+    info: ParallelInfo
+    engine: RolloutEngine
+    tokenizer: Any  # a Hugging Face tokenizer (nemo_lead.models.load_tokenizer)
+    prompt_cfg: PromptConfig
+    verifier: MathVerifier | None  # on global rank 0, None elsewhere
     think_open: bool  # the prompt ends inside an open <think> block: the grader sees it prepended
     check_repetition: bool = False
     # DP replicas draw each sample from the stream one replica's call would give it (the call's seed and
@@ -74,8 +88,8 @@ def _dp_share(n: int, dp: int, rank: int) -> range:
     return range(start, start + per + (rank < extra))
 
 
-def _replica_share(ctx: RolloutContext, prompt_ids: list[list[int]], share: range, params,
-                   offset: int = 0) -> list[list[Any]]:
+def _replica_share(ctx: RolloutContext, prompt_ids: list[list[int]], share: range, params: SamplingParams,
+                   offset: int = 0) -> list[list[Rollout]]:
     """This rank's part of its DP replica's `share`, when the engine has replicas of its own inside the actor
     replica (`MegatronEngine.replicas`: a TP1 copy on each of its ranks): a contiguous part per engine
     replica, each sample drawing from the stream the whole share's call would give it (`prompt_offset`),
@@ -84,7 +98,7 @@ def _replica_share(ctx: RolloutContext, prompt_ids: list[list[int]], share: rang
 
     count, index = ctx.engine.replicas
     part = _dp_share(len(share), count, index)
-    mine: list[list[Any]] = [[] for _ in part]
+    mine: list[list[Rollout]] = [[] for _ in part]
     if len(part):
         for r in ctx.engine.generate([prompt_ids[share[i]] for i in part], params, prompt_offset=offset + part.start):
             mine[r.prompt_index].append(r)
@@ -95,7 +109,7 @@ def _replica_share(ctx: RolloutContext, prompt_ids: list[list[int]], share: rang
     return [per_prompt for piece in gathered[::per_replica] for per_prompt in piece]
 
 
-def generate_all(ctx: RolloutContext, prompt_ids: list[list[int]], params) -> list[list[Any]]:
+def generate_all(ctx: RolloutContext, prompt_ids: list[list[int]], params: SamplingParams) -> list[list[Rollout]]:
     """Per prompt, its n rollouts (every rank gets all of them; see the module docstring). Collective."""
     info = ctx.info
     share = _dp_share(len(prompt_ids), info.dp, info.dp_rank)
@@ -120,7 +134,7 @@ def generate_all(ctx: RolloutContext, prompt_ids: list[list[int]], params) -> li
     return [per_prompt for part in gathered for per_prompt in part]
 
 
-def _broadcast(value: Any, info) -> Any:
+def _broadcast(value: Any, info: ParallelInfo) -> Any:
     if info.world_size == 1:
         return value
     box = [value]
@@ -128,19 +142,19 @@ def _broadcast(value: Any, info) -> Any:
     return box[0]
 
 
-def decode(tokenizer, rollout, stop_ids: set[int]) -> str:
+def decode(tokenizer, rollout: Rollout, stop_ids: set[int]) -> str:
     ids = rollout.token_ids
     return tokenizer.decode(ids[:-1] if ids and ids[-1] in stop_ids else ids, skip_special_tokens=False)
 
 
-def generate_groups(ctx: RolloutContext, problems: list[Any], params) -> list[Group]:
+def generate_groups(ctx: RolloutContext, problems: list[Problem], params: SamplingParams) -> list[Group]:
     """n samples per problem (not yet graded). Collective."""
     prompts = prompt_token_ids(ctx.tokenizer, problems, ctx.prompt_cfg)
     per_prompt = generate_all(ctx, prompts, params)
     return [Group(problem=p, prompt_ids=ids, rollouts=rs) for p, ids, rs in zip(problems, prompts, per_prompt)]
 
 
-def grade_groups(ctx: RolloutContext, groups: list[Group], params) -> None:
+def grade_groups(ctx: RolloutContext, groups: list[Group], params: SamplingParams) -> None:
     """Decode and grade every sample on global rank 0, then share texts, outcomes and answers. Collective."""
     stops = set(params.stop_token_ids)
     grades = None
@@ -168,7 +182,7 @@ def grade_groups(ctx: RolloutContext, groups: list[Group], params) -> None:
             g.extracted.append(extracted)
 
 
-def sample_groups(ctx: RolloutContext, problems: list[Any], params) -> list[Group]:
+def sample_groups(ctx: RolloutContext, problems: list[Problem], params: SamplingParams) -> list[Group]:
     """`generate_groups` then `grade_groups`. Collective."""
     groups = generate_groups(ctx, problems, params)
     grade_groups(ctx, groups, params)
@@ -195,7 +209,7 @@ def truncated_frac(groups: list[Group]) -> float:
     return sum(f == "length" for f in flat) / len(flat) if flat else 0.0
 
 
-def training_batch(groups: list[Group]):
+def training_batch(groups: list[Group]) -> tuple[SequenceBatch | None, list[list[float]]]:
     """The kept responses of `groups` as the actor's SequenceBatch (advantages set), plus the engine's
     policy log-probs of the same responses (for the mismatch metric)."""
     prompts, responses, adv, engine_logp = [], [], [], []

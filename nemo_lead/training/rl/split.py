@@ -49,8 +49,8 @@ from typing import Any
 from nemo_lead.checkpoint.meta import read_checkpoint_meta
 from nemo_lead.data import load_problems
 from nemo_lead.models import build_gpt, load_tokenizer, unwrap_model
-from nemo_lead.models.source import resolve_precision
-from nemo_lead.parallel import destroy_parallel, init_parallel
+from nemo_lead.models.source import ModelSource, resolve_precision
+from nemo_lead.parallel import ParallelInfo, destroy_parallel, init_parallel
 from nemo_lead.parallel.bridge import (
     Pending,
     Sides,
@@ -63,6 +63,7 @@ from nemo_lead.parallel.bridge import (
     send_tensors,
 )
 from nemo_lead.runtime.signals import install_stop_handlers
+from nemo_lead.training.rl.config import RLConfig
 from nemo_lead.training.rl.lag import Batch, BatchQueue, batch_from_data, batch_to_data, sample_batch
 from nemo_lead.training.rl.phases import RLState, rollout_context
 from nemo_lead.training.run.data_order import DataOrder
@@ -93,14 +94,14 @@ def last_batch_made(stopped_after: int, start: int, steps: int, k: int) -> int:
 class Link:
     """This rank's side of the split layout (`join_split`) and, once its parallel state exists, its peer."""
 
-    cfg: Any  # RLConfig
+    cfg: RLConfig
     sides: Sides
 
     @property
     def is_generator(self) -> bool:
         return self.sides.is_generator
 
-    def weight_peers(self, info: Any) -> list[int]:
+    def weight_peers(self, info: ParallelInfo) -> list[int]:
         """The job ranks this rank exchanges weights with: for a trainer of DP rank 0 the generators of the
         same (TP, PP) position, one per generator replica; for a generator that trainer; none for other
         trainers. Collective over the job."""
@@ -110,11 +111,11 @@ class Link:
         want = (int(not self.is_generator), info.tp_rank, info.pp_rank)
         return [r for r, (g, tp, pp, dp) in enumerate(rows) if (g, tp, pp) == want and (g or dp == 0)]
 
-    def trainer_queue(self, s: Any, queued: list[Batch]) -> SplitQueue:
+    def trainer_queue(self, s: RLState, queued: list[Batch]) -> SplitQueue:
         return SplitQueue(s, self, queued)
 
 
-def join_split(cfg: Any) -> Link:
+def join_split(cfg: RLConfig) -> Link:
     """Every rank of a split job, before anything else: the two worlds and the bridges."""
     return Link(cfg, join_sides(cfg.rollout.generator_ranks))
 
@@ -127,7 +128,7 @@ def _parameters(model: Any) -> list:
 class SplitQueue(BatchQueue):
     """The trainers' queue: batches are received, never sampled here; new weights go out after each update."""
 
-    def __init__(self, s: Any, link: Link, queued: list[Batch]):
+    def __init__(self, s: RLState, link: Link, queued: list[Batch]):
         k = s.cfg.rollout.lag
         super().__init__(k, s.run.step + 1, queued, produce=self._receive, ahead=0)
         self.s, self.link, self.start = s, link, s.run.step
@@ -145,7 +146,7 @@ class SplitQueue(BatchQueue):
                 p.wait()
         self._send(WEIGHTS, self.start)
 
-    def _receive(self, s: Any, step: int) -> Batch:
+    def _receive(self, s: RLState, step: int) -> Batch:
         t0 = time.monotonic()
         batch = batch_from_data(recv_object(self.link.sides.bridge_batches, self.link.sides.first_generator, TAG_BATCH))
         self.waited += time.monotonic() - t0
@@ -166,12 +167,12 @@ class SplitQueue(BatchQueue):
             buffers += header.buffers + sent.buffers
         self.in_flight.append(Pending(works, buffers))
 
-    def take(self, s: Any, step: int) -> Batch:
+    def take(self, s: RLState, step: int) -> Batch:
         batch = super().take(s, step)
         batch.times["time/wait_rollouts"], self.waited = self.waited, 0.0  # the trainer idle, waiting for it
         return batch
 
-    def after_update(self, s: Any, step: int) -> dict[str, float]:
+    def after_update(self, s: RLState, step: int) -> dict[str, float]:
         t0 = time.monotonic()
         if weights_needed(step, self.start, s.cfg.steps, self.k):
             self._send(WEIGHTS, step)
@@ -198,11 +199,11 @@ class GeneratorRun:
     """The part of `loop.Run` the sampling phases read on a generator rank (no actor: no optimizer state to
     offload during generation)."""
 
-    cfg: Any
-    actor: Any = None
+    cfg: RLConfig
+    actor: None = None  # never offloaded: generator_job turns actor.offload_during_generation off
 
 
-def _generator_model(cfg: Any, source: Any, info: Any):
+def _generator_model(cfg: RLConfig, source: ModelSource, info: ParallelInfo):
     """The actor's GPTModel without optimizer or weights of its own (they come from the trainers)."""
     divisible = {"vocab_divisible_by": read_checkpoint_meta(source.path)["vocab_divisible_by"]} \
         if source.kind == "checkpoint" else {}
@@ -219,7 +220,7 @@ def _receive_weights(link: Link, params: list, plan: list, peer: int) -> int | N
     return version
 
 
-def generator_job(cfg: Any, link: Link) -> None:
+def generator_job(cfg: RLConfig, link: Link) -> None:
     """A generator rank's whole job: sample B_j with the weights the trainers send, send it (module doc)."""
     cfg, source = resolve_model(cfg)
     cfg = dataclasses.replace(cfg, actor=dataclasses.replace(cfg.actor, offload_during_generation=False))
