@@ -25,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import importlib.resources
+import json
 import os
 import re
 import typing
@@ -225,6 +226,29 @@ def _read_yaml(path: Path) -> list[_Layer]:
 
 # what YAML 1.1 (PyYAML) reads as a base-60 number: 20:00:00 -> 72000, 1:30 -> 90
 SEXAGESIMAL = re.compile(r"[-+]?[0-9][0-9_]*(:[0-5]?[0-9])+(\.[0-9_]*)?")
+
+
+def as_overrides(data: dict[str, Any], prefix: str = "") -> list[str]:
+    """{"lead": {"alpha": 0.1}, "steps": 5} -> ["lead.alpha=0.1", "steps=5"]: `key=value` lines that
+    `load_config` reads back as the same values (the inverse of the override parser). A string is written
+    as it is when YAML reads it back as that string, quoted (JSON is YAML) when it would not (`"1e-3"`,
+    `"true"`, `""`); other values as JSON."""
+    out: list[str] = []
+    for key, value in data.items():
+        if isinstance(value, dict) and value:
+            out += as_overrides(value, f"{prefix}{key}.")
+        elif isinstance(value, str) and value != "" and _reads_back(value):
+            out.append(f"{prefix}{key}={value}")
+        else:
+            out.append(f"{prefix}{key}={json.dumps(value)}")
+    return out
+
+
+def _reads_back(text: str) -> bool:
+    try:
+        return yaml.safe_load(text) == text
+    except yaml.YAMLError:
+        return False
 
 
 def _parse_overrides(overrides: Sequence[str]) -> _Layer:

@@ -16,14 +16,13 @@ the job starts.
 
 from __future__ import annotations
 
-import json
 import os
 import shlex
 import sys
 from pathlib import Path
 from typing import Any
 
-from nemo_lead.config.loading import ConfigError
+from nemo_lead.config.loading import ConfigError, as_overrides
 from nemo_lead.launch.sbatch import JobPlan
 from nemo_lead.launch.submit_config import (
     DEFAULT_SIZE,
@@ -63,17 +62,6 @@ def recipe_stages(path: Path) -> dict[str, dict[str, Any]]:
         kind = KINDS.get(spec.kind)
         stages[spec.name] = {**({"host": True} if kind is not None and not kind.needs_gpu else {}), **spec.slurm}
     return stages
-
-
-def job_overrides(job: dict[str, Any], prefix: str = "") -> list[str]:
-    """{"lead": {"alpha": 0.1}, "steps": 5} -> ["lead.alpha=0.1", "steps=5"] (non-strings as JSON / YAML)."""
-    out = []
-    for key, value in job.items():
-        if isinstance(value, dict) and value:
-            out += job_overrides(value, f"{prefix}{key}.")
-        else:
-            out.append(f"{prefix}{key}={value if isinstance(value, str) else json.dumps(value)}")
-    return out
 
 
 def executable(cfg: SubmitConfig) -> list[str]:
@@ -119,7 +107,7 @@ def _size(cfg: SubmitConfig, recipe: dict[str, Any] | None = None, stage: dict[s
 def plan_jobs(cfg: SubmitConfig) -> tuple[list[JobPlan], str, list[str]]:
     """The jobs in submission order, the absolute run folder, and the folders the container must see."""
     exe = executable(cfg)
-    extra = job_overrides(cfg.job)
+    extra = as_overrides(cfg.job)
     if cfg.plan.check is not None and "plan" not in cfg.job:  # the jobs check the plan again when they start
         extra.append(f"plan.check={cfg.plan.check}")
     recipe, why = (None, "") if cfg.command not in (None, "run") else find_recipe_file(cfg.target or "")

@@ -29,7 +29,7 @@ from typing import Any, Optional
 
 import yaml
 
-from nemo_lead.config.loading import ConfigError, load_config
+from nemo_lead.config.loading import ConfigError, as_overrides, load_config
 from nemo_lead.data import DataError, load_problems
 from nemo_lead.pipeline.config import RunConfig, load_recipe, resolve_stage
 from nemo_lead.pipeline.kinds import KINDS, PLANNED_KINDS, schema
@@ -109,16 +109,6 @@ def recipe_jobs(run: RunConfig, names: list[str] | None = None, done: dict[str, 
     return jobs
 
 
-def job_overrides(job: dict[str, Any], prefix: str = "") -> list[str]:
-    """{"actor": {"tp": 4}} -> ["actor.tp=4"]: key=value lines the config loader reads back as the same values
-    (JSON is YAML)."""
-    out: list[str] = []
-    for key, value in job.items():
-        out += (job_overrides(value, f"{prefix}{key}.") if isinstance(value, dict) and value
-                else [f"{prefix}{key}={json.dumps(value)}"])
-    return out
-
-
 def _command_of(target: Path) -> str:
     data = yaml.safe_load(target.read_text()) or {}
     keys = set(data) if isinstance(data, dict) else set()
@@ -143,7 +133,7 @@ def command_job(cfg: PlanConfig) -> Job:
         stub = Path(tmp) / "plan-stub.yaml"
         stub.write_text("out: <plan>\ndata: {path: <plan>}\n")
         files = [stub] + ([target] if target is not None else [])
-        config = load_config(schema(kind), files, job_overrides(cfg.job))
+        config = load_config(schema(kind), files, as_overrides(cfg.job))
     return Job(kind, kind, config, "job.")
 
 
