@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Union
+from typing import TYPE_CHECKING, Any, TypeVar, Union
 
 from torch.distributed.checkpoint.api import CheckpointException
 
@@ -33,9 +33,9 @@ from nemo_lead.checkpoint.meta import checkpoint_dir, latest_checkpoint
 from nemo_lead.data import prompt_settings, resolve_prompt
 from nemo_lead.data.traces import check_vocab_covers
 from nemo_lead.models import load_tokenizer
-from nemo_lead.models.source import model_source
+from nemo_lead.models.source import ModelSource, model_source
 from nemo_lead.models.weights_checkpoint import load_checkpoint
-from nemo_lead.parallel import destroy_parallel, detect_launch, init_parallel
+from nemo_lead.parallel import ParallelInfo, destroy_parallel, detect_launch, init_parallel
 from nemo_lead.parallel.local import JobError
 from nemo_lead.runtime.deadline import Deadline, requeue_or_advise, test_step_delay
 from nemo_lead.runtime.processes import die_with_parent
@@ -43,13 +43,19 @@ from nemo_lead.runtime.progress import LoopProgress
 from nemo_lead.runtime.quiet import backend_note, hide_import_noise
 from nemo_lead.runtime.signals import StopRequest, install_stop_handlers
 from nemo_lead.runtime.tracking import open_tracker
-from nemo_lead.training.actor.megatron_actor import build_actor
+from nemo_lead.training.actor.megatron_actor import Actor, build_actor
+from nemo_lead.training.rl.config import RLConfig
 from nemo_lead.training.run.folder import RunFolder
 from nemo_lead.training.run.lock import FolderInUse, lock_folder, refuse_if_in_use
 from nemo_lead.training.run.resume import choose_resume_checkpoint, on_writer_then_share, saved_step
 from nemo_lead.training.run.train_state import load_actor_state, save_actor_state
+from nemo_lead.training.sft.config import SFTConfig
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase  # transformers loads when the tokenizer does
 
 LoopState = Union[dict[str, Any], Callable[[], dict[str, Any]]]  # or a function giving it, called when a save is due
+RunConfig = TypeVar("RunConfig", SFTConfig, RLConfig)  # the two loops' configs
 
 
 TORCHRUN_ENV = "TORCHELASTIC_RUN_ID"  # set by torchrun for its ranks
@@ -64,12 +70,12 @@ class NonFiniteError(JobError):
 
 @dataclass
 class Run:
-    cfg: Any  # SFTConfig | RLConfig
+    cfg: SFTConfig | RLConfig
     name: str  # "sft" | "rl"
-    info: Any  # nemo_lead.parallel.ParallelInfo
-    actor: Any  # nemo_lead.training.actor.megatron_actor.Actor
+    info: ParallelInfo
+    actor: Actor
     folder: RunFolder
-    tokenizer: Any
+    tokenizer: PreTrainedTokenizerBase
     tokenizer_dir: str
     stop: StopRequest
     progress: LoopProgress
@@ -111,7 +117,7 @@ def preflight_if_relaunching(ranks: int, check, out: Any):
     return preflight
 
 
-def resolve_model(cfg: Any) -> tuple[Any, Any]:
+def model_and_prompt(cfg: RunConfig) -> tuple[RunConfig, ModelSource]:
     """(`cfg` with the prompt the run uses, the `ModelSource` of its `actor.model`): a checkpoint's training
     prompt replaces `prompt` while its keys are at their defaults (`nemo_lead.data.resolve_prompt`, the rule
     of every command)."""
@@ -125,12 +131,13 @@ def content_digest(rows: list) -> str:
     return hashlib.sha256(json.dumps(rows, sort_keys=True, default=str).encode()).hexdigest()[:24]
 
 
-def start_run(cfg: Any, name: str, total_steps: int, log_names: tuple[str, ...] = (), *, source: Any,
-              tokenizer: Any = None, inputs: dict[str, str] | None = None, layer_spec: str | None = None) -> Run:
+def start_run(cfg: SFTConfig | RLConfig, name: str, total_steps: int, log_names: tuple[str, ...] = (), *,
+              source: ModelSource, tokenizer: PreTrainedTokenizerBase | None = None,
+              inputs: dict[str, str] | None = None, layer_spec: str | None = None) -> Run:
     """Collective: set up the parallel state and the actor, open the run folder, resume from its latest
     checkpoint when it has one. `log_names`: the loop's per-step JSONL logs to cut
     back on resume; `tokenizer`: the run's tokenizer when the caller already loaded it; `inputs`: content
-    hashes of the data (RUN/inputs.json). `source`: from `resolve_model`. `layer_spec`: the spec the actor is
+    hashes of the data (RUN/inputs.json). `source`: from `model_and_prompt`. `layer_spec`: the spec the actor is
     built with where the loop resolves the config's `auto` (SFT's packed traces); the config keeps `auto`."""
     hide_import_noise()
     launch = detect_launch(os.environ)
