@@ -1,6 +1,7 @@
-"""`choose_resume_checkpoint` in one process (world size 1) on fake checkpoint folders: meta.json, a shard file
-and a manifest written as a save writes them (no model, no torch.distributed). The real folders of a tiny run
-are damaged part by part in test_faults.py; this file covers the decision's cases one by one."""
+"""`choose_resume_checkpoint` on fake checkpoint folders (meta.json, a shard file per part and a manifest, written
+as a save writes them; no model): the decision's cases one by one in one process (world size 1, no
+torch.distributed), then two ranks on gloo reaching the same choice. The real folders of a tiny run are damaged
+part by part in test_faults.py."""
 
 from __future__ import annotations
 
@@ -9,9 +10,11 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from distributed import run_distributed
 
 from nemo_lead.checkpoint.manifest import MANIFEST_FILE, entries_of_rank, write_manifest
 from nemo_lead.checkpoint.meta import FORMAT_VERSION, checkpoint_dir
+from nemo_lead.parallel import destroy_parallel, init_parallel
 from nemo_lead.training.run.resume import ResumeChoice, choose_resume_checkpoint
 
 ONE_PROCESS = SimpleNamespace(rank=0, world_size=1)
@@ -136,3 +139,33 @@ def test_what_killed_saves_left_is_undone_first_and_noted(tmp_path):
     assert choice.notes == ("step_000004: restored from .old-step_000004 (a re-save was killed before it finished)",
                             ".tmp-step_000006: removed (left by a save that was killed)")
     assert sorted(p.name for p in root.iterdir()) == ["step_000002", "step_000004"]
+
+
+def _choose_on_a_rank(runs: list[str]) -> list:
+    info = init_parallel(1, 1)
+    out = []
+    for run in runs:
+        try:
+            choice = choose_resume_checkpoint(info, run, 4)
+            out.append((choice.path, choice.step, [(d.path, d.aside, d.problems) for d in choice.damaged]))
+        except ValueError as e:
+            out.append(str(e))
+    destroy_parallel()
+    return out
+
+
+def test_two_ranks_reach_the_same_choice(tmp_path):
+    """The ranks split the manifest check (each hashes every other file): a damage only rank 1 reads (the
+    fourth file) is found by both, rank 0 sets it aside, and both return the same choice, or the same error."""
+    one, none = tmp_path / "one", tmp_path / "none"
+    _checkpoint(one, 2)
+    _flip(_checkpoint(one, 4) / "rng" / "__0_0.distcp")
+    for folder in (_checkpoint(none, 2), _checkpoint(none, 4)):
+        _flip(folder / "optim" / "__0_0.distcp")
+    first, second = run_distributed(_choose_on_a_rank, 2, [str(one), str(none)])
+    assert first == second
+    (path, step, [(damaged, aside, problems)]), refused = first
+    assert (path, step) == (checkpoint_dir(one, 2), 2) and aside == one / "checkpoints" / ".damaged-step_000004"
+    assert problems == ("rng/__0_0.distcp has other bytes than when it was saved (CRC-32 differs)",)
+    assert refused.startswith(f"{none} has no intact checkpoint to resume from; set aside as damaged: "
+                              ".damaged-step_000002, .damaged-step_000004")
