@@ -31,12 +31,8 @@ from nemo_lead.cli import main
 from nemo_lead.models import write_tiny_model
 from nemo_lead.models.weights_checkpoint import recover_checkpoints
 from nemo_lead.runtime.files import write_atomic
-from nemo_lead.training.run.lifecycle import (
-    _intact_resume_point,
-    _saved_step,
-    save_error_reason,
-    save_failure_message,
-)
+from nemo_lead.training.run.lifecycle import save_error_reason, save_failure_message
+from nemo_lead.training.run.resume import choose_resume_checkpoint, saved_step
 
 pytestmark = pytest.mark.slow
 CLI = [sys.executable, "-m", "nemo_lead.cli"]
@@ -125,9 +121,10 @@ def test_each_damaged_part_is_found_and_the_resume_takes_the_newest_intact_check
         target = sorted(ckpt.glob(rel), key=lambda p: p.stat().st_size)[-1] if "*" in rel else ckpt / rel
         rel = str(target.relative_to(ckpt))
         damage(target)
-        latest, weights_only, damaged = _intact_resume_point(ONE_PROCESS, str(case), 4)
-        assert latest == case / "checkpoints" / "step_000002" and not weights_only, (rel, damage)
-        [(path, aside, problems)] = damaged
+        choice = choose_resume_checkpoint(ONE_PROCESS, str(case), 4)
+        assert choice.path == case / "checkpoints" / "step_000002" and not choice.weights_only, (rel, damage)
+        assert choice.step == 2
+        [(path, aside, problems)] = choice.damaged
         assert path == case / "checkpoints" / "step_000004" and not path.exists()
         assert aside.name == ".damaged-step_000004" and aside.is_dir()
         assert any(said in p for p in problems) and any(rel in p for p in problems), problems
@@ -137,11 +134,11 @@ def test_each_damaged_part_is_found_and_the_resume_takes_the_newest_intact_check
     shutil.copytree(run, case)
     (case / "checkpoints" / "step_000004" / MANIFEST_FILE).unlink()
     with pytest.raises(ValueError, match="step_000004: no manifest.json .* --seal"):
-        _intact_resume_point(ONE_PROCESS, str(case), 4)
+        choose_resume_checkpoint(ONE_PROCESS, str(case), 4)
     assert main(["check", str(case)]) == 1 and "step_000004: DAMAGED: no manifest.json" in capsys.readouterr().out
     assert main(["check", str(case), "--seal"]) == 0 and "step_000004: sealed" in capsys.readouterr().out
     assert read_manifest(case / "checkpoints" / "step_000004") == manifest
-    assert _intact_resume_point(ONE_PROCESS, str(case), 4)[0] == case / "checkpoints" / "step_000004"
+    assert choose_resume_checkpoint(ONE_PROCESS, str(case), 4).path == case / "checkpoints" / "step_000004"
     # `nemo-lead check` reads the same: damaged before a resume, intact (and the one set aside) after
     case = tmp_path / "checked"
     shutil.copytree(run, case)
@@ -150,13 +147,13 @@ def test_each_damaged_part_is_found_and_the_resume_takes_the_newest_intact_check
     assert main(["check", str(case)]) == 1
     out = capsys.readouterr().out
     assert "step_000002: intact" in out and f"step_000004: DAMAGED: optim/{shard.name}" in out
-    _intact_resume_point(ONE_PROCESS, str(case), 4)
+    choose_resume_checkpoint(ONE_PROCESS, str(case), 4)
     assert main(["check", str(case)]) == 0 and ".damaged-step_000004: set aside" in capsys.readouterr().out
     # none intact: refused, and again on the next start (the damaged ones stay aside, nothing starts afresh)
     _truncate(_shard(case / "checkpoints" / "step_000002" / "model"))
     for _ in range(2):
         with pytest.raises(ValueError, match="has no intact checkpoint to resume from"):
-            _intact_resume_point(ONE_PROCESS, str(case), 4)
+            choose_resume_checkpoint(ONE_PROCESS, str(case), 4)
     assert sorted(p.name for p in (case / "checkpoints").iterdir()) == [".damaged-step_000002", ".damaged-step_000004"]
     assert main(["check", str(tmp_path / "nothing-here")]) == 2
 
@@ -189,9 +186,9 @@ def test_killed_saves_are_undone_at_the_next_start(tmp_path):
     assert len(notes) == 4 and "restored from .old-step_000004" in notes[0]
     # a finished run is not saved again (the re-save would replace its only checkpoint), unless it changes kind
     cfg = SimpleNamespace(final_checkpoint="full")
-    assert _saved_step(cfg, root / "step_000004", False, 4, 4) == 4
-    assert _saved_step(cfg, None, False, 0, 4) == -1
-    assert _saved_step(SimpleNamespace(final_checkpoint="weights"), root / "step_000004", False, 4, 4) == -1
+    assert saved_step(cfg, root / "step_000004", False, 4, 4) == 4
+    assert saved_step(cfg, None, False, 0, 4) == -1
+    assert saved_step(SimpleNamespace(final_checkpoint="weights"), root / "step_000004", False, 4, 4) == -1
 
 
 def _holder(folder: Path) -> subprocess.Popen:

@@ -81,8 +81,8 @@ from nemo_lead.training.run.lifecycle import (
     content_digest,
     end_of_step,
     finish_run,
+    model_and_prompt,
     preflight_if_relaunching,
-    resolve_model,
     start_run,
 )
 
@@ -260,7 +260,7 @@ def rl_job(cfg: RLConfig) -> None:
         link = join_split(cfg)
         if link.is_generator:
             return generator_job(cfg, link)
-    cfg, source = resolve_model(cfg)
+    cfg, source = model_and_prompt(cfg)
     d = cfg.data
     problems = load_problems(d.path, split=d.split, fields=dict(d.fields), limit=d.limit)
     val = load_problems(cfg.validation.data, limit=cfg.validation.limit) if cfg.validation.data else []

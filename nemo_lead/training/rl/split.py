@@ -67,7 +67,7 @@ from nemo_lead.training.rl.config import RLConfig
 from nemo_lead.training.rl.lag import Batch, BatchQueue, batch_from_data, batch_to_data, sample_batch
 from nemo_lead.training.rl.phases import RLState, rollout_context
 from nemo_lead.training.run.data_order import DataOrder
-from nemo_lead.training.run.lifecycle import resolve_model
+from nemo_lead.training.run.lifecycle import model_and_prompt
 
 TAG_START, TAG_BATCH, TAG_WEIGHTS = 1, 2, 3
 WEIGHTS, STOP = 1, 0  # header kinds
@@ -222,7 +222,7 @@ def _receive_weights(link: Link, params: list, plan: list, peer: int) -> int | N
 
 def generator_job(cfg: RLConfig, link: Link) -> None:
     """A generator rank's whole job: sample B_j with the weights the trainers send, send it (module doc)."""
-    cfg, source = resolve_model(cfg)
+    cfg, source = model_and_prompt(cfg)
     cfg = dataclasses.replace(cfg, actor=dataclasses.replace(cfg.actor, offload_during_generation=False))
     stop = install_stop_handlers()  # the trainers stop the run; a signal must not kill this rank meanwhile
     info = init_parallel(cfg.actor.tp, cfg.actor.pp, seed=cfg.seed, model_config=source.hf_config)

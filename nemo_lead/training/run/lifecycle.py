@@ -25,19 +25,17 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Union
+from typing import TYPE_CHECKING, Any, TypeVar, Union
 
-import torch.distributed as dist
 from torch.distributed.checkpoint.api import CheckpointException
 
-from nemo_lead.checkpoint.manifest import NO_MANIFEST, damaged_checkpoints, set_aside
 from nemo_lead.checkpoint.meta import checkpoint_dir, latest_checkpoint
 from nemo_lead.data import prompt_settings, resolve_prompt
 from nemo_lead.data.traces import check_vocab_covers
 from nemo_lead.models import load_tokenizer
-from nemo_lead.models.source import model_source
-from nemo_lead.models.weights_checkpoint import checkpoint_problems, load_checkpoint, recover_checkpoints
-from nemo_lead.parallel import destroy_parallel, detect_launch, init_parallel
+from nemo_lead.models.source import ModelSource, model_source
+from nemo_lead.models.weights_checkpoint import load_checkpoint
+from nemo_lead.parallel import ParallelInfo, destroy_parallel, detect_launch, init_parallel
 from nemo_lead.parallel.local import JobError
 from nemo_lead.runtime.deadline import Deadline, requeue_or_advise, test_step_delay
 from nemo_lead.runtime.processes import die_with_parent
@@ -45,12 +43,19 @@ from nemo_lead.runtime.progress import LoopProgress
 from nemo_lead.runtime.quiet import backend_note, hide_import_noise
 from nemo_lead.runtime.signals import StopRequest, install_stop_handlers
 from nemo_lead.runtime.tracking import open_tracker
-from nemo_lead.training.actor.megatron_actor import build_actor
+from nemo_lead.training.actor.megatron_actor import Actor, build_actor
+from nemo_lead.training.rl.config import RLConfig
 from nemo_lead.training.run.folder import RunFolder
 from nemo_lead.training.run.lock import FolderInUse, lock_folder, refuse_if_in_use
-from nemo_lead.training.run.train_state import load_actor_state, resume_point, save_actor_state
+from nemo_lead.training.run.resume import choose_resume_checkpoint, on_writer_then_share, saved_step
+from nemo_lead.training.run.train_state import load_actor_state, save_actor_state
+from nemo_lead.training.sft.config import SFTConfig
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase  # transformers loads when the tokenizer does
 
 LoopState = Union[dict[str, Any], Callable[[], dict[str, Any]]]  # or a function giving it, called when a save is due
+RunConfig = TypeVar("RunConfig", SFTConfig, RLConfig)  # the two loops' configs
 
 
 TORCHRUN_ENV = "TORCHELASTIC_RUN_ID"  # set by torchrun for its ranks
@@ -65,12 +70,12 @@ class NonFiniteError(JobError):
 
 @dataclass
 class Run:
-    cfg: Any  # SFTConfig | RLConfig
+    cfg: SFTConfig | RLConfig
     name: str  # "sft" | "rl"
-    info: Any  # nemo_lead.parallel.ParallelInfo
-    actor: Any  # nemo_lead.training.actor.megatron_actor.Actor
+    info: ParallelInfo
+    actor: Actor
     folder: RunFolder
-    tokenizer: Any
+    tokenizer: PreTrainedTokenizerBase
     tokenizer_dir: str
     stop: StopRequest
     progress: LoopProgress
@@ -112,23 +117,7 @@ def preflight_if_relaunching(ranks: int, check, out: Any):
     return preflight
 
 
-def _on_writer_then_share(info, fn) -> Any:
-    """Run `fn()` on global rank 0 and hand its result (or its ValueError) to every rank."""
-    box: list[Any] = [None]
-    if info.rank == 0:
-        try:
-            box = [("ok", fn())]
-        except ValueError as e:
-            box = [("error", str(e))]
-    if info.world_size > 1:
-        dist.broadcast_object_list(box, src=0)
-    kind, value = box[0]
-    if kind == "error":
-        raise ValueError(value)
-    return value
-
-
-def resolve_model(cfg: Any) -> tuple[Any, Any]:
+def model_and_prompt(cfg: RunConfig) -> tuple[RunConfig, ModelSource]:
     """(`cfg` with the prompt the run uses, the `ModelSource` of its `actor.model`): a checkpoint's training
     prompt replaces `prompt` while its keys are at their defaults (`nemo_lead.data.resolve_prompt`, the rule
     of every command)."""
@@ -142,12 +131,13 @@ def content_digest(rows: list) -> str:
     return hashlib.sha256(json.dumps(rows, sort_keys=True, default=str).encode()).hexdigest()[:24]
 
 
-def start_run(cfg: Any, name: str, total_steps: int, log_names: tuple[str, ...] = (), *, source: Any,
-              tokenizer: Any = None, inputs: dict[str, str] | None = None, layer_spec: str | None = None) -> Run:
+def start_run(cfg: SFTConfig | RLConfig, name: str, total_steps: int, log_names: tuple[str, ...] = (), *,
+              source: ModelSource, tokenizer: PreTrainedTokenizerBase | None = None,
+              inputs: dict[str, str] | None = None, layer_spec: str | None = None) -> Run:
     """Collective: set up the parallel state and the actor, open the run folder, resume from its latest
     checkpoint when it has one. `log_names`: the loop's per-step JSONL logs to cut
     back on resume; `tokenizer`: the run's tokenizer when the caller already loaded it; `inputs`: content
-    hashes of the data (RUN/inputs.json). `source`: from `resolve_model`. `layer_spec`: the spec the actor is
+    hashes of the data (RUN/inputs.json). `source`: from `model_and_prompt`. `layer_spec`: the spec the actor is
     built with where the loop resolves the config's `auto` (SFT's packed traces); the config keeps `auto`."""
     hide_import_noise()
     launch = detect_launch(os.environ)
@@ -171,15 +161,14 @@ def start_run(cfg: Any, name: str, total_steps: int, log_names: tuple[str, ...] 
     info = init_parallel(cfg.actor.tp, cfg.actor.pp, seed=cfg.seed, model_config=hf_config)
     folder = RunFolder(cfg.out, writer=info.rank == 0, tensorboard=cfg.tensorboard)
 
-    notes = _on_writer_then_share(info, lambda: recover_checkpoints(cfg.out))
-    latest, weights_only, damaged = _intact_resume_point(info, cfg.out, total_steps)
-    step = int(latest.name.split("_")[-1]) if latest is not None else 0
+    choice = choose_resume_checkpoint(info, cfg.out, total_steps)
+    latest = choice.path
 
     def open_folder():
-        folder.prepare(cfg, inputs, step=step)
+        folder.prepare(cfg, inputs, step=choice.step)
         folder.tracker = open_tracker(getattr(cfg, "wandb", None), cfg.out, cfg, job_type=name)
 
-    _on_writer_then_share(info, open_folder)
+    on_writer_then_share(info, open_folder)
     actor_cfg = dataclasses.replace(cfg.actor, optim=cfg.actor.optim.for_run(total_steps),
                                     layer_spec=layer_spec or cfg.actor.layer_spec)
     actor = build_actor(actor_cfg, info)
@@ -187,14 +176,14 @@ def start_run(cfg: Any, name: str, total_steps: int, log_names: tuple[str, ...] 
                             on_lost_output=lambda: stop.request("SIGPIPE"))
     if TORCHRUN_ENV in os.environ:
         progress.warn(TORCHRUN_ADVICE)
-    for note in notes:
+    for note in choice.notes:
         progress.say(f"note: {cfg.out}/checkpoints/{note}")
-    for path, aside, problems in damaged:
+    for path, aside, problems in choice.damaged:
         progress.warn(f"{path} is damaged ({'; '.join(problems)}): not loaded, set aside as {aside.name}")
     step, loop_state = 0, {}
     if latest is not None:
         # a weights-only final checkpoint (final_checkpoint=weights) is only ever a finished run's
-        meta = ({**load_checkpoint(latest, actor.model, verify=False), "rng_restored": True} if weights_only
+        meta = ({**load_checkpoint(latest, actor.model, verify=False), "rng_restored": True} if choice.weights_only
                 else load_actor_state(actor, latest, verify=False))
         step, loop_state = int(meta["step"]), meta.get("loop", {})
         if not meta["rng_restored"]:
@@ -207,48 +196,8 @@ def start_run(cfg: Any, name: str, total_steps: int, log_names: tuple[str, ...] 
     progress.restart_at(step)
     return Run(cfg=cfg, name=name, info=info, actor=actor, folder=folder, tokenizer=tokenizer, tokenizer_dir=tok_dir,
                stop=stop, progress=progress, step=step, loop_state=loop_state,
-               last_saved=_saved_step(cfg, latest, weights_only, step, total_steps), total_steps=total_steps,
+               last_saved=saved_step(cfg, latest, choice.weights_only, step, total_steps), total_steps=total_steps,
                resumed_from=latest)
-
-
-def _saved_step(cfg: Any, latest: Path | None, weights_only: bool, step: int, total_steps: int) -> int:
-    """`Run.last_saved` at the start: the resumed step is saved already, so a finished run is not saved again
-    (a re-save replaces the only complete checkpoint by a rename), unless a full final checkpoint is to
-    become a weights-only one (`final_checkpoint` changed on the rerun)."""
-    if latest is None:
-        return -1
-    converts = not weights_only and step >= total_steps and getattr(cfg, "final_checkpoint", "full") == "weights"
-    return -1 if converts else step
-
-
-def _intact_resume_point(info, run_dir: str, total_steps: int) -> tuple[Path | None, bool, list]:
-    """Collective: `resume_point` among the intact checkpoints (manifest checked, the ranks sharing the
-    reading). A damaged one is set aside (`checkpoints/.damaged-step_N`) and the next older one tried.
-    Returns (checkpoint or None, weights only, [(path, set-aside path, problems)]); raises ValueError when the run
-    has checkpoints but none is intact."""
-    damaged: list[tuple[Path, Path, list[str]]] = []
-    while True:
-        newest = _on_writer_then_share(info, lambda: latest_checkpoint(run_dir))
-        bad = checkpoint_problems(newest) if newest is not None else []
-        if not bad:
-            latest, weights_only = _on_writer_then_share(info, lambda: resume_point(run_dir, total_steps))
-            bad = checkpoint_problems(latest) if latest not in (None, newest) else []
-            if not bad:
-                break
-            newest = latest
-        if bad == [NO_MANIFEST]:  # not damaged, unverifiable: not loaded, not moved either
-            raise ValueError(f"{newest}: {NO_MANIFEST}; it was not loaded")
-        aside = _on_writer_then_share(info, lambda path=newest, problems=bad: set_aside(path, problems))
-        damaged.append((newest, aside, bad))
-    if latest is None:
-        aside = _on_writer_then_share(info, lambda: damaged_checkpoints(run_dir))
-        if aside:
-            reasons = "".join(f"\n  {p.name}: {'; '.join(b)}" for p, _, b in damaged)
-            raise ValueError(f"{run_dir} has no intact checkpoint to resume from; set aside as damaged: "
-                             f"{', '.join(p.name for p in aside)} (in {Path(run_dir) / 'checkpoints'}){reasons}\n"
-                             "Nothing was loaded or changed. Delete the .damaged-* folders to train again from "
-                             "step 0 in this folder, or use another --out.")
-    return latest, weights_only, damaged
 
 
 def _final_weights_only(run: Run) -> bool:
@@ -346,7 +295,7 @@ def _save_due(run: Run) -> bool:
         return True
     if not minutes:
         return False
-    return bool(_on_writer_then_share(run.info, lambda: time.monotonic() - run.last_saved_at >= 60 * minutes))
+    return bool(on_writer_then_share(run.info, lambda: time.monotonic() - run.last_saved_at >= 60 * minutes))
 
 
 def end_of_step(run: Run, loop_state: LoopState) -> bool:
@@ -367,7 +316,7 @@ def end_of_step(run: Run, loop_state: LoopState) -> bool:
             save(run, loop_state)
         run.say(f"stopped by {run.stop.signal_name} after step {run.step}; checkpoint at step {run.step}")
         requeue_wanted = run.stop.signal_name == "SIGUSR1" and "SLURM_JOB_ID" in os.environ
-        requeued = _on_writer_then_share(run.info, run.stop.after_checkpoint)
+        requeued = on_writer_then_share(run.info, run.stop.after_checkpoint)
         if requeue_wanted and not requeued:
             # exit non-zero: SLURM must not mark the job COMPLETED (a chained next stage would start)
             raise JobError(f"step {run.step} is checkpointed in {run.cfg.out}, but the job could not be requeued "
@@ -381,14 +330,14 @@ def _past_deadline(run: Run, loop_state: LoopState) -> bool:
     decides), checkpoint, requeue the SLURM job and return True (the loop stops; the command exits 0)."""
     if run.deadline is None or run.step >= run.total_steps:
         return False
-    why = _on_writer_then_share(run.info, lambda: run.deadline.why(time.time(), run.step)
+    why = on_writer_then_share(run.info, lambda: run.deadline.why(time.time(), run.step)
                                 if run.deadline.next_would_pass(time.time()) else "")
     if not why:
         return False
     if run.last_saved != run.step:
         save(run, loop_state)
     run.say(f"{why}; checkpoint at step {run.step}")
-    if not _on_writer_then_share(run.info, lambda: requeue_or_advise(run.say)):
+    if not on_writer_then_share(run.info, lambda: requeue_or_advise(run.say)):
         raise JobError(f"step {run.step} is checkpointed in {run.cfg.out}, but the job could not be requeued "
                        "(see the message above); submit it again to resume")
     return True

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from nemo_lead.checkpoint.meta import list_checkpoints, read_checkpoint_meta
+from nemo_lead.checkpoint.meta import read_checkpoint_meta
 from nemo_lead.mcore.compat import saved_param_groups_take_current_lrs
 from nemo_lead.models import unwrap_model
 from nemo_lead.models.weights_checkpoint import (
@@ -230,29 +230,6 @@ def save_actor_state(
 def is_training_checkpoint(path: str | Path) -> bool:
     """True when the checkpoint holds the training state (optimizer and RNG), not the weights alone."""
     return {"optim", "rng"} <= set(read_checkpoint_meta(path)["parts"])
-
-
-def resume_point(run_dir: str | Path, total_steps: int) -> tuple[Path | None, bool]:
-    """(the checkpoint a rerun into `run_dir` continues from, whether it holds the weights only).
-
-    The newest checkpoint, when it is a training one. A weights-only checkpoint (a finished run's final one,
-    `final_checkpoint=weights`) is taken when it is at or past `total_steps`: the run is done and a rerun only
-    finishes it again. A rerun that extends the run continues from the newest training checkpoint before it
-    (the steps after it are trained again); without one it cannot continue, and says so."""
-    found = list_checkpoints(run_dir)
-    if not found:
-        return None, False
-    step, newest = found[-1]
-    if is_training_checkpoint(newest):
-        return newest, False
-    if step >= total_steps:
-        return newest, True
-    full = [p for _, p in found if is_training_checkpoint(p)]
-    if full:
-        return full[-1], False
-    raise ValueError(f"{newest} holds the weights only (final_checkpoint=weights) and the run has no earlier "
-                     f"training checkpoint, so it cannot be extended to {total_steps} steps: start a new run from "
-                     f"it (actor.model={newest}), or keep full checkpoints (final_checkpoint=full, keep_last >= 2)")
 
 
 def load_actor_state(actor: Actor, path: str | Path, *, load_optimizer: bool = True,

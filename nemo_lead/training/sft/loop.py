@@ -35,8 +35,8 @@ from nemo_lead.training.run.lifecycle import (
     content_digest,
     end_of_step,
     finish_run,
+    model_and_prompt,
     preflight_if_relaunching,
-    resolve_model,
     start_run,
 )
 from nemo_lead.training.sft.config import SFTConfig
@@ -86,7 +86,7 @@ def validation_loss(run, val: list) -> float:
 
 def sft_job(cfg: SFTConfig) -> None:
     """The SFT loop on one rank (every rank of the job calls it)."""
-    cfg, source = resolve_model(cfg)
+    cfg, source = model_and_prompt(cfg)
     tokenizer = load_tokenizer(source.require_tokenizer())
     train, val, report = load_sft_data(cfg, tokenizer)
     steps = total_steps(cfg, len(train))
@@ -141,7 +141,7 @@ def sft_job(cfg: SFTConfig) -> None:
 
 def _preflight(cfg: SFTConfig) -> None:
     """Bad data fails here, before any rank starts, with the file and line."""
-    cfg, source = resolve_model(cfg)
+    cfg, source = model_and_prompt(cfg)
     load_sft_data(cfg, load_tokenizer(source.require_tokenizer()))
 
 

@@ -1,0 +1,181 @@
+"""Which checkpoint a run resumes from, decided in one place: `choose_resume_checkpoint`.
+
+Why one function: the decision has several parts (undo what killed saves left, take the newest checkpoint,
+check it against its manifest, set a damaged one aside and try the next, a training checkpoint or a
+finished run's weights-only one, refuse when none is intact) and every rank must reach the same answer.
+Spread over the run's start as separate rank-0-then-broadcast steps, the rule could only be read by
+following the round trips between modules; here it reads top to bottom, and `start_run` (so SFT and RL
+alike) only acts on the `ResumeChoice` it returns.
+
+How the ranks agree: rank 0 does the file-system work and shares what it found in one broadcast (the
+notes of the undone saves, the complete checkpoints with their kind, those set aside by earlier starts);
+every rank then walks the same candidates, newest first, taking part in each collective manifest check
+(`checkpoint_problems`: the ranks share the reading), so each reaches the same choice without another
+round trip. Only when a damaged checkpoint was set aside (rank 0 moves it) is the outcome broadcast once
+more: the names it was set aside under.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
+
+import torch.distributed as dist
+
+from nemo_lead.checkpoint.manifest import NO_MANIFEST, damaged_checkpoints, set_aside
+from nemo_lead.checkpoint.meta import list_checkpoints
+from nemo_lead.models.weights_checkpoint import checkpoint_problems, recover_checkpoints
+from nemo_lead.parallel import ParallelInfo
+from nemo_lead.training.run.train_state import is_training_checkpoint
+
+if TYPE_CHECKING:
+    from nemo_lead.training.run.config import RunSettings
+
+T = TypeVar("T")
+
+
+def on_writer_then_share(info: ParallelInfo, fn: Callable[[], T]) -> T:
+    """Run `fn()` on global rank 0 and hand its result (or its ValueError) to every rank."""
+    box: list[Any] = [None]
+    if info.rank == 0:
+        try:
+            box = [("ok", fn())]
+        except ValueError as e:
+            box = [("error", str(e))]
+    if info.world_size > 1:
+        dist.broadcast_object_list(box, src=0)
+    kind, value = box[0]
+    if kind == "error":
+        raise ValueError(value)
+    return value
+
+
+class SetAside(NamedTuple):
+    """A damaged checkpoint moved out of the way by this start: where it was, where it is, what is wrong."""
+
+    path: Path
+    aside: Path
+    problems: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class ResumeChoice:
+    """What `choose_resume_checkpoint` decided; the same on every rank."""
+
+    path: Path | None  # the checkpoint to load (None: a fresh start)
+    weights_only: bool  # a finished run's weights-only final checkpoint (final_checkpoint=weights)
+    step: int  # the step it holds (0 for a fresh start)
+    notes: tuple[str, ...] = ()  # what undoing killed saves did, one line each (RUN/checkpoints/ relative)
+    damaged: tuple[SetAside, ...] = ()  # damaged checkpoints set aside on the way, newest first
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A complete checkpoint as rank 0 found it: its step, folder, and whether it holds the training state
+    (`error`: why its meta.json could not tell; raised only if the choice needs to know)."""
+
+    step: int
+    path: Path
+    training: bool = False
+    error: Exception | None = None
+
+    def is_training(self) -> bool:
+        if isinstance(self.error, ValueError):
+            raise ValueError(str(self.error))
+        if self.error is not None:
+            raise self.error
+        return self.training
+
+
+def _candidate(step: int, path: Path) -> Candidate:
+    try:
+        return Candidate(step, path, training=is_training_checkpoint(path))
+    except Exception as e:  # a damaged meta.json: the manifest check tells first, unless an older one is read
+        return Candidate(step, path, error=e)
+
+
+def _survey(run_dir: str | Path) -> tuple[list[str], list[Candidate], list[Path]]:
+    """Rank 0: undo what killed saves left, then (the notes, the complete checkpoints oldest first, those
+    set aside by earlier starts)."""
+    notes = recover_checkpoints(run_dir)
+    return notes, [_candidate(step, path) for step, path in list_checkpoints(run_dir)], damaged_checkpoints(run_dir)
+
+
+def resume_point(found: Sequence[Candidate], total_steps: int) -> tuple[Path | None, bool]:
+    """(the checkpoint a rerun continues from among `found` (oldest first), whether it holds the weights only).
+
+    The newest checkpoint, when it is a training one. A weights-only checkpoint (a finished run's final one,
+    `final_checkpoint=weights`) is taken when it is at or past `total_steps`: the run is done and a rerun only
+    finishes it again. A rerun that extends the run continues from the newest training checkpoint before it
+    (the steps after it are trained again); without one it cannot continue, and says so."""
+    if not found:
+        return None, False
+    newest = found[-1]
+    if newest.is_training():
+        return newest.path, False
+    if newest.step >= total_steps:
+        return newest.path, True
+    full = [c.path for c in found if c.is_training()]
+    if full:
+        return full[-1], False
+    raise ValueError(f"{newest.path} holds the weights only (final_checkpoint=weights) and the run has no earlier "
+                     f"training checkpoint, so it cannot be extended to {total_steps} steps: start a new run from "
+                     f"it (actor.model={newest.path}), or keep full checkpoints (final_checkpoint=full, keep_last >= 2)")
+
+
+def choose_resume_checkpoint(info: ParallelInfo, run_dir: str | Path, total_steps: int) -> ResumeChoice:
+    """Collective: the checkpoint a run in `run_dir` resumes from (`resume_point` among the intact ones; the
+    module docstring says how the ranks agree). A damaged checkpoint is set aside
+    (`checkpoints/.damaged-step_N`) and the next older one tried. Raises ValueError when a checkpoint has no
+    manifest (not loaded, not moved), when only a weights-only one is left for a run to extend, and when the
+    run has checkpoints but none is intact."""
+    notes, found, aside_before = on_writer_then_share(info, lambda: _survey(run_dir))
+    checked: dict[Path, list[str]] = {}
+
+    def problems(path: Path) -> list[str]:
+        if path not in checked:
+            checked[path] = checkpoint_problems(path)
+        return checked[path]
+
+    damaged: list[tuple[Path, list[str]]] = []
+    asides: list[Path] = []
+    while True:
+        newest = found[-1].path if found else None
+        bad = problems(newest) if newest is not None else []
+        if not bad:
+            latest, weights_only = resume_point(found, total_steps)
+            bad = problems(latest) if latest not in (None, newest) else []
+            if not bad:
+                break
+            newest = latest
+        if bad == [NO_MANIFEST]:  # not damaged, unverifiable: not loaded, not moved either
+            raise ValueError(f"{newest}: {NO_MANIFEST}; it was not loaded")
+        if info.rank == 0:
+            asides.append(set_aside(newest, bad))
+        damaged.append((newest, bad))
+        found = [c for c in found if c.path != newest]
+    all_aside = aside_before
+    if damaged:  # only rank 0 knows the names they were set aside under
+        asides, all_aside = on_writer_then_share(
+            info, lambda: (asides, damaged_checkpoints(run_dir) if latest is None else []))
+    if latest is None and all_aside:
+        reasons = "".join(f"\n  {p.name}: {'; '.join(b)}" for p, b in damaged)
+        raise ValueError(f"{run_dir} has no intact checkpoint to resume from; set aside as damaged: "
+                         f"{', '.join(p.name for p in all_aside)} (in {Path(run_dir) / 'checkpoints'}){reasons}\n"
+                         "Nothing was loaded or changed. Delete the .damaged-* folders to train again from "
+                         "step 0 in this folder, or use another --out.")
+    step = next(c.step for c in found if c.path == latest) if latest is not None else 0
+    return ResumeChoice(path=latest, weights_only=weights_only, step=step, notes=tuple(notes),
+                        damaged=tuple(SetAside(p, a, tuple(b)) for (p, b), a in zip(damaged, asides)))
+
+
+def saved_step(cfg: RunSettings, latest: Path | None, weights_only: bool, step: int, total_steps: int) -> int:
+    """`Run.last_saved` at the start: the resumed step is saved already, so a finished run is not saved again
+    (a re-save replaces the only complete checkpoint by a rename), unless a full final checkpoint is to
+    become a weights-only one (`final_checkpoint` changed on the rerun)."""
+    if latest is None:
+        return -1
+    converts = not weights_only and step >= total_steps and getattr(cfg, "final_checkpoint", "full") == "weights"
+    return -1 if converts else step
