@@ -8,7 +8,7 @@ stage's `slurm:` mapping (distillation and evaluation rarely want the training's
 command line says otherwise (`nemo_lead.launch.submit_config`: the order of the layers), in the recipe's
 order, no `--time` beyond `max_time`; `nemo-lead submit` chains them with `afterok`. A stage that needs no
 GPU (a problem selection: seconds) is no job on the GPU partition: it runs as one task at the start of the
-next GPU job (`JobPlan.before`), or with `host_stages=job` (or a `stage_slurm` entry) as a short job of its
+next GPU job (`SlurmJob.before`), or with `host_stages=job` (or a `stage_slurm` entry) as a short job of its
 own, one task without GPUs. Only what sizing needs is read from the
 recipe here (stage names and `slurm:`, through `_base_` includes); `nemo-lead run` checks the rest when
 the job starts.
@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from nemo_lead.config.loading import ConfigError, as_overrides
-from nemo_lead.launch.sbatch import JobPlan
+from nemo_lead.launch.sbatch import SlurmJob
 from nemo_lead.launch.submit_config import (
     DEFAULT_SIZE,
     SIZE_KEYS,
@@ -72,7 +72,7 @@ def executable(cfg: SubmitConfig) -> list[str]:
 
 
 def _size(cfg: SubmitConfig, recipe: dict[str, Any] | None = None, stage: dict[str, Any] | None = None):
-    """A job's size (JobPlan keyword arguments) and where each value came from: DEFAULT_SIZE < the recipe
+    """A job's size (SlurmJob keyword arguments) and where each value came from: DEFAULT_SIZE < the recipe
     stage's `slurm:` < the command line < `stage_slurm.NAME`."""
     size, source = dict(DEFAULT_SIZE), dict.fromkeys(DEFAULT_SIZE, "default")
     recipe = dict(recipe or {})
@@ -104,7 +104,7 @@ def _size(cfg: SubmitConfig, recipe: dict[str, Any] | None = None, stage: dict[s
     return {**size, **where, "resources": resources}
 
 
-def plan_jobs(cfg: SubmitConfig) -> tuple[list[JobPlan], str, list[str]]:
+def plan_jobs(cfg: SubmitConfig) -> tuple[list[SlurmJob], str, list[str]]:
     """The jobs in submission order, the absolute run folder, and the folders the container must see."""
     exe = executable(cfg)
     extra = as_overrides(cfg.job)
@@ -127,9 +127,9 @@ def plan_jobs(cfg: SubmitConfig) -> tuple[list[JobPlan], str, list[str]]:
             raise ConfigError(f"{recipe} has no stage {unknown[0]!r}; stages: {', '.join(stages)}")
         base = [*exe, "run", recipe_arg, "--out", out]
         if cfg.command == "run" or not cfg.chain:
-            return [JobPlan(name="recipe", argv=tuple(base + extra), **_size(cfg))], out, needed
+            return [SlurmJob(name="recipe", argv=tuple(base + extra), **_size(cfg))], out, needed
         chosen = [(n, s) for n, s in stages.items() if not cfg.stages or n in cfg.stages]
-        plans: list[JobPlan] = []
+        plans: list[SlurmJob] = []
         waiting: list[tuple[str, tuple[str, ...]]] = []  # CPU-only stages that run at the start of the next GPU job
         for i, (name, slurm) in enumerate(chosen):
             argv = tuple([*base, f"only={name}", *extra])
@@ -141,7 +141,7 @@ def plan_jobs(cfg: SubmitConfig) -> tuple[list[JobPlan], str, list[str]]:
             if waiting:
                 note += ("; " if note else "") + (f"runs {', '.join(n for n, _ in waiting)} first (no GPU: one task "
                                                   "each, seconds)")
-            plans.append(JobPlan(name=name, argv=argv, note=note, before=tuple(waiting),
+            plans.append(SlurmJob(name=name, argv=argv, note=note, before=tuple(waiting),
                                  **_size(cfg, slurm, cfg.stage_slurm.get(name, {}))))
             waiting = []
         return plans, out, needed
@@ -160,4 +160,4 @@ def plan_jobs(cfg: SubmitConfig) -> tuple[list[JobPlan], str, list[str]]:
         argv += ["--config", target]
         needed.append(os.path.dirname(target))
     argv.append(f"out={out}")
-    return [JobPlan(name=cfg.command, argv=tuple(argv + extra), **_size(cfg))], out, needed
+    return [SlurmJob(name=cfg.command, argv=tuple(argv + extra), **_size(cfg))], out, needed

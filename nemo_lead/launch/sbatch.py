@@ -55,7 +55,7 @@ TASK_WRAPPER = ('trap "" USR1; export RANK=$SLURM_PROCID LOCAL_RANK=$SLURM_LOCAL
 
 
 @dataclass(frozen=True)
-class JobPlan:
+class SlurmJob:
     """One SLURM job: its name (a stage or a command), what each task runs, and its size."""
 
     name: str
@@ -100,7 +100,7 @@ def container_mounts(cfg: SubmitConfig, needed: list[str]) -> list[str]:
     return mounts
 
 
-def srun_line(cfg: SubmitConfig, plan: JobPlan, mounts: list[str], workdir: str, one_task: bool = False) -> list[str]:
+def srun_line(cfg: SubmitConfig, plan: SlurmJob, mounts: list[str], workdir: str, one_task: bool = False) -> list[str]:
     """The srun command (as words) that starts the job's tasks (`one_task`: a single task on the first node,
     for a stage that needs no GPU)."""
     words = ["srun", "--kill-on-bad-exit=1"]
@@ -115,7 +115,7 @@ def srun_line(cfg: SubmitConfig, plan: JobPlan, mounts: list[str], workdir: str,
     return words
 
 
-def signal_seconds(cfg: SubmitConfig, plan: JobPlan) -> int:
+def signal_seconds(cfg: SubmitConfig, plan: SlurmJob) -> int:
     """SIGUSR1's seconds before the limit: `signal_seconds` when set, else the plan's (SFT / RL stages),
     else DEFAULT_SIGNAL_S; 0: none."""
     if cfg.signal_seconds is not None:
@@ -123,7 +123,7 @@ def signal_seconds(cfg: SubmitConfig, plan: JobPlan) -> int:
     return plan.signal_seconds or DEFAULT_SIGNAL_S
 
 
-def render_sbatch(cfg: SubmitConfig, plan: JobPlan, run_dir: str, mounts: Optional[list[str]] = None) -> str:
+def render_sbatch(cfg: SubmitConfig, plan: SlurmJob, run_dir: str, mounts: Optional[list[str]] = None) -> str:
     """The complete sbatch script of `plan` (pure: nothing is written or submitted). `run_dir`: the absolute
     run folder (the batch script's working folder, and the container's unless container_workdir says)."""
     _no_space(run_dir, "the run folder")

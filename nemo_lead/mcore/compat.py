@@ -22,18 +22,6 @@ from nemo_lead.runtime.processes import die_with_parent
 _result_queue_servers: list[Any] = []  # kept alive for the process's lifetime
 
 
-@functools.cache
-def version() -> tuple[int, int, int]:
-    """The installed megatron-core's (major, minor, patch); pre-release tags are dropped."""
-    from megatron.core import package_info
-
-    parts = []
-    for piece in package_info.__version__.split(".")[:3]:
-        digits = "".join(ch for ch in piece if ch.isdigit()) or "0"
-        parts.append(int(digits))
-    return tuple(parts + [0] * (3 - len(parts)))  # type: ignore[return-value]
-
-
 def with_mlp_class(mlp_spec: Any, cls: type) -> Any:
     """The layer spec's MLP entry building `cls` (a subclass of megatron's `MLP`) instead of megatron's MLP.
 

@@ -77,13 +77,13 @@ from nemo_lead.training.run.data_order import DataOrder
 from nemo_lead.training.run.folder import PROBLEM_STATS_FILE, VALIDATION_FILE, read_validation
 from nemo_lead.training.run.lifecycle import (
     abort_run,
-    check_finite,
     content_digest,
     end_of_step,
     finish_run,
     model_and_prompt,
     preflight_if_relaunching,
     start_run,
+    stop_if_not_finite,
 )
 
 LOGS = (PROBLEM_STATS_FILE, VALIDATION_FILE)  # per-step logs cut back on resume
@@ -286,7 +286,7 @@ def rl_job(cfg: RLConfig) -> None:
         while run.step < cfg.steps:
             metrics = rl_step(s, run.step + 1)
             run.step += 1
-            check_finite(run, metrics, FINITE_KEYS)
+            stop_if_not_finite(run, metrics, FINITE_KEYS)
             if _validation_due(s, run.step, cfg.steps):
                 v = validate(s, run.step)
                 metrics.update({f"val/{k}": v[k] for k in (PASS_AT_1, CONS_AT_K, MEAN_LENGTH)})

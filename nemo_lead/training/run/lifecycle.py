@@ -275,7 +275,7 @@ def _gb(n: int) -> str:
     return f"{n / 1e9:.2f} GB" if n >= 1e8 else f"{n / 1e6:.1f} MB"
 
 
-def check_finite(run: Run, metrics: dict[str, Any], keys: tuple[str, ...]) -> None:
+def stop_if_not_finite(run: Run, metrics: dict[str, Any], keys: tuple[str, ...]) -> None:
     """Stop the run (NonFiniteError) when one of `keys` is NaN / inf; nothing more is saved."""
     bad = [k for k in keys if isinstance(metrics.get(k), float) and not math.isfinite(metrics[k])]
     if bad and getattr(run.cfg, "stop_on_nonfinite", True):

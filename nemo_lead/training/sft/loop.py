@@ -31,13 +31,13 @@ from nemo_lead.training.run.data_order import DataOrder
 from nemo_lead.training.run.folder import DATA_REPORT_FILE
 from nemo_lead.training.run.lifecycle import (
     abort_run,
-    check_finite,
     content_digest,
     end_of_step,
     finish_run,
     model_and_prompt,
     preflight_if_relaunching,
     start_run,
+    stop_if_not_finite,
 )
 from nemo_lead.training.sft.config import SFTConfig
 from nemo_lead.training.sft.packing import pack_traces
@@ -116,7 +116,7 @@ def sft_job(cfg: SFTConfig) -> None:
             batch = pack_traces(items, cfg.data.max_seq_len, cfg.data.pack)
             m = sft_train_step(run.actor, batch)
             run.step += 1
-            check_finite(run, m, SFT_METRIC_CHECKS)
+            stop_if_not_finite(run, m, SFT_METRIC_CHECKS)
             seconds = time.monotonic() - t0
             metrics = {"step": run.step, "loss": m["loss"], "lr": m["lr"], "grad_norm": m["grad_norm"],
                        "tokens": m["tokens"], "traces": len(items), "sequences": m["sequences"],
