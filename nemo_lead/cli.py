@@ -105,7 +105,7 @@ COMMANDS: dict[str, Command] = {
         help="Problem files for the recipes from a public release: `prepare deepscaler SRC --out DIR` writes "
         "DIR/deepscaler.jsonl (paths.deepscaler) with problem / answer / difficulty, printing the counts.",
         schema="nemo_lead.data.deepscaler:PrepareDataConfig",
-        runner="nemo_lead.data.deepscaler:run_prepare",
+        runner="nemo_lead.data.deepscaler:run_prepare_deepscaler",
         flags={"--out": "out"},
         positional=("dataset", "source"),
         epilog="SRC: the folder of the DeepScaleR release's training files (deepscaler/data/train: amc.json,\n"

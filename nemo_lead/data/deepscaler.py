@@ -97,7 +97,7 @@ def prepare_deepscaler(source: Path, files: list[str]) -> tuple[list[dict[str, A
     return rows, counts
 
 
-def run_prepare(cfg: PrepareDataConfig) -> int:
+def run_prepare_deepscaler(cfg: PrepareDataConfig) -> int:
     """CLI runner of `nemo-lead prepare deepscaler`; 0 written, 2 bad input."""
     try:
         rows, counts = prepare_deepscaler(Path(cfg.source).expanduser(), list(cfg.files))

@@ -102,7 +102,7 @@ def check_cpu_head_size(head_dim: int) -> None:
                          "or a model with a supported head size")
 
 
-def kv_cache_bytes(kv_cache_gib: float | None, *, cuda: bool) -> int | None:
+def kv_cache_memory_bytes(kv_cache_gib: float | None, *, cuda: bool) -> int | None:
     """`kv_cache_memory_bytes` for vLLM: engine.kv_cache_gib in bytes; None on a GPU without it (then
     gpu_memory_utilization decides); CPU_DEFAULT_KV_GIB on a CPU without it."""
     if kv_cache_gib is None:
@@ -130,7 +130,7 @@ def llm_kwargs(*, model: str, dtype: str, tp: int, external_launcher: bool, cuda
         kwargs["distributed_executor_backend"] = "external_launcher"
     if cuda:
         kwargs["enable_sleep_mode"] = True
-    kv = kv_cache_bytes(kv_cache_gib, cuda=cuda)
+    kv = kv_cache_memory_bytes(kv_cache_gib, cuda=cuda)
     if kv is not None:
         kwargs["kv_cache_memory_bytes"] = kv
     if max_model_len is not None:

@@ -72,7 +72,7 @@ class ResumeChoice:
 
 
 @dataclass(frozen=True)
-class Candidate:
+class SavedCheckpoint:
     """A complete checkpoint as rank 0 found it: its step, folder, and whether it holds the training state
     (`error`: why its meta.json could not tell; raised only if the choice needs to know)."""
 
@@ -89,21 +89,21 @@ class Candidate:
         return self.training
 
 
-def _candidate(step: int, path: Path) -> Candidate:
+def _candidate(step: int, path: Path) -> SavedCheckpoint:
     try:
-        return Candidate(step, path, training=is_training_checkpoint(path))
+        return SavedCheckpoint(step, path, training=is_training_checkpoint(path))
     except Exception as e:  # a damaged meta.json: the manifest check tells first, unless an older one is read
-        return Candidate(step, path, error=e)
+        return SavedCheckpoint(step, path, error=e)
 
 
-def _survey(run_dir: str | Path) -> tuple[list[str], list[Candidate], list[Path]]:
+def _survey(run_dir: str | Path) -> tuple[list[str], list[SavedCheckpoint], list[Path]]:
     """Rank 0: undo what killed saves left, then (the notes, the complete checkpoints oldest first, those
     set aside by earlier starts)."""
     notes = recover_checkpoints(run_dir)
     return notes, [_candidate(step, path) for step, path in list_checkpoints(run_dir)], damaged_checkpoints(run_dir)
 
 
-def resume_point(found: Sequence[Candidate], total_steps: int) -> tuple[Path | None, bool]:
+def resume_point(found: Sequence[SavedCheckpoint], total_steps: int) -> tuple[Path | None, bool]:
     """(the checkpoint a rerun continues from among `found` (oldest first), whether it holds the weights only).
 
     The newest checkpoint, when it is a training one. A weights-only checkpoint (a finished run's final one,
