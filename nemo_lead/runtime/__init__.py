@@ -1,10 +1,5 @@
-"""runtime layer (docs/design.md): what a running job needs from its environment, below the loops that use it.
-
-- `signals`: stop requests (SIGUSR1 / SIGTERM / SIGINT / SIGHUP, a lost output pipe) recorded by handlers and
-  agreed on by all ranks after a step, so loops checkpoint and exit 0;
-- `requeue`: ask SLURM to requeue the current job after such a stop.
-
-`nemo_lead.parallel.local` (the local launcher holds stop signals until its ranks run), `nemo_lead.training`
-(the loops) and `nemo_lead.launch` (SLURM submission) build on it; it imports nothing but the standard library,
-so it sits at level 0 of the layer table.
-"""
+"""A job's processes and their life, below the loops that use them: atomic files and JSON lines (`files`),
+helper processes that die with their parent (`processes`), import-noise filters (`quiet`), the progress
+display (`progress`), stop requests agreed on by all ranks after a step (`signals`), the job's end and
+requeue under SLURM (`deadline`, `requeue`), Weights & Biases tracking (`tracking`, a level above the rest:
+its settings are a config section)."""
