@@ -13,6 +13,10 @@ it enters each, and how often its trip climbs back from a lower layer to a highe
    file of a higher layer than the previous recorded call's file (the trip went down and comes back up).
    Also counted, for comparison: direct calls from a lower-layer function into a higher-layer one (callbacks).
 
+`--with-run-folder` follows the run folder too: a call given a path of the run folder or of anything in it
+(`cfg.out`, a checkpoint's folder) is on the trip as well, so the trip includes the resume decision and the
+checkpoint's reading, which take the folder rather than the config.
+
 The package measured is the one `import nemo_lead` finds (PYTHONPATH=OTHER_CHECKOUT measures another
 checkout); the layers come from that checkout's docs/design.md, read by its tests/test_imports.py.
 """
@@ -61,7 +65,8 @@ def _setup(root: Path, steps: int) -> list[str]:
 class Trip:
     """The profile function: records (file, function, caller's file) of each package call given the config."""
 
-    def __init__(self):
+    def __init__(self, run_folder: str | None = None):
+        self.run_folder = run_folder
         self.calls: list[tuple[str, str, str | None]] = []
         self.held: list[object] = []  # the tracked configs, kept alive so that their ids are not reused
         self.ids: set[int] = set()
@@ -86,6 +91,10 @@ class Trip:
                      and not isinstance(v, type)]
 
     def _given_config(self, value) -> bool:
+        if self.run_folder is not None and isinstance(value, (str, os.PathLike)):
+            text = os.fspath(value)
+            if isinstance(text, str) and (text == self.run_folder or text.startswith(self.run_folder + os.sep)):
+                return True
         if isinstance(value, RLConfig) and id(value) not in self.ids:
             self._track(value)  # the job's config, or a copy of it with a setting resolved (dataclasses.replace)
         return id(value) in self.ids
@@ -153,10 +162,10 @@ def report(result: dict) -> str:
     return "\n".join(lines)
 
 
-def run(steps: int) -> dict:
+def run(steps: int, with_run_folder: bool = False) -> dict:
     with tempfile.TemporaryDirectory(prefix="call-trace-") as tmp:
         args = _setup(Path(tmp), steps)
-        trip = Trip()
+        trip = Trip(str(Path(tmp) / "run") if with_run_folder else None)
         os.environ.update(OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"), TOKENIZERS_PARALLELISM="false")
         sys.setprofile(trip)
         try:
@@ -171,9 +180,11 @@ def run(steps: int) -> dict:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=2, help="steps of the traced run (it resumes from steps - 1)")
+    parser.add_argument("--with-run-folder", action="store_true",
+                        help="also follow the run folder's paths (the resume decision, the checkpoint's reading)")
     parser.add_argument("--json", type=Path, help="also write the result here")
     a = parser.parse_args()
-    result = run(a.steps)
+    result = run(a.steps, a.with_run_folder)
     print(f"package: {PACKAGE}\n")
     print(report(result))
     if a.json:
