@@ -5,9 +5,11 @@ fastest layout that fits stands in, named, when one is given).
 
 Every memory figure of the plan is in GiB (2^30 bytes), as `--mem=NG` is in SLURM (its suffixes count in
 1024s). Host memory per node:
-- pinned offload copies (`actor.offload_during_generation`, RL only): each rank's optimizer state, the plan's
-  `update` figure, times the ranks on the node (the gradient buffers are freed, not copied:
-  `nemo_lead.training.actor.offload`; the same bytes as the plan's `host_bytes_per_node` at 8 ranks a node);
+- what the plan keeps on the host while the engine generates (`host_bytes_per_node`, per rank times the ranks
+  on the node): pinned offload copies (`actor.offload_during_generation`, RL only: each rank's optimizer
+  state, the plan's `update` figure; the gradient buffers are freed, not copied:
+  `nemo_lead.training.actor.offload`) and, with `engine.kind=vllm`, vLLM's weights asleep during the update
+  (sleep level 1, the default on GPUs);
 - HOST_GIB_PER_RANK per rank: the Python process with torch, megatron and CUDA's host-side state, the
   tokenizer and the problem or trace set (an allowance, not a measurement);
 - VERIFIER_GIB per grader process (`verify.workers`, on global rank 0) and one core each.
@@ -22,7 +24,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from nemo_lead.plan.job import GIB, JobPlan
+from nemo_lead.plan.job import GIB, GPUS_PER_NODE, JobPlan
 from nemo_lead.plan.parameters import DTYPE_BYTES, parameter_count
 
 HOST_GIB_PER_RANK = 16.0
@@ -57,7 +59,8 @@ def host_needs(plan: JobPlan, cfg: Any, ranks_per_node: int, fastest: JobPlan | 
     stage time is the plan's when it fits; else `fastest`'s (the fastest layout that fits, `fastest_name`
     naming it), else none."""
     s = plan.shape
-    pinned = plan.phases["update"]["optimizer"] if s.offload and s.kind == "rl" else 0
+    # per rank: the plan's host bytes while the engine generates (pinned optimizer copies; vLLM's weights asleep)
+    pinned = plan.host_bytes_per_node / min(s.gpus, GPUS_PER_NODE)
     workers = cfg.verify.workers if s.kind == "rl" else 0
     memory = ranks_per_node * (pinned / GIB + HOST_GIB_PER_RANK) + workers * VERIFIER_GIB
     params = parameter_count(s.arch, s.vocab_divisible_by)

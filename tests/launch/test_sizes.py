@@ -79,6 +79,11 @@ def test_the_docs_job_counts_are_the_plans(capsys):
         head = jobs[stage][0]
         assert (f"{steps} steps x {step} s = " in head and f": {runs} runs of this job at {per_job} steps each"
                 in head), (stage, head)
+    # the excerpt of stage 1's batch script shows what the dry run writes
+    excerpt = text.split("the RL stage 1 job, for example:")[1].split("```text")[1].split("```")[0]
+    for option in ("cpus-per-task", "mem", "signal"):
+        shown = re.search(rf"^#SBATCH --{option}=(\S+)$", excerpt, re.MULTILINE)
+        assert shown and shown.group(1) == jobs["stage1"][1][option], (option, shown, jobs["stage1"][1][option])
 
 
 def test_runs_per_stage_by_hand():

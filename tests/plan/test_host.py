@@ -49,14 +49,32 @@ def test_without_offload_nothing_is_pinned(stage1):
     assert h.memory_gib_per_node == pytest.approx(4 * HOST_GIB_PER_RANK + 2 * VERIFIER_GIB)
 
 
+def _vllm_plan(job):
+    config = dataclasses.replace(job.config, engine=dataclasses.replace(job.config.engine, kind="vllm"))
+    shape = job_shape(config, "rl", read_hf_config("r1-distill-qwen-14b"), gpus=8, settings=config.plan)
+    return plan_job(shape, gpu_named("h100"))
+
+
+def test_vllms_sleeping_weights_are_host_memory(stage1):
+    job, _ = stage1
+    vllm = _vllm_plan(job)
+    weights = vllm.phases["generation"]["engine_copy"]  # vLLM's weights at its engine TP, per rank
+    optimizer = vllm.phases["update"]["optimizer"]  # pinned while the engine generates (offload)
+    assert weights > 0 and vllm.host_bytes_per_node == 8 * (optimizer + weights)
+    h = host_needs(vllm, job.config, 8)
+    assert h.memory_gib_per_node == pytest.approx(8 * ((optimizer + weights) / GIB + HOST_GIB_PER_RANK)
+                                                  + 2 * VERIFIER_GIB)
+
+
 def _scripts(**over):
     cfg = SubmitConfig(target="lead-14b", out="/tmp/nemo-lead-test-run", nodes=1, job={"paths": dict(R14B)}, **over)
     return {name: sbatch_options(script) for name, _, script in render_jobs(cfg)[0]}
 
 
 def test_sbatch_asks_for_the_plans_memory_and_cores(stage1):
-    job, plan = stage1
-    h = host_needs(plan, job.config, 8)
+    job, _ = stage1
+    assert job.config.engine.kind == "auto"  # vllm where installed, else megatron: sized for the larger need
+    h = host_needs(_vllm_plan(job), job.config, 8)
     scripts = _scripts()
     assert scripts["stage1"]["mem"] == f"{math.ceil(h.memory_gib_per_node)}G"
     assert scripts["stage1"]["cpus-per-task"] == "3"
