@@ -293,6 +293,8 @@ def test_a_signal_before_the_handlers_is_held_until_they_exist(capsys):
 
     before = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1)}
     signal.signal(signal.SIGUSR1, signal.SIG_IGN)  # as the submit scripts start a rank: stays ignored
+    # as Python starts a foreground process (a shell's background job, `cmd &`, inherits SIGINT ignored)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         held = signals.hold_stop_signals()
         assert signal.SIGUSR1 not in held and held[signal.SIGTERM] is before[signal.SIGTERM]
