@@ -69,19 +69,24 @@ def test_without_the_handlers_children_die_on_usr1(tmp_path):
 
 
 def test_second_sigint_interrupts_and_single_process_agrees():
-    stop = install_stop_handlers()
+    # SIGINT as a foreground Python has it (a shell's background job, `cmd &`, inherits it ignored)
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
-        assert not stop.agreed()
-        os.kill(os.getpid(), signal.SIGINT)
-        time.sleep(0.05)
-        assert stop.agreed() and stop.signal_name == "SIGINT"
-        assert stop.after_checkpoint() is False  # only SIGUSR1 requeues
-        with pytest.raises(KeyboardInterrupt):
+        stop = install_stop_handlers()
+        try:
+            assert not stop.agreed()
             os.kill(os.getpid(), signal.SIGINT)
             time.sleep(0.05)
+            assert stop.agreed() and stop.signal_name == "SIGINT"
+            assert stop.after_checkpoint() is False  # only SIGUSR1 requeues
+            with pytest.raises(KeyboardInterrupt):
+                os.kill(os.getpid(), signal.SIGINT)
+                time.sleep(0.05)
+        finally:
+            stop.uninstall()
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
     finally:
-        stop.uninstall()
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+        signal.signal(signal.SIGINT, previous)
 
 
 def test_after_checkpoint_requeues_only_rank_zero_of_a_slurm_job(monkeypatch, tmp_path):
