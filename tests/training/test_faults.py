@@ -314,7 +314,7 @@ def test_a_signal_before_the_handlers_is_held_until_they_exist(capsys):
             signal.signal(sig, handler)
 
 
-def test_without_file_locks_a_lease_names_the_holder_and_a_stale_one_is_taken_over(tmp_path, monkeypatch):
+def test_without_file_locks_a_claim_names_the_holder_and_a_stale_one_is_taken_over(tmp_path, monkeypatch):
     from nemo_lead.training.run import lock as run_lock
 
     def no_locks(fd, op):
@@ -327,9 +327,9 @@ def test_without_file_locks_a_lease_names_the_holder_and_a_stale_one_is_taken_ov
         (folder / run_lock.LOCK_FILE).write_text(json.dumps({"host": "node7", "pid": 4242, "since": "then",
                                                              "command": "nemo-lead rl"}))
     for check in (run_lock.refuse_if_in_use, run_lock.lock_folder):  # the launcher's check, the writer's lock
-        with pytest.raises(run_lock.FolderInUse, match="in use by pid 4242 on node7 .*a lease"):
+        with pytest.raises(run_lock.FolderInUse, match="in use by pid 4242 on node7 .*a heartbeat claim"):
             check(held)
-    old = time.time() - run_lock.LEASE_S - 5
+    old = time.time() - run_lock.CLAIM_S - 5
     os.utime(stale / run_lock.LOCK_FILE, (old, old))  # its holder stopped renewing it: taken over
     run_lock.refuse_if_in_use(stale)
     run_lock.refuse_if_in_use(tmp_path / "new")  # no lock file: free, and nothing is created

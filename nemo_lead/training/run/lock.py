@@ -6,8 +6,8 @@ included, so a stale lock cannot exist. A POSIX lock belongs to the process, not
 that forked children share (as `flock` locks do): verifier workers and checkpoint writers forked from
 the rank do not keep it. It works on local file systems and on NFS (through the lock manager); on a file
 system that refuses record locks (a Lustre mount without `flock`, some FUSE ones) the lock falls back to
-a lease: the file names its holder and a thread touches it every `HEARTBEAT_S` seconds; a lease older than
-`LEASE_S` (its holder died) is taken over.
+a heartbeat claim: the file names its holder and a thread touches it every `HEARTBEAT_S` seconds; a claim older than
+`CLAIM_S` (its holder died) is taken over.
 
 Taken by the writer (global rank 0) of `nemo-lead sft | rl` (`nemo_lead.training.run.lifecycle.start_run`) and by
 `nemo-lead run` for its OUT (each stage's SFT / RL folder is then locked by the stage's own run); the local
@@ -30,7 +30,7 @@ from pathlib import Path
 
 LOCK_FILE = ".lock"
 HEARTBEAT_S = 30.0
-LEASE_S = 120.0
+CLAIM_S = 120.0
 _UNSUPPORTED = (errno.ENOLCK, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP)
 
 _held: dict[Path, int] = {}  # folder -> the open lock file (never closed: closing any descriptor drops a POSIX lock)
@@ -78,7 +78,7 @@ def lock_folder(folder: str | Path) -> None:
         if e.errno not in _UNSUPPORTED:
             os.close(fd)
             raise
-        _take_lease(folder, fd)
+        _take_claim(folder, fd)
     _held[key] = fd
     try:
         os.ftruncate(fd, 0)
@@ -104,29 +104,29 @@ def refuse_if_in_use(folder: str | Path) -> None:
             raise _refuse(folder, _describe(os.pread(fd, 4096, 0).decode(errors="replace"))) from None
         if e.errno not in _UNSUPPORTED:
             raise
-        holder = _live_lease(folder, os.pread(fd, 4096, 0).decode(errors="replace"))
+        holder = _live_claim(folder, os.pread(fd, 4096, 0).decode(errors="replace"))
         if holder:
             raise _refuse(folder, holder) from None
     finally:
         os.close(fd)
 
 
-def _live_lease(folder: Path, text: str) -> str | None:
-    """The holder's description when `folder`'s lease is another process's and fresh, else None."""
+def _live_claim(folder: Path, text: str) -> str | None:
+    """The holder's description when `folder`'s claim is another process's and fresh, else None."""
     try:
         holder = json.loads(text)
     except ValueError:
         holder = None
-    fresh = time.time() - (folder / LOCK_FILE).stat().st_mtime < LEASE_S
+    fresh = time.time() - (folder / LOCK_FILE).stat().st_mtime < CLAIM_S
     if holder and fresh and (holder.get("host"), holder.get("pid")) != (socket.gethostname(), os.getpid()):
-        return _describe(text) + f"; a lease, as {folder} has no file locks"
+        return _describe(text) + f"; a heartbeat claim, as {folder} has no file locks"
     return None
 
 
-def _take_lease(folder: Path, fd: int) -> None:
-    """No record locks on this file system: a lease (see the module docstring)."""
+def _take_claim(folder: Path, fd: int) -> None:
+    """No record locks on this file system: a heartbeat claim (see the module docstring)."""
     path = folder / LOCK_FILE
-    holder = _live_lease(folder, os.pread(fd, 4096, 0).decode(errors="replace"))
+    holder = _live_claim(folder, os.pread(fd, 4096, 0).decode(errors="replace"))
     if holder:
         os.close(fd)
         raise _refuse(folder, holder)
@@ -139,4 +139,4 @@ def _take_lease(folder: Path, fd: int) -> None:
             except OSError:
                 return
 
-    threading.Thread(target=heartbeat, name="nemo-lead-lease", daemon=True).start()
+    threading.Thread(target=heartbeat, name="nemo-lead-claim", daemon=True).start()
