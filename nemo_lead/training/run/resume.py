@@ -82,8 +82,6 @@ class SavedCheckpoint:
     error: Exception | None = None
 
     def is_training(self) -> bool:
-        if isinstance(self.error, ValueError):
-            raise ValueError(str(self.error))
         if self.error is not None:
             raise self.error
         return self.training
