@@ -9,7 +9,9 @@ it enters each, and how often its trip climbs back from a lower layer to a highe
    the imported `nemo_lead` package that receives the job's config (an RLConfig, or one of its sub-configs:
    the dataclasses it holds, by identity) among its arguments is recorded, in order. That is the trip.
 3. The table, per file: calls on the trip, entries (a call whose file differs from the previous recorded
-   call's file), its layer. Then the largest number of entries, and the climbs back: a recorded call into a
+   call's file), its layer. A generator's resumption (the exit of a `with` block over a context manager
+   function, the next line an iterator reads) is not a call in the source, so it is not counted; its first
+   run is. Then the largest number of entries, and the climbs back: a recorded call into a
    file of a higher layer than the previous recorded call's file (the trip went down and comes back up).
    Also counted, for comparison: direct calls from a lower-layer function into a higher-layer one (callbacks).
 
@@ -44,7 +46,11 @@ from test_imports import _layers, _level_of  # noqa: E402
 
 from nemo_lead.cli import main  # noqa: E402
 from nemo_lead.models import write_tiny_model  # noqa: E402
-from nemo_lead.training.rl.config import RLConfig  # noqa: E402
+
+try:
+    from nemo_lead.training.rl.config import RLConfig  # noqa: E402
+except ImportError:  # a checkout of the layout before 2026-12-04 (PYTHONPATH=OTHER_CHECKOUT)
+    from nemo_lead.training.rl_config import RLConfig  # noqa: E402
 
 
 def _setup(root: Path, steps: int) -> list[str]:
@@ -71,6 +77,7 @@ class Trip:
         self.held: list[object] = []  # the tracked configs, kept alive so that their ids are not reused
         self.ids: set[int] = set()
         self._files: dict[str, str | None] = {}
+        self._started: dict[int, object] = {}  # recorded generators' frames (held, so their ids stay unique)
 
     def _rel(self, filename: str) -> str | None:
         if filename not in self._files:
@@ -106,6 +113,8 @@ class Trip:
         rel = self._rel(code.co_filename)
         if rel is None:
             return
+        if id(frame) in self._started:  # a recorded generator resumed: not a call
+            return
         n = code.co_argcount + code.co_kwonlyargcount
         names = list(code.co_varnames[:n])
         if code.co_flags & 0x04:  # *args
@@ -118,6 +127,8 @@ class Trip:
             v = local.get(name)
             values += list(v) if isinstance(v, tuple) else list(v.values()) if isinstance(v, dict) else [v]
         if any(self._given_config(v) for v in values):
+            if code.co_flags & 0x20:  # a generator: its first run is the call
+                self._started[id(frame)] = frame
             caller = self._rel(frame.f_back.f_code.co_filename) if frame.f_back is not None else None
             self.calls.append((rel, code.co_qualname, caller))
 
