@@ -10,6 +10,7 @@
   last line; it is skipped (the writer appends whole lines, so only the last can be torn). A malformed line
   anywhere else is an error naming the file and line: the file was changed by something else.
 - `append_jsonl(path, rows)`: whole lines in one write, flushed.
+- `cut_jsonl(path, last_step)`: a per-step log cut back to a step (a resumed run writes the later steps again).
 
 Like `nemo_lead.config.loading`, any layer may import this module.
 """
@@ -109,3 +110,12 @@ def append_jsonl(path: str | os.PathLike, rows: list[dict[str, Any]], *, fsync: 
         f.flush()
         if fsync:
             os.fsync(f.fileno())
+
+
+def cut_jsonl(path: str | os.PathLike, last_step: int) -> None:
+    """Keep the lines of a per-step log whose "step" is <= `last_step` (and drop a torn last line), in one
+    atomic rewrite; nothing when the file does not exist."""
+    path = Path(path)
+    if not path.is_file():
+        return
+    write_atomic(path, jsonl_text(r for r in read_jsonl(path) if r.get("step", 0) <= last_step))

@@ -49,7 +49,15 @@ from omegaconf import OmegaConf
 from nemo_lead.checkpoint.meta import list_checkpoints
 from nemo_lead.config.dotted import flatten
 from nemo_lead.config.loading import key_rules, save_config
-from nemo_lead.runtime.files import append_jsonl, json_safe, jsonl_text, read_jsonl, write_atomic, write_json
+from nemo_lead.runtime.files import (
+    append_jsonl,
+    cut_jsonl,
+    json_safe,
+    jsonl_text,
+    read_jsonl,
+    write_atomic,
+    write_json,
+)
 
 CONFIG_FILE = "config.yaml"
 INPUTS_FILE = "inputs.json"
@@ -91,14 +99,6 @@ def _rule(rules: dict[str, dict], key: str) -> str:
     while key not in rules and "." in key:
         key = key.rsplit(".", 1)[0]
     return rules.get(key, {"resume": "fixed"})["resume"]
-
-
-def cut_jsonl(path: Path, last_step: int) -> None:
-    """Keep the lines of steps <= last_step (and drop a torn last line); atomic rewrite."""
-    if not path.is_file():
-        return
-    rows = [r for r in read_jsonl(path) if r.get("step", 0) <= last_step]
-    write_atomic(path, jsonl_text(rows))
 
 
 class RunFolder:
