@@ -1,5 +1,6 @@
 """What a checkpoint folder holds, read without building a model: its path in a run folder, the complete
-checkpoints of a run, and its meta.json (format in `nemo_lead.models.weights_checkpoint`'s docstring).
+checkpoints of a run (with their kind: a training checkpoint or the weights alone), and its meta.json (format
+in `nemo_lead.models.weights_checkpoint`'s docstring).
 
 Cheap on purpose (json and pathlib only): `models/source.py` reads a checkpoint's meta to tell what
 `--model` names, and the loops list checkpoints to resume, without loading torch or megatron-core.
@@ -9,10 +10,12 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 FORMAT_VERSION = 1
+TRAINING_PARTS = ("optim", "rng")  # the parts a training checkpoint adds to the model (training/run/train_state.py)
 _STEP_RE = re.compile(r"^step_(\d+)$")
 
 
@@ -46,3 +49,33 @@ def read_checkpoint_meta(path: str | Path) -> dict[str, Any]:
     if meta.get("format") != FORMAT_VERSION:
         raise ValueError(f"{meta_file}: checkpoint format {meta.get('format')} is not {FORMAT_VERSION}")
     return meta
+
+
+@dataclass(frozen=True)
+class SavedCheckpoint:
+    """A complete checkpoint of a run: its step, folder, and whether it holds the training state
+    (`error`: why its meta.json could not tell; raised only if someone asks)."""
+
+    step: int
+    path: Path
+    training: bool = False
+    error: Exception | None = None
+
+    def is_training(self) -> bool:
+        if self.error is not None:
+            raise self.error
+        return self.training
+
+
+def saved_checkpoints(run_dir: str | Path) -> list[SavedCheckpoint]:
+    """`list_checkpoints` with each one's kind read from its meta.json, oldest first. A meta.json that cannot
+    be read is not an error here: a resume checks the newest checkpoint's files first, and an older one's
+    meta.json may never be needed."""
+    found = []
+    for step, path in list_checkpoints(run_dir):
+        try:
+            parts = read_checkpoint_meta(path)["parts"]
+            found.append(SavedCheckpoint(step, path, training=set(TRAINING_PARTS) <= set(parts)))
+        except Exception as e:  # a damaged meta.json: kept as the error
+            found.append(SavedCheckpoint(step, path, error=e))
+    return found

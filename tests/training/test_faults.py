@@ -32,7 +32,7 @@ from nemo_lead.models import write_tiny_model
 from nemo_lead.models.weights_checkpoint import recover_checkpoints
 from nemo_lead.runtime.files import write_atomic
 from nemo_lead.training.run.lifecycle import save_error_reason, save_failure_message
-from nemo_lead.training.run.resume import choose_resume_checkpoint, saved_step
+from nemo_lead.training.run.resume import ResumeChoice, choose_resume_checkpoint
 
 pytestmark = pytest.mark.slow
 CLI = [sys.executable, "-m", "nemo_lead.cli"]
@@ -185,10 +185,11 @@ def test_killed_saves_are_undone_at_the_next_start(tmp_path):
     assert (root / "step_000004" / "meta.json").read_text() == ".old-step_000004"
     assert len(notes) == 4 and "restored from .old-step_000004" in notes[0]
     # a finished run is not saved again (the re-save would replace its only checkpoint), unless it changes kind
-    cfg = SimpleNamespace(final_checkpoint="full")
-    assert saved_step(cfg, root / "step_000004", False, 4, 4) == 4
-    assert saved_step(cfg, None, False, 0, 4) == -1
-    assert saved_step(SimpleNamespace(final_checkpoint="weights"), root / "step_000004", False, 4, 4) == -1
+    resumed = ResumeChoice(path=root / "step_000004", weights_only=False, step=4)
+    assert resumed.saved_step("full", total_steps=4) == 4
+    assert ResumeChoice(path=None, weights_only=False, step=0).saved_step("full", total_steps=4) == -1
+    assert resumed.saved_step("weights", total_steps=4) == -1
+    assert resumed.saved_step("weights", total_steps=6) == 4  # extended: it saves again at its end anyway
 
 
 def _holder(folder: Path) -> subprocess.Popen:

@@ -112,15 +112,17 @@ class RunFolder:
         self.tracker = None  # a nemo_lead.runtime.tracking.Tracker when wandb.enabled (rank 0)
 
     # ------------------------------------------------------------------ opening
-    def holds_steps(self) -> bool:
-        """A checkpoint or a metrics line exists: the run has done a step, and its settings bind."""
+    def holds_steps(self, resumed_step: int | None) -> bool:
+        """The run has done a step, so its settings bind: it resumes from a checkpoint (`resumed_step`, the
+        resume choice's: listing the checkpoints again could disagree with it), or metrics.jsonl has a line."""
         metrics = self.path / METRICS_FILE
-        return bool(list_checkpoints(self.path)) or (metrics.is_file() and metrics.stat().st_size > 0)
+        return resumed_step is not None or (metrics.is_file() and metrics.stat().st_size > 0)
 
-    def prepare(self, cfg: Any, inputs: dict[str, str] | None = None, step: int = 0) -> None:
+    def prepare(self, cfg: Any, inputs: dict[str, str] | None = None, resumed_step: int | None = None) -> None:
         """Rank 0: create the folder, or check that `cfg` may continue the run already there (see "Changed
         settings" in the module docstring); write config.yaml and inputs.json. `inputs`: {key: content hash}
-        of the data the run reads; `step`: where it continues. Raises RunFolderError naming the keys."""
+        of the data the run reads; `resumed_step`: the step of the checkpoint the run continues from (None: a
+        fresh start). Raises RunFolderError naming the keys."""
         if not self.writer:
             return
         self.path.mkdir(parents=True, exist_ok=True)
@@ -128,7 +130,7 @@ class RunFolder:
         saved_file = self.path / CONFIG_FILE
         inputs = inputs or {}
         changes: list[tuple[str, Any, Any]] = []
-        if saved_file.is_file() and self.holds_steps():
+        if saved_file.is_file() and self.holds_steps(resumed_step):
             saved = OmegaConf.to_container(OmegaConf.load(saved_file), resolve=True)
             defaults = OmegaConf.to_container(OmegaConf.structured(type(cfg)), resolve=True)
             rules = key_rules(type(cfg))
@@ -153,7 +155,8 @@ class RunFolder:
         save_config(cfg, saved_file)
         write_json(self.path / INPUTS_FILE, dict(sorted(inputs.items())), indent=1)
         if changes:
-            self.append(CHANGES_FILE, [{"step": step, "key": k, "from": a, "to": b} for k, a, b in changes])
+            self.append(CHANGES_FILE, [{"step": resumed_step or 0, "key": k, "from": a, "to": b}
+                                       for k, a, b in changes])
 
     def _changed_inputs(self, inputs: dict[str, str]) -> list[str]:
         path = self.path / INPUTS_FILE

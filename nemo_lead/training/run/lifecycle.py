@@ -47,7 +47,7 @@ from nemo_lead.training.actor.megatron_actor import Actor, build_actor
 from nemo_lead.training.rl.config import RLConfig
 from nemo_lead.training.run.folder import RunFolder
 from nemo_lead.training.run.lock import FolderInUse, lock_folder, refuse_if_in_use
-from nemo_lead.training.run.resume import choose_resume_checkpoint, on_writer_then_share, saved_step
+from nemo_lead.training.run.resume import choose_resume_checkpoint, on_writer_then_share
 from nemo_lead.training.run.train_state import load_actor_state, save_actor_state
 from nemo_lead.training.sft.config import SFTConfig
 
@@ -165,7 +165,7 @@ def start_run(cfg: SFTConfig | RLConfig, name: str, total_steps: int, log_names:
     latest = choice.path
 
     def open_folder():
-        folder.prepare(cfg, inputs, step=choice.step)
+        folder.prepare(cfg, inputs, resumed_step=choice.step if latest is not None else None)
         folder.tracker = open_tracker(getattr(cfg, "wandb", None), cfg.out, cfg, job_type=name)
 
     on_writer_then_share(info, open_folder)
@@ -196,7 +196,8 @@ def start_run(cfg: SFTConfig | RLConfig, name: str, total_steps: int, log_names:
     progress.restart_at(step)
     return Run(cfg=cfg, name=name, info=info, actor=actor, folder=folder, tokenizer=tokenizer, tokenizer_dir=tok_dir,
                stop=stop, progress=progress, step=step, loop_state=loop_state,
-               last_saved=saved_step(cfg, latest, choice.weights_only, step, total_steps), total_steps=total_steps,
+               last_saved=choice.saved_step(getattr(cfg, "final_checkpoint", "full"), total_steps),
+               total_steps=total_steps,
                resumed_from=latest)
 
 

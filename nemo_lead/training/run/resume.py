@@ -17,21 +17,18 @@ more: the names it was set aside under.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 import torch.distributed as dist
 
 from nemo_lead.checkpoint.manifest import NO_MANIFEST, damaged_checkpoints, set_aside
-from nemo_lead.checkpoint.meta import list_checkpoints
+from nemo_lead.checkpoint.meta import SavedCheckpoint, saved_checkpoints
 from nemo_lead.models.weights_checkpoint import checkpoint_problems, recover_checkpoints
 from nemo_lead.parallel import ParallelInfo
-from nemo_lead.training.run.train_state import is_training_checkpoint
-
-if TYPE_CHECKING:
-    from nemo_lead.training.run.config import RunSettings
 
 T = TypeVar("T")
 
@@ -70,35 +67,21 @@ class ResumeChoice:
     notes: tuple[str, ...] = ()  # what undoing killed saves did, one line each (RUN/checkpoints/ relative)
     damaged: tuple[SetAside, ...] = ()  # damaged checkpoints set aside on the way, newest first
 
-
-@dataclass(frozen=True)
-class SavedCheckpoint:
-    """A complete checkpoint as rank 0 found it: its step, folder, and whether it holds the training state
-    (`error`: why its meta.json could not tell; raised only if the choice needs to know)."""
-
-    step: int
-    path: Path
-    training: bool = False
-    error: Exception | None = None
-
-    def is_training(self) -> bool:
-        if self.error is not None:
-            raise self.error
-        return self.training
-
-
-def _candidate(step: int, path: Path) -> SavedCheckpoint:
-    try:
-        return SavedCheckpoint(step, path, training=is_training_checkpoint(path))
-    except Exception as e:  # a damaged meta.json: the manifest check tells first, unless an older one is read
-        return SavedCheckpoint(step, path, error=e)
+    def saved_step(self, final_checkpoint: str, total_steps: int) -> int:
+        """`Run.last_saved` at the start: the resumed step is saved already, so a finished run is not saved
+        again (a re-save replaces the only complete checkpoint by a rename), unless a full final checkpoint is
+        to become a weights-only one (`final_checkpoint` changed on the rerun)."""
+        if self.path is None:
+            return -1
+        converts = not self.weights_only and self.step >= total_steps and final_checkpoint == "weights"
+        return -1 if converts else self.step
 
 
 def _survey(run_dir: str | Path) -> tuple[list[str], list[SavedCheckpoint], list[Path]]:
     """Rank 0: undo what killed saves left, then (the notes, the complete checkpoints oldest first, those
     set aside by earlier starts)."""
     notes = recover_checkpoints(run_dir)
-    return notes, [_candidate(step, path) for step, path in list_checkpoints(run_dir)], damaged_checkpoints(run_dir)
+    return notes, saved_checkpoints(run_dir), damaged_checkpoints(run_dir)
 
 
 def resume_point(found: Sequence[SavedCheckpoint], total_steps: int) -> tuple[Path | None, bool]:
@@ -130,12 +113,7 @@ def choose_resume_checkpoint(info: ParallelInfo, run_dir: str | Path, total_step
     manifest (not loaded, not moved), when only a weights-only one is left for a run to extend, and when the
     run has checkpoints but none is intact."""
     notes, found, aside_before = on_writer_then_share(info, lambda: _survey(run_dir))
-    checked: dict[Path, list[str]] = {}
-
-    def problems(path: Path) -> list[str]:
-        if path not in checked:
-            checked[path] = checkpoint_problems(path)
-        return checked[path]
+    problems = functools.cache(checkpoint_problems)  # each checkpoint read once (every rank asks for the same)
 
     damaged: list[tuple[Path, list[str]]] = []
     asides: list[Path] = []
@@ -167,13 +145,3 @@ def choose_resume_checkpoint(info: ParallelInfo, run_dir: str | Path, total_step
     step = next(c.step for c in found if c.path == latest) if latest is not None else 0
     return ResumeChoice(path=latest, weights_only=weights_only, step=step, notes=tuple(notes),
                         damaged=tuple(SetAside(p, a, tuple(b)) for (p, b), a in zip(damaged, asides)))
-
-
-def saved_step(cfg: RunSettings, latest: Path | None, weights_only: bool, step: int, total_steps: int) -> int:
-    """`Run.last_saved` at the start: the resumed step is saved already, so a finished run is not saved again
-    (a re-save replaces the only complete checkpoint by a rename), unless a full final checkpoint is to
-    become a weights-only one (`final_checkpoint` changed on the rerun)."""
-    if latest is None:
-        return -1
-    converts = not weights_only and step >= total_steps and getattr(cfg, "final_checkpoint", "full") == "weights"
-    return -1 if converts else step

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from nemo_lead.checkpoint.meta import read_checkpoint_meta
+from nemo_lead.checkpoint.meta import TRAINING_PARTS
 from nemo_lead.mcore.compat import saved_param_groups_take_current_lrs
 from nemo_lead.models import unwrap_model
 from nemo_lead.models.weights_checkpoint import (
@@ -166,7 +166,7 @@ def load_train_state(path: str | Path, model, optimizer=None, *, scheduler=None,
     path = Path(path)
     gpt = unwrap_model(model)
     meta = load_checkpoint(path, gpt, verify=verify)
-    missing = [p for p in ("optim", "rng") if p not in meta["parts"]]
+    missing = [p for p in TRAINING_PARTS if p not in meta["parts"]]
     if missing:
         raise ValueError(f"{path}: not a training checkpoint (no {' / '.join(missing)} part; "
                          "saved by save_checkpoint, not save_train_state)")
@@ -225,11 +225,6 @@ def save_actor_state(
     return save_train_state(path, actor.model, actor.optimizer, step=step, loop_state=loop_state,
                             scheduler=actor.scheduler, tokenizer_dir=tokenizer_dir, extra_meta=extra_meta,
                             extra_parts=extra_parts)
-
-
-def is_training_checkpoint(path: str | Path) -> bool:
-    """True when the checkpoint holds the training state (optimizer and RNG), not the weights alone."""
-    return {"optim", "rng"} <= set(read_checkpoint_meta(path)["parts"])
 
 
 def load_actor_state(actor: Actor, path: str | Path, *, load_optimizer: bool = True,
