@@ -33,7 +33,8 @@ def test_offline_run_holds_the_scalars_config_and_tables(wandb_client, tmp_path)
     for row in rows:
         folder.log_metrics(row)
     val = [{"step": 0, "pass@1": 0.125, "n": 2}, {"step": 2, "pass@1": 0.375, "n": 2}]
-    folder.log_table("validation", val, step=2)
+    for row in val:
+        folder.log_validation(row)
     folder.close()
 
     assert folder.tracker is None
@@ -44,9 +45,11 @@ def test_offline_run_holds_the_scalars_config_and_tables(wandb_client, tmp_path)
     # the names metrics.jsonl and TensorBoard use; bools are no scalars there either
     assert logged == [{k: v for k, v in r.items() if k != "skipped"} for r in rows]
     assert (tmp_path / "metrics.jsonl").read_text().count("\n") == 2
+    assert [json.loads(line) for line in (tmp_path / "val.jsonl").read_text().splitlines()] == val
     table = run.table("validation")
     assert table["columns"] == ["step", "pass@1", "n"] and table["data"] == [[0, 0.125, 2], [2, 0.375, 2]]
-    assert next(h for h in run.history if "validation/path" in h)["step"] == 2
+    # a table per validation, each with every line so far
+    assert [h["step"] for h in run.history if "validation/path" in h] == [0, 2]
 
 
 def test_a_resumed_run_continues_the_same_wandb_run(wandb_client, tmp_path):

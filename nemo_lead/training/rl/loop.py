@@ -74,7 +74,7 @@ from nemo_lead.training.rl.rollouts import (
 )
 from nemo_lead.training.rl.split import generator_job, join_split
 from nemo_lead.training.run.data_order import DataOrder
-from nemo_lead.training.run.folder import PROBLEM_STATS_FILE, VALIDATION_FILE, read_validation
+from nemo_lead.training.run.folder import PROBLEM_STATS_FILE, VALIDATION_FILE
 from nemo_lead.training.run.lifecycle import (
     abort_run,
     content_digest,
@@ -241,8 +241,7 @@ def validate(s: RLState, step: int) -> dict[str, float]:
         "answer_extracted_frac": answer_extracted_frac(groups), "truncated_frac": truncated_frac(groups),
         "n": v.n, "problems": len(groups), "seconds": time.monotonic() - t0,
     }
-    s.run.folder.append(VALIDATION_FILE, [out])
-    s.run.folder.log_table("validation", read_validation(s.run.cfg.out), step)
+    s.run.folder.log_validation(out)
     s.run.say(f"validation at step {step}: Pass@1 {out[PASS_AT_1]:.3f}, Cons@{v.n} {out[CONS_AT_K]:.3f}, "
               f"mean length {out[MEAN_LENGTH]:.0f}")
     return out

@@ -202,10 +202,14 @@ class RunFolder:
         if self.tracker is not None:
             self.tracker.log(row)
 
-    def log_table(self, name: str, rows: list[dict[str, Any]], step: int) -> None:
-        """Rows (validation lines) as a W&B table, when the run logs to W&B."""
-        if self.writer and self.tracker is not None:
-            self.tracker.table(name, rows, step)
+    def log_validation(self, row: dict[str, Any]) -> None:
+        """One line of val.jsonl; when the run logs to W&B, the whole file as its "validation" table too
+        (W&B replaces a table at each step, so it gets every line so far)."""
+        if not self.writer:
+            return
+        self.append(VALIDATION_FILE, [row])
+        if self.tracker is not None:
+            self.tracker.table("validation", read_validation(self.path), int(row["step"]))
 
     def append(self, name: str, rows: list[dict[str, Any]]) -> None:
         """Append JSON lines to RUN/name (flushed: a killed process leaves at most a torn last line)."""
