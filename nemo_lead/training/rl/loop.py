@@ -140,16 +140,18 @@ def old_logprobs(s: RLState, batch: SequenceBatch, engine_logp: list[list[float]
     return dataclasses.replace(batch, old_logprobs=logp, rollout_logprobs=with_engine), metrics
 
 
-def update_policy(s: RLState, batch: SequenceBatch, on_policy: bool) -> dict[str, float]:
+def update_policy(s: RLState, batch: SequenceBatch, on_policy: bool) -> dict[str, float | None]:
     """8. update: `ppo_epochs` passes of `minibatches` optimizer steps; metrics combined over them (means
-    averaged, maxima the largest). `on_policy`: the old log-probs are this update's own (7 left them to it)."""
+    averaged, maxima the largest; every key of `update_keys`, None where no pass reported it). `on_policy`:
+    the old log-probs are this update's own (7 left them to it)."""
     n = len(batch)
     parts = [list(range(n))[i::s.cfg.minibatches] for i in range(s.cfg.minibatches)]
     runs = [policy_train_step(s.run.actor, batch.select(p), s.cfg.lead, temperature=s.cfg.rollout.temperature,
                               on_policy=on_policy)
             for _ in range(s.cfg.ppo_epochs) for p in parts if p]
-    out: dict[str, float] = {"lr": runs[-1]["lr"]}
-    for k in update_keys(s.cfg):
+    keys = update_keys(s.cfg)
+    out: dict[str, float | None] = {**dict.fromkeys(keys), "lr": runs[-1]["lr"]}  # None: no value this step
+    for k in keys:
         values = [m[k] for m in runs if k in m]
         if values:
             out[k] = max(values) if METRIC_REDUCTIONS.get(k) == MAX else sum(values) / len(values)
@@ -206,7 +208,7 @@ def rl_step(s: RLState, step: int) -> dict[str, Any]:
         t0 = time.monotonic()
         refit(s, step)                                                    # 9: refit
         times["time/refit"] = time.monotonic() - t0
-        metrics.update({"skipped": 0, **dict.fromkeys(update_keys(s.cfg)), **update, **logp_metrics})
+        metrics.update({"skipped": 0, **update, **logp_metrics})
     times.update(s.batches.after_update(s, step))                         # split layout: weights to the generators
     seconds = time.monotonic() - t_step
     tokens = sum(sum(g.lengths) for g in seen)  # generated tokens
