@@ -76,7 +76,6 @@ class EvalConfig:
             raise ValueError("sampling.seed must be an integer: each group of problems gets a seed derived from it, "
                              "which is what makes a resumed run equal an uninterrupted one")
         check_progress_mode(self.progress)
-        self.wandb.check()
         bad = [b for b in [*self.budgets, *self.report_budgets] if b < 1]
         if bad:
             raise ValueError(f"budgets and report_budgets must be token counts >= 1, got {bad}")

@@ -44,7 +44,7 @@ class WandbSettings:
     dir: Optional[str] = None  # W&B writes its files to DIR/wandb/; None: the run folder (RUN/wandb/)
     tags: list[str] = field(default_factory=list)
 
-    def check(self) -> None:
+    def __post_init__(self) -> None:
         if self.mode not in WANDB_MODES:
             raise ValueError(f"wandb.mode must be one of {', '.join(WANDB_MODES)}, got {self.mode!r}")
 

@@ -86,7 +86,7 @@ def test_missing_client_names_the_extra(tmp_path, monkeypatch):
 
 def test_settings_checks_and_the_recipe_overlay():
     with pytest.raises(ValueError, match="wandb.mode must be one of online, offline, got 'sometimes'"):
-        WandbSettings(mode="sometimes").check()
+        WandbSettings(mode="sometimes")
     stage = WandbSettings(project="mine", tags=["a"])
     over = WandbSettings(enabled=True, mode="offline")
     merged = stage.merged(over)

@@ -54,6 +54,5 @@ class RunSettings:
             if getattr(self, key) < 0:
                 raise ValueError(f"{key} must be >= 0, got {getattr(self, key)}")
         check_progress_mode(self.progress)
-        self.wandb.check()
         if self.final_checkpoint not in ("full", "weights"):
             raise ValueError(f"final_checkpoint must be full or weights, got {self.final_checkpoint!r}")
