@@ -124,13 +124,9 @@ def old_logprobs(s: RLState, batch: SequenceBatch, engine_logp: list[list[float]
     the entropy. Otherwise a forward pass of their own, here, which also gives the old policy's entropy.
     Either way the batch carries the engine's log-probs (when the engine reported them): the update reports
     the train / inference mismatch against the old log-probs, and a rollout correction weights with them."""
-    # an engine that cannot report untruncated log-probs marks them NaN (trtllm with top-k / top-p): no metric then
+    # an engine that cannot report untruncated log-probs marks them NaN (vllm / trtllm with top-p < 1): no metric
+    # then. A rollout correction needs them: RLConfig refuses that combination before the start (the one check)
     known = all(not any(math.isnan(x) for x in lp) for lp in engine_logp)
-    correcting = s.cfg.lead.rollout_correction.enabled
-    if correcting and not known:
-        raise ValueError(f"lead.rollout_correction.mode={s.cfg.lead.rollout_correction.mode} needs the engine's "
-                         "untruncated log-probs, which it did not report (NaN): set rollout.top_p=1 or "
-                         "lead.rollout_correction.mode=none")
     with_engine = engine_logp if known else None  # the policy loss reports the mismatch against them
     if old_logprobs_from_update(s.cfg):
         return dataclasses.replace(batch, rollout_logprobs=with_engine), {}
