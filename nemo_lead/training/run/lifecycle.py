@@ -350,8 +350,9 @@ def finish_run(run: Run, loop_state: LoopState, stopped: bool) -> None:
         if not stopped:
             if run.last_saved != run.step:
                 save(run, loop_state, weights_only=_final_weights_only(run))
-            run.folder.mark_done(run.step, checkpoint_dir(run.cfg.out, run.step))
-            run.say(f"done: {run.step} steps; final checkpoint {checkpoint_dir(run.cfg.out, run.step)}")
+            final = checkpoint_dir(run.cfg.out, run.step)
+            run.folder.mark_done(run.step, final)
+            run.say(f"done: {run.step} steps; final checkpoint {final}")
     finally:
         close_run(run)
         destroy_parallel()
