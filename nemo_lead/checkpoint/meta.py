@@ -1,8 +1,9 @@
 """What a checkpoint folder holds, read without building a model: its path in a run folder, the complete
 checkpoints of a run (with their kind: a training checkpoint or the weights alone), and its meta.json (format
-in `nemo_lead.models.weights_checkpoint`'s docstring).
+in `nemo_lead.models.weights_checkpoint`'s docstring); and what a killed save left in the run's checkpoints
+folder, finished or removed before a run resumes (`recover_checkpoints`).
 
-Cheap on purpose (json and pathlib only): `models/source.py` reads a checkpoint's meta to tell what
+Cheap on purpose (json, pathlib and shutil only): `models/source.py` reads a checkpoint's meta to tell what
 `--model` names, and the loops list checkpoints to resume, without loading torch or megatron-core.
 """
 
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -17,6 +19,9 @@ from typing import Any
 FORMAT_VERSION = 1
 TRAINING_PARTS = ("optim", "rng")  # the parts a training checkpoint adds to the model (training/run/train_state.py)
 _STEP_RE = re.compile(r"^step_(\d+)$")
+# a save in progress is written as TMP_PREFIX + step_N, a re-saved step_N waits as OLD_PREFIX + step_N until the
+# new one is in place (the atomic write: nemo_lead.models.weights_checkpoint.atomic_dir)
+TMP_PREFIX, OLD_PREFIX = ".tmp-", ".old-"
 
 
 def checkpoint_dir(run_dir: str | Path, step: int) -> Path:
@@ -33,6 +38,23 @@ def list_checkpoints(run_dir: str | Path) -> list[tuple[int, Path]]:
         if m and (p / "meta.json").is_file():
             found.append((int(m.group(1)), p))
     return sorted(found)
+
+
+def recover_checkpoints(run_dir: str | Path) -> list[str]:
+    """Rank 0, before a run opens its folder: finish or undo what killed saves left in RUN/checkpoints. A
+    `.old-step_N` without its `step_N` (killed between the two renames of a re-save) becomes `step_N` again;
+    every other `.tmp-*` / `.old-*` goes. Returns what was done, one line each."""
+    root = Path(run_dir) / "checkpoints"
+    done = []
+    for old in sorted(root.glob(f"{OLD_PREFIX}step_*")) if root.is_dir() else []:
+        final = root / old.name[len(OLD_PREFIX):]
+        if not final.exists():
+            old.rename(final)
+            done.append(f"{final.name}: restored from {old.name} (a re-save was killed before it finished)")
+    for stale in sorted([*root.glob(f"{TMP_PREFIX}*"), *root.glob(f"{OLD_PREFIX}*")]) if root.is_dir() else []:
+        shutil.rmtree(stale, ignore_errors=True)
+        done.append(f"{stale.name}: removed (left by a save that was killed)")
+    return done
 
 
 def latest_checkpoint(run_dir: str | Path) -> Path | None:

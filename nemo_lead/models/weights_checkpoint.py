@@ -13,7 +13,7 @@ Folder layout (one folder per saved step):
                          vocab padding, the HF config (so the model can be rebuilt from the checkpoint alone)
         tokenizer/       the HF tokenizer files, copied (optional)
         model/           dist_checkpointing (torch_dist format) of {"model": model.sharded_state_dict()}
-        <part>/          more parts written in the same atomic save via `save_checkpoint(extra_parts=...)`;
+        <part>/          more parts the caller writes in the same atomic save (`writing_checkpoint(parts=...)`);
                          meta.json lists them. A training checkpoint (`save_train_state`) adds:
         optim/           dist_checkpointing of {"optimizer": optimizer.sharded_state_dict(model's)}: Adam
                          moments (and fp32 master weights) as sharded tensors keyed like the model's
@@ -56,7 +56,7 @@ from __future__ import annotations
 
 import json
 import shutil
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -72,7 +72,7 @@ from nemo_lead.checkpoint.manifest import (
     remove_streamed,
     write_manifest,
 )
-from nemo_lead.checkpoint.meta import FORMAT_VERSION, read_checkpoint_meta
+from nemo_lead.checkpoint.meta import FORMAT_VERSION, OLD_PREFIX, TMP_PREFIX, read_checkpoint_meta
 from nemo_lead.mcore.compat import checkpoint_results_queue_dies_with_us
 from nemo_lead.models.gpt import build_gpt, model_info, te_available, unwrap_model
 from nemo_lead.models.tokenizer import tokenizer_files
@@ -84,11 +84,12 @@ def atomic_dir(final: str | Path) -> Iterator[Path]:
     """Collective: every rank writes into the yielded temp folder; on success it becomes `final`.
 
     An existing `final` is replaced (the old one is removed only after the new one is complete; a kill
-    between the two renames leaves `.old-<name>`, which `recover_checkpoints` puts back). If the block raises,
-    nothing is renamed and rank 0 removes the temp folder (a killed save's is removed at the next start).
+    between the two renames leaves `.old-<name>`, which `nemo_lead.checkpoint.meta.recover_checkpoints` puts
+    back). If the block raises, nothing is renamed and rank 0 removes the temp folder (a killed save's is
+    removed at the next start).
     """
     final = Path(final)
-    tmp = final.parent / f".tmp-{final.name}"
+    tmp = final.parent / f"{TMP_PREFIX}{final.name}"
     if dist_rank() == 0:
         final.parent.mkdir(parents=True, exist_ok=True)
         shutil.rmtree(tmp, ignore_errors=True)
@@ -102,30 +103,13 @@ def atomic_dir(final: str | Path) -> Iterator[Path]:
         raise
     dist_barrier()
     if dist_rank() == 0:
-        old = final.parent / f".old-{final.name}"
+        old = final.parent / f"{OLD_PREFIX}{final.name}"
         if final.exists():
             shutil.rmtree(old, ignore_errors=True)
             final.rename(old)
         tmp.rename(final)
         shutil.rmtree(old, ignore_errors=True)
     dist_barrier()
-
-
-def recover_checkpoints(run_dir: str | Path) -> list[str]:
-    """Rank 0, before a run opens its folder: finish or undo what killed saves left in RUN/checkpoints. A
-    `.old-step_N` without its `step_N` (killed between the two renames of a re-save) becomes `step_N` again;
-    every other `.tmp-*` / `.old-*` goes. Returns what was done, one line each."""
-    root = Path(run_dir) / "checkpoints"
-    done = []
-    for old in sorted(root.glob(".old-step_*")) if root.is_dir() else []:
-        final = root / old.name[len(".old-"):]
-        if not final.exists():
-            old.rename(final)
-            done.append(f"{final.name}: restored from {old.name} (a re-save was killed before it finished)")
-    for stale in sorted([*root.glob(".tmp-*"), *root.glob(".old-*")]) if root.is_dir() else []:
-        shutil.rmtree(stale, ignore_errors=True)
-        done.append(f"{stale.name}: removed (left by a save that was killed)")
-    return done
 
 
 def _gather(value: Any) -> list[Any]:
@@ -175,28 +159,6 @@ def save_strategy():
     return strategy
 
 
-def save_model_state(model, folder: str | Path) -> None:
-    """Collective: write this model's sharded state into `folder` (created; must be new or empty)."""
-    from megatron.core import dist_checkpointing
-
-    folder = Path(folder)
-    if dist_rank() == 0:
-        folder.mkdir(parents=True, exist_ok=True)
-    dist_barrier()
-    dist_checkpointing.save({"model": model.sharded_state_dict()}, str(folder), sharded_strategy=save_strategy())
-
-
-def load_model_state(model, folder: str | Path) -> None:
-    """Collective: fill `model` (any TP/PP layout) from a sharded state written by `save_model_state`."""
-    from megatron.core import dist_checkpointing
-
-    folder = Path(folder)
-    if not (folder / "metadata.json").is_file():
-        raise FileNotFoundError(f"{folder}: not a dist_checkpointing folder (no metadata.json)")
-    state = dist_checkpointing.load({"model": model.sharded_state_dict()}, str(folder))
-    model.load_state_dict(state["model"])
-
-
 # ----------------------------------------------------------------------------- whole checkpoints
 def parallel_layout() -> dict[str, int]:
     from megatron.core import parallel_state as ps
@@ -215,30 +177,9 @@ def _precision(model) -> str:
     return {torch.bfloat16: "bf16", torch.float16: "fp16"}.get(config.params_dtype, "fp32")
 
 
-def save_checkpoint(
-    path: str | Path,
-    model,
-    *,
-    step: int | None = None,
-    tokenizer_dir: str | Path | None = None,
-    extra_meta: dict[str, Any] | None = None,
-    extra_parts: Mapping[str, Callable[[Path], None]] | None = None,
-) -> Path:
-    """Collective: save `model` (from `nemo_lead.models.build_gpt`, may be wrapped) as a complete checkpoint
-    folder `path`.
-
-    `tokenizer_dir`: a HF folder whose tokenizer files are copied into `path/tokenizer/`.
-    `extra_meta`: more JSON-able entries for meta.json (loop counters, the run's config).
-    `extra_parts`: name -> writer; each writer is called on every rank with the (not yet existing) folder
-    `<temp>/<name>` inside the atomic write, after the model part, in order; meta.json lists the parts.
-    Phase 2 saves the optimizer this way, e.g. `{"optim": lambda d: dist_checkpointing.save(...)}`, and
-    reads it back from `path / "optim"`.
-    """
-
-    model = unwrap_model(model)
+def _checkpoint_meta(model, step: int | None, parts: list[str], extra_meta: dict[str, Any] | None) -> dict[str, Any]:
     info = model_info(model)
-    path = Path(path)
-    meta = {
+    return {
         "format": FORMAT_VERSION,
         "step": step,
         "saved_layout": parallel_layout(),
@@ -247,15 +188,45 @@ def save_checkpoint(
         "vocab_size": info.arch.vocab_size,
         "padded_vocab_size": model.vocab_size,
         "vocab_divisible_by": info.vocab_divisible_by,
-        "parts": ["model", *(extra_parts or {})],
+        "parts": parts,
         "hf_config": info.hf_config,
         **(extra_meta or {}),
     }
+
+
+@contextmanager
+def writing_checkpoint(
+    path: str | Path,
+    model,
+    *,
+    step: int | None = None,
+    tokenizer_dir: str | Path | None = None,
+    extra_meta: dict[str, Any] | None = None,
+    parts: Sequence[str] = (),
+) -> Iterator[Path]:
+    """Collective: write `model` (from `nemo_lead.models.build_gpt`, may be wrapped) as a complete checkpoint
+    folder `path`, with more `parts` written by the caller.
+
+    Yields the folder being written (a temporary name, its model part already in it); the caller writes each
+    name of `parts` there as a sub-folder, on every rank, inside the `with` block (a training checkpoint's
+    optimizer and RNG states: `nemo_lead.training.run.train_state`). On leaving the block: the tokenizer files
+    of `tokenizer_dir` are copied into `tokenizer/`, meta.json (with `extra_meta`'s entries, listing the parts)
+    and the manifest are written, and the folder becomes `path` atomically. An exception in the block leaves
+    no checkpoint. The caller drives the writing, so nothing here calls back
+    into the training layer.
+    """
+    from megatron.core import dist_checkpointing
+
+    model = unwrap_model(model)
+    meta = _checkpoint_meta(model, step, ["model", *parts], extra_meta)
     with atomic_dir(path) as tmp:
         with hash_writes_into(tmp):  # the shards' CRC-32 as megatron writes them (nemo_lead.checkpoint.hashing)
-            save_model_state(model, tmp / "model")
-            for name, write in (extra_parts or {}).items():
-                write(tmp / name)
+            if dist_rank() == 0:
+                (tmp / "model").mkdir()
+            dist_barrier()
+            dist_checkpointing.save({"model": model.sharded_state_dict()}, str(tmp / "model"),
+                                    sharded_strategy=save_strategy())
+            yield tmp
         if dist_rank() == 0:
             if tokenizer_dir is not None:
                 (tmp / "tokenizer").mkdir()
@@ -263,13 +234,23 @@ def save_checkpoint(
                     shutil.copy2(f, tmp / "tokenizer" / f.name)
             (tmp / "meta.json").write_text(json.dumps(meta, indent=2, sort_keys=True))
         seal_checkpoint(tmp)
-    return path
+
+
+def save_checkpoint(path: str | Path, model, *, step: int | None = None, tokenizer_dir: str | Path | None = None,
+                    extra_meta: dict[str, Any] | None = None) -> Path:
+    """Collective: `model`'s weights alone as a complete checkpoint folder `path` (`writing_checkpoint`
+    without more parts): what convert and a weights-only final checkpoint write."""
+    with writing_checkpoint(path, model, step=step, tokenizer_dir=tokenizer_dir, extra_meta=extra_meta):
+        pass
+    return Path(path)
 
 
 def load_checkpoint(path: str | Path, model, *, verify: bool = True) -> dict[str, Any]:
     """Collective: load a checkpoint's model part into `model` (any layout, may be wrapped); return its
     meta.json. `verify`: check every file of the checkpoint against its manifest first (CheckpointDamaged);
     False when the caller just did."""
+
+    from megatron.core import dist_checkpointing
 
     model = unwrap_model(model)
     if verify:
@@ -278,7 +259,10 @@ def load_checkpoint(path: str | Path, model, *, verify: bool = True) -> dict[str
     if meta["padded_vocab_size"] != model.vocab_size:
         raise ValueError(f"{path}: saved with a padded vocabulary of {meta['padded_vocab_size']} rows, the model "
                          f"has {model.vocab_size} (build it with vocab_divisible_by={meta['vocab_divisible_by']})")
-    load_model_state(model, Path(path) / "model")
+    folder = Path(path) / "model"
+    if not (folder / "metadata.json").is_file():
+        raise FileNotFoundError(f"{folder}: not a dist_checkpointing folder (no metadata.json)")
+    model.load_state_dict(dist_checkpointing.load({"model": model.sharded_state_dict()}, str(folder))["model"])
     return meta
 
 

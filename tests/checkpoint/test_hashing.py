@@ -121,7 +121,7 @@ def _save_job(hf_dir: str, root: str) -> dict:
 
     from nemo_lead.checkpoint import manifest as checkpoint_manifest
     from nemo_lead.models import build_gpt
-    from nemo_lead.models.weights_checkpoint import save_checkpoint, save_model_state
+    from nemo_lead.models.weights_checkpoint import save_checkpoint, save_strategy
     from nemo_lead.parallel import destroy_parallel, init_parallel
 
     root = Path(root)
@@ -129,8 +129,10 @@ def _save_job(hf_dir: str, root: str) -> dict:
     gpt = build_gpt(hf_dir, info)
     out = {}
     # the hook alone around a model save: the records against the files read back
+    (root / "bare" / "model").mkdir(parents=True)
     with hash_writes_into(root / "bare"):
-        save_model_state(gpt, root / "bare" / "model")
+        dist_checkpointing.save({"model": gpt.sharded_state_dict()}, str(root / "bare" / "model"),
+                                sharded_strategy=save_strategy())
     out["hook_left"] = "open" in vars(filesystem_async)
     out["streamed"] = streamed_entries(root / "bare", 0, 1)
     out["read_back"] = {rel: file_entry(root / "bare" / rel) for rel in out["streamed"]}

@@ -49,7 +49,7 @@ def _eval_loss(model, ids):
 
 def _checkpoint_job(hf_dir, ckpt):
     from nemo_lead.models import HFReader, build_gpt, export_hf_weights, load_hf_weights
-    from nemo_lead.models.weights_checkpoint import load_checkpoint, save_checkpoint
+    from nemo_lead.models.weights_checkpoint import load_checkpoint, writing_checkpoint
     from nemo_lead.parallel import destroy_parallel, init_parallel
 
     ids = torch.randint(0, 102, (2, 20), generator=torch.Generator().manual_seed(1))
@@ -61,16 +61,15 @@ def _checkpoint_job(hf_dir, ckpt):
     model = DistributedDataParallel(gpt.config, DistributedDataParallelConfig(), gpt)  # as training wraps it
     load_hf_weights(model, hf_dir)
     out["saved"] = _eval_loss(model, ids)
-    def write_extra(folder):  # a part written by every rank inside the atomic save (phase 2: optimizer)
-        import torch.distributed as dist
+    import torch.distributed as dist
 
+    # a part written by every rank inside the atomic save (as the training state writes its optimizer)
+    with writing_checkpoint(ckpt, model, step=7, tokenizer_dir=hf_dir, extra_meta={"loop": {"consumed": 3}},
+                            parts=("extra",)) as folder:
         if dist.get_rank() == 0:
-            folder.mkdir()
+            (folder / "extra").mkdir()
         dist.barrier()
-        (folder / f"rank{dist.get_rank()}.txt").write_text("x")
-
-    save_checkpoint(ckpt, model, step=7, tokenizer_dir=hf_dir, extra_meta={"loop": {"consumed": 3}},
-                    extra_parts={"extra": write_extra})
+        (folder / "extra" / f"rank{dist.get_rank()}.txt").write_text("x")
     destroy_parallel(keep_process_group=True)
     reader = HFReader(hf_dir)
     for tp, pp in ((2, 1), (1, 2)):

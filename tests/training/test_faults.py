@@ -27,9 +27,9 @@ import pytest
 from torch.distributed.checkpoint.api import CheckpointException
 
 from nemo_lead.checkpoint.manifest import MANIFEST_FILE, check_files, read_manifest
+from nemo_lead.checkpoint.meta import recover_checkpoints
 from nemo_lead.cli import main
 from nemo_lead.models import write_tiny_model
-from nemo_lead.models.weights_checkpoint import recover_checkpoints
 from nemo_lead.runtime.files import write_atomic
 from nemo_lead.training.run.lifecycle import save_error_reason, save_failure_message
 from nemo_lead.training.run.resume import ResumeChoice, choose_resume_checkpoint

@@ -26,8 +26,8 @@ from typing import Any, NamedTuple, TypeVar
 import torch.distributed as dist
 
 from nemo_lead.checkpoint.manifest import NO_MANIFEST, damaged_checkpoints, set_aside
-from nemo_lead.checkpoint.meta import SavedCheckpoint, saved_checkpoints
-from nemo_lead.models.weights_checkpoint import checkpoint_problems, recover_checkpoints
+from nemo_lead.checkpoint.meta import SavedCheckpoint, recover_checkpoints, saved_checkpoints
+from nemo_lead.models.weights_checkpoint import checkpoint_problems
 from nemo_lead.parallel import ParallelInfo
 
 T = TypeVar("T")

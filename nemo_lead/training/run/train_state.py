@@ -6,7 +6,7 @@ in the same atomic folder, so a run resumes bit-identically (tests/training/test
 from __future__ import annotations
 
 import random
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -20,6 +20,7 @@ from nemo_lead.models.weights_checkpoint import (
     parallel_layout,
     save_checkpoint,
     save_strategy,
+    writing_checkpoint,
 )
 from nemo_lead.parallel.ranks import dist_barrier, dist_rank, dist_world_size
 
@@ -112,6 +113,25 @@ def _rng_file(folder: Path) -> Path:
     return folder / f"rank_{dist_rank():05d}.pt"
 
 
+def _save_optimizer(optimizer, gpt, folder: Path) -> None:
+    """Collective: megatron's optimizer state as a dist_checkpointing folder (sharded like `gpt`)."""
+    from megatron.core import dist_checkpointing
+
+    if dist_rank() == 0:
+        folder.mkdir()
+    dist_barrier()
+    state = {"optimizer": optimizer.sharded_state_dict(gpt.sharded_state_dict(), metadata=_OPTIM_METADATA)}
+    dist_checkpointing.save(state, str(folder), sharded_strategy=save_strategy())
+
+
+def _save_rng(folder: Path) -> None:
+    """Collective: each rank's RNG states, a file per rank."""
+    if dist_rank() == 0:
+        folder.mkdir()
+    dist_barrier()
+    torch.save(_rng_states(), _rng_file(folder))
+
+
 def save_train_state(
     path: str | Path,
     model,
@@ -122,36 +142,26 @@ def save_train_state(
     scheduler=None,
     tokenizer_dir: str | Path | None = None,
     extra_meta: dict[str, Any] | None = None,
-    extra_parts: Mapping[str, Any] | None = None,
+    extra_parts: Mapping[str, Callable[[Path], None]] | None = None,
 ) -> Path:
     """Collective: a complete training checkpoint in `path` (atomically): the model, megatron's optimizer
     state, every rank's RNG states, `loop_state` (JSON-able: consumed samples, data-iterator position, ...)
     as meta.json["loop"] and the learning-rate scheduler's state (megatron's OptimizerParamScheduler, if
-    given) as meta.json["scheduler"]; `extra_parts`: more parts, name -> writer(folder), called on every rank
-    (`nemo_lead.models.weights_checkpoint.save_checkpoint`). `model` may be DDP-wrapped. Take it between optimizer
-    steps (the gradients are not saved)."""
-    from megatron.core import dist_checkpointing
-
+    given) as meta.json["scheduler"]; `extra_parts`: the caller's own parts, name -> writer(folder), each
+    called on every rank with its folder inside the atomic write (the lag queue's samples). `model` may be
+    DDP-wrapped. Take it between optimizer steps (the gradients are not saved)."""
     gpt = unwrap_model(model)
-
-    def write_optimizer(folder: Path) -> None:
-        if dist_rank() == 0:
-            folder.mkdir()
-        dist_barrier()
-        state = {"optimizer": optimizer.sharded_state_dict(gpt.sharded_state_dict(), metadata=_OPTIM_METADATA)}
-        dist_checkpointing.save(state, str(folder), sharded_strategy=save_strategy())
-
-    def write_rng(folder: Path) -> None:
-        if dist_rank() == 0:
-            folder.mkdir()
-        dist_barrier()
-        torch.save(_rng_states(), _rng_file(folder))
-
+    extra_parts = dict(extra_parts or {})
     meta = {"loop": dict(loop_state or {}), "world_size": dist_world_size(),
             "scheduler": scheduler.state_dict() if scheduler is not None else None,
             "distributed_optimizer": _is_distributed(optimizer), **(extra_meta or {})}
-    return save_checkpoint(path, gpt, step=step, tokenizer_dir=tokenizer_dir, extra_meta=meta,
-                           extra_parts={"optim": write_optimizer, "rng": write_rng, **(extra_parts or {})})
+    with writing_checkpoint(path, gpt, step=step, tokenizer_dir=tokenizer_dir, extra_meta=meta,
+                            parts=(*TRAINING_PARTS, *extra_parts)) as folder:
+        _save_optimizer(optimizer, gpt, folder / "optim")
+        _save_rng(folder / "rng")
+        for name, write in extra_parts.items():
+            write(folder / name)
+    return Path(path)
 
 
 def load_train_state(path: str | Path, model, optimizer=None, *, scheduler=None, load_rng: bool = True,
@@ -209,7 +219,7 @@ def save_actor_state(
     tokenizer_dir: str | Path | None = None,
     extra_meta: dict[str, Any] | None = None,
     weights_only: bool = False,
-    extra_parts: Mapping[str, Any] | None = None,
+    extra_parts: Mapping[str, Callable[[Path], None]] | None = None,
 ) -> Path:
     """Collective: the actor's full training state (model, optimizer, LR schedule, RNG) and the caller's
     `loop_state` as one atomic checkpoint folder (`nemo_lead.training.run.train_state.save_train_state`), with
