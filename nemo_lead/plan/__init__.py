@@ -13,6 +13,10 @@ starts on GPUs.
     search.py          the layouts that fit, ranked by their step time (the fastest, the configured one's rank)
     report.py          the plan as text and as JSON; check.py: the check before a job starts
     settings.py        `PlanSettings`, the `plan` section of the commands' configs
+    host.py            what a job needs besides its GPUs: host memory, cores, checkpoint bytes, disk, time
+    stop_times.py      when a job must begin to stop before its time limit (SLURM's warning, the deadline
+                       margin); apart from host.py so that `nemo-lead submit` imports it without torch
+                       (host.py reads the model's shapes through `models/`)
 
 Imports models (the HF config reader), parallel (layouts, the launcher's world size) and config. Recipes are
 read by the pipeline layer (`nemo_lead.pipeline.recipe_plan`, the `nemo-lead plan` command).
