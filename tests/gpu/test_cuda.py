@@ -9,6 +9,7 @@ benchmarks; without the variable tests/conftest.py hides the GPUs from the whole
 """
 
 import dataclasses
+import math
 
 import pytest
 import torch
@@ -108,6 +109,7 @@ def _hf_sft_reference(hf_dir, batch):
 
 def test_actor_logprobs_and_steps_on_cuda(parallel, hf_dir):
     from nemo_lead.algorithms import LeadConfig
+    from nemo_lead.algorithms.rollout_correction import RolloutCorrectionConfig
     from nemo_lead.training.actor.config import ActorConfig
     from nemo_lead.training.actor.megatron_actor import (
         build_actor,
@@ -135,6 +137,14 @@ def test_actor_logprobs_and_steps_on_cuda(parallel, hf_dir):
     policy = dataclasses.replace(batch, old_logprobs=old)
     pm = policy_train_step(bf16, policy, LeadConfig())
     assert torch.isfinite(torch.tensor(pm["loss"])) and pm["ratio_mean"] == pytest.approx(1.0, abs=0.02)
+    # with the engine's log-probs (0.01 below the old ones) and a rollout correction: the mismatch and the
+    # correction's metrics are reduced on the GPU beside the loss's own (an RL step's every update)
+    engine = [lp.float() - 0.01 for lp in old]
+    tis = LeadConfig(rollout_correction=RolloutCorrectionConfig(mode="tis"))
+    cm = policy_train_step(bf16, dataclasses.replace(policy, rollout_logprobs=engine), tis)
+    assert cm["mismatch/logprob_abs_mean"] == pytest.approx(0.01, abs=1e-4)
+    assert cm["mismatch/logprob_abs_max"] == pytest.approx(0.01, abs=1e-4)
+    assert cm["rollout_correction/weight_mean"] == pytest.approx(math.exp(0.01), abs=1e-3)
 
 
 def test_engine_greedy_on_cuda_equals_full_forward(parallel, hf_dir):
