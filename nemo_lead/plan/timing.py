@@ -15,7 +15,8 @@
                  x LINK_FRACTION (all-gather and broadcast within a node; not measured); offload adds the
                  copies of the optimizer state to the host and back at HOST_LINK_FRACTION of the nominal link
 
-The efficiencies are bench/RESULTS.md's figures of 2026-11-30 (one H200, local spec, bf16, TP1):
+The efficiencies are bench/RESULTS.md's figures of 2026-11-30 (one H200, local spec, bf16, TP1; its
+rollout:gpu and actor:gpu records now show a later run beside them, not yet taken into the plan):
 - UPDATE_PEAK_FRACTION: the actor's train step on the R1-Distill-Qwen-1.5B shape reached 409 TFLOP/s at
   8,192 tokens per micro-batch and 337 at 4,096 (51.8% / 42.7% "MFU of 790" in RESULTS.md's actor:gpu), i.e.
   41.3% / 34.1% of the H200's nominal 989 TFLOP/s; applied to each GPU's nominal dense bf16 peak,
