@@ -10,6 +10,10 @@ import os
 
 if os.environ.get("NEMO_LEAD_GPU_TESTS") != "1":
     os.environ["CUDA_VISIBLE_DEVICES"] = ""
+# One thread per process unless the caller chose (scripts/test sets the same): the CLI runs the tests start
+# use one (loops_common.cli_env), and the in-process runs they are compared with must reduce in the same
+# order, or a resumed run's float metrics differ from the straight run's in the last digits.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 # The slowest test files first (from `--durations` on the two-worker CI run, 2026-12-01): with a whole file
 # per xdist worker (`--dist loadfile`, scripts/test), the long files start at once and the short ones fill
