@@ -258,8 +258,8 @@ def policy_loss(
         metrics["sequences"] = on.any(dim=1).sum().to(logp.dtype)
         if rollout_logp is not None:
             gap = logprob_mismatch(rollout_logp.detach(), old_logp.detach(), on)
-            metrics.update({k: torch.tensor(gap[v], dtype=logp.dtype, device=logp.device)  # beside the others
-                            for k, v in (("mismatch/logprob_abs_mean", "mean"), ("mismatch/logprob_abs_max", "max"))})
+            metrics.update({"mismatch/logprob_abs_mean": logp.new_tensor(gap["mean"]),  # on logp's device
+                            "mismatch/logprob_abs_max": logp.new_tensor(gap["max"])})
         if correcting:
             metrics.update(correction_metrics(w, hit, seq_hit, mask))
     return loss, {k: torch.as_tensor(v).detach() for k, v in metrics.items()}

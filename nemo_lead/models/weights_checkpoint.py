@@ -207,13 +207,12 @@ def writing_checkpoint(
     """Collective: write `model` (from `nemo_lead.models.build_gpt`, may be wrapped) as a complete checkpoint
     folder `path`, with more `parts` written by the caller.
 
-    Yields the folder being written (a temporary name, its model part already in it); the caller writes each
-    name of `parts` there as a sub-folder, on every rank, inside the `with` block (a training checkpoint's
+    Yields the folder being written (a temporary name): its model part written, an empty sub-folder for each
+    name of `parts`, which the caller fills on every rank inside the `with` block (a training checkpoint's
     optimizer and RNG states: `nemo_lead.training.run.train_state`). On leaving the block: the tokenizer files
     of `tokenizer_dir` are copied into `tokenizer/`, meta.json (with `extra_meta`'s entries, listing the parts)
     and the manifest are written, and the folder becomes `path` atomically. An exception in the block leaves
-    no checkpoint. The caller drives the writing, so nothing here calls back
-    into the training layer.
+    no checkpoint. The caller drives the writing, so nothing here calls back into the training layer.
     """
     from megatron.core import dist_checkpointing
 
@@ -222,7 +221,8 @@ def writing_checkpoint(
     with atomic_dir(path) as tmp:
         with hash_writes_into(tmp):  # the shards' CRC-32 as megatron writes them (nemo_lead.checkpoint.hashing)
             if dist_rank() == 0:
-                (tmp / "model").mkdir()
+                for name in ("model", *parts):
+                    (tmp / name).mkdir()
             dist_barrier()
             dist_checkpointing.save({"model": model.sharded_state_dict()}, str(tmp / "model"),
                                     sharded_strategy=save_strategy())

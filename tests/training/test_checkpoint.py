@@ -66,9 +66,6 @@ def _checkpoint_job(hf_dir, ckpt):
     # a part written by every rank inside the atomic save (as the training state writes its optimizer)
     with writing_checkpoint(ckpt, model, step=7, tokenizer_dir=hf_dir, extra_meta={"loop": {"consumed": 3}},
                             parts=("extra",)) as folder:
-        if dist.get_rank() == 0:
-            (folder / "extra").mkdir()
-        dist.barrier()
         (folder / "extra" / f"rank{dist.get_rank()}.txt").write_text("x")
     destroy_parallel(keep_process_group=True)
     reader = HFReader(hf_dir)

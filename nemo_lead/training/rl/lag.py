@@ -155,7 +155,6 @@ class BatchQueue:
     def write_part(self, folder: Path) -> None:
         """The checkpoint part: the queued batches as data (global rank 0 writes; every rank holds them)."""
         if dist_rank() == 0:
-            folder.mkdir()
             torch.save([batch_to_data(b) for b in self.pending], folder / BATCHES_FILE)
 
     def close(self) -> None:

@@ -22,7 +22,7 @@ from nemo_lead.models.weights_checkpoint import (
     save_strategy,
     writing_checkpoint,
 )
-from nemo_lead.parallel.ranks import dist_barrier, dist_rank, dist_world_size
+from nemo_lead.parallel.ranks import dist_rank, dist_world_size
 
 if TYPE_CHECKING:
     from nemo_lead.training.actor.megatron_actor import Actor
@@ -114,21 +114,16 @@ def _rng_file(folder: Path) -> Path:
 
 
 def _save_optimizer(optimizer, gpt, folder: Path) -> None:
-    """Collective: megatron's optimizer state as a dist_checkpointing folder (sharded like `gpt`)."""
+    """Collective: megatron's optimizer state into the (existing) `folder` (dist_checkpointing, sharded like
+    `gpt`)."""
     from megatron.core import dist_checkpointing
 
-    if dist_rank() == 0:
-        folder.mkdir()
-    dist_barrier()
     state = {"optimizer": optimizer.sharded_state_dict(gpt.sharded_state_dict(), metadata=_OPTIM_METADATA)}
     dist_checkpointing.save(state, str(folder), sharded_strategy=save_strategy())
 
 
 def _save_rng(folder: Path) -> None:
-    """Collective: each rank's RNG states, a file per rank."""
-    if dist_rank() == 0:
-        folder.mkdir()
-    dist_barrier()
+    """Each rank's RNG states, a file per rank."""
     torch.save(_rng_states(), _rng_file(folder))
 
 
@@ -148,7 +143,7 @@ def save_train_state(
     state, every rank's RNG states, `loop_state` (JSON-able: consumed samples, data-iterator position, ...)
     as meta.json["loop"] and the learning-rate scheduler's state (megatron's OptimizerParamScheduler, if
     given) as meta.json["scheduler"]; `extra_parts`: the caller's own parts, name -> writer(folder), each
-    called on every rank with its folder inside the atomic write (the lag queue's samples). `model` may be
+    called on every rank with its (existing, empty) folder inside the atomic write (the lag queue's samples). `model` may be
     DDP-wrapped. Take it between optimizer steps (the gradients are not saved)."""
     gpt = unwrap_model(model)
     extra_parts = dict(extra_parts or {})
