@@ -38,7 +38,6 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from nemo_lead.config.dotted import lookup
-from nemo_lead.runtime.files import write_atomic
 
 T = TypeVar("T")
 
@@ -418,8 +417,3 @@ def load_config(
 def to_yaml(obj: Any) -> str:
     """The resolved configuration as YAML (what a run folder stores as config.yaml)."""
     return OmegaConf.to_yaml(obj if isinstance(obj, DictConfig) else OmegaConf.structured(obj))
-
-
-def save_config(obj: Any, path: str | os.PathLike) -> None:
-    """Write the resolved configuration atomically (temp file, then rename)."""
-    write_atomic(path, to_yaml(obj))

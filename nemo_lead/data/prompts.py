@@ -192,3 +192,15 @@ def prompt_token_ids(
     texts = [format_prompt(tokenizer, p, cfg) for p in problems]
     add_special = not uses_chat_template(tokenizer, cfg)
     return [list(ids) for ids in tokenizer(texts, add_special_tokens=add_special)["input_ids"]]
+
+
+def check_prompts_fit(problems: Sequence[Problem], prompt_ids: Sequence[Sequence[int]], max_tokens: int,
+                      positions: int | None, what: str) -> None:
+    """Each prompt with `max_tokens` new tokens fits the model's `positions` (None: not known, nothing
+    checked); else a ValueError naming `what` (the data set) and the first problem that does not."""
+    if positions is None:
+        return
+    for p, ids in zip(problems, prompt_ids):
+        if len(ids) + max_tokens > positions:
+            raise ValueError(f"{what} problem {p.id}: {len(ids)} prompt tokens + max_tokens {max_tokens} exceed the "
+                             f"model's {positions} positions")

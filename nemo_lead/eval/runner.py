@@ -34,10 +34,11 @@ from typing import Any
 import torch.distributed as dist
 
 from nemo_lead.algorithms import outcome_label
-from nemo_lead.config.loading import save_config
+from nemo_lead.config.loading import to_yaml
 from nemo_lead.data import (
     Problem,
     PromptConfig,
+    check_prompts_fit,
     open_think,
     prompt_settings,
     prompt_token_ids,
@@ -61,6 +62,7 @@ from nemo_lead.models.source import ModelSource, model_source, resolve_precision
 from nemo_lead.parallel import destroy_parallel, init_parallel
 from nemo_lead.parallel.local import JobError
 from nemo_lead.runtime.deadline import Deadline, requeue_or_advise, test_step_delay
+from nemo_lead.runtime.files import write_atomic
 from nemo_lead.runtime.progress import LoopProgress
 from nemo_lead.runtime.tracking import open_tracker
 from nemo_lead.verify.extract import THINK_OPEN
@@ -107,14 +109,9 @@ def prepare(cfg: EvalConfig) -> Prepared:
 
 def check_prompt_lengths(cfg: EvalConfig, prep: Prepared) -> None:
     """Every prompt + max_tokens must fit the model's positions (fail before loading weights)."""
-    limit = prep.source.hf_config.get("max_position_embeddings")
-    if limit is None:
-        return
     for name, problems in prep.datasets.items():
-        for p, ids in zip(problems, prompt_token_ids(prep.tokenizer, problems, prep.prompt)):
-            if len(ids) + prep.params.max_tokens > limit:
-                raise ValueError(f"{name} problem {p.id}: {len(ids)} prompt tokens + max_tokens "
-                                 f"{prep.params.max_tokens} exceed the model's {limit} positions")
+        check_prompts_fit(problems, prompt_token_ids(prep.tokenizer, problems, prep.prompt), prep.params.max_tokens,
+                          prep.source.hf_config.get("max_position_embeddings"), name)
 
 
 def missing_samples(store: SampleStore, chunk: Chunk, n: int) -> int:
@@ -229,7 +226,7 @@ def eval_rank(cfg: EvalConfig) -> None:
         store = None
         if info.rank == 0:
             store = SampleStore.open(prep.out, prep.settings, write=True, problems=prep.datasets)
-            save_config(cfg, prep.out / "config.yaml")
+            write_atomic(prep.out / "config.yaml", to_yaml(cfg))
         n = prep.params.n
         pending = _broadcast([i for i, c in enumerate(prep.chunks) if missing_samples(store, c, n)]
                              if store is not None else None)

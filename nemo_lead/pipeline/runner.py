@@ -33,14 +33,14 @@ from typing import Any
 
 from nemo_lead.checkpoint.manifest import MANIFEST_FILE, file_entry
 from nemo_lead.config.dotted import lookup
-from nemo_lead.config.loading import ConfigError, drop_keys, keys_where, save_config
+from nemo_lead.config.loading import ConfigError, drop_keys, keys_where, to_yaml
 from nemo_lead.pipeline.config import RunConfig, Stage, eval_row_config, load_recipe, resolve_stage
 from nemo_lead.pipeline.kinds import KINDS, run_function
 from nemo_lead.pipeline.preflight import recipe_conflicts, report
 from nemo_lead.pipeline.recipe import Recipe
 from nemo_lead.pipeline.recipe_plan import check_recipe
 from nemo_lead.pipeline.stages import StageStopped, say
-from nemo_lead.runtime.files import write_json
+from nemo_lead.runtime.files import write_atomic, write_json
 from nemo_lead.training.run.lock import lock_folder
 
 STATE_FILE = "pipeline_state.json"
@@ -309,7 +309,7 @@ def run_recipe(cfg: RunConfig) -> int:
             return 0
         if is_writer():
             lock_folder(out)  # one `nemo-lead run` per OUT (each SFT / RL stage locks its own folder too)
-            save_config(cfg, out / "run.yaml")
+            write_atomic(out / "run.yaml", to_yaml(cfg))
         if check_recipe(cfg, [s.name for s in todo], done_outputs(state)):  # on GPUs: every stage fits
             return 2
         say(f"recipe {recipe.path.name}: {' -> '.join(s.name for s in recipe.stages)}; run folder {out}")

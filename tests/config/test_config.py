@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from nemo_lead.algorithms import LeadConfig
-from nemo_lead.config.loading import ConfigError, load_config, save_config
+from nemo_lead.config.loading import ConfigError, load_config, to_yaml
 
 
 @dataclass
@@ -88,7 +88,7 @@ def test_bad_values_and_bad_yaml(tmp_path):
 
 def test_save_round_trip(tmp_path):
     cfg = load_config(Job, [], ["lead.preset=dapo", "rollout.n=3"])
-    save_config(cfg, tmp_path / "config.yaml")
+    (tmp_path / "config.yaml").write_text(to_yaml(cfg))
     assert load_config(Job, [tmp_path / "config.yaml"]) == cfg
 
 

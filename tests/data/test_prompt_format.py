@@ -11,6 +11,7 @@ from nemo_lead.data import (
     Problem,
     PromptConfig,
     chat_messages,
+    check_prompts_fit,
     format_prompt,
     prompt_token_ids,
 )
@@ -144,3 +145,15 @@ def test_sft_traces_get_the_same_system_turn_as_rl_and_eval_prompts(tmp_path):
         assert [t.prompt_ids for t in load_traces(path, tok, cfg)] == [expected, expected]
     with pytest.raises(ValueError, match="prompt.system=none"):
         load_traces(path, tok, PromptConfig(suffix="", system="none"))
+
+
+def test_prompts_that_cannot_fit_the_model_are_named():
+    """A prompt of 10 tokens with max_tokens 6 fills 16 positions exactly; one token more is refused, naming the
+    data set and the first problem that does not fit; unknown positions check nothing."""
+    problems = [Problem(id="a", problem="x", answer="1"), Problem(id="b", problem="y", answer="2")]
+    ids = [[0] * 9, [0] * 10]
+    check_prompts_fit(problems, ids, 6, 16, "validation.data")
+    check_prompts_fit(problems, ids, 10**6, None, "validation.data")
+    with pytest.raises(ValueError, match=r"^validation.data problem b: 10 prompt tokens \+ max_tokens 7 exceed the "
+                                         r"model's 16 positions$"):
+        check_prompts_fit(problems, ids, 7, 16, "validation.data")

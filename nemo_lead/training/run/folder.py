@@ -48,7 +48,7 @@ from omegaconf import OmegaConf
 
 from nemo_lead.checkpoint.meta import list_checkpoints
 from nemo_lead.config.dotted import flatten
-from nemo_lead.config.loading import key_rules, save_config
+from nemo_lead.config.loading import key_rules, to_yaml
 from nemo_lead.runtime.files import (
     append_jsonl,
     cut_jsonl,
@@ -152,7 +152,7 @@ class RunFolder:
                     f"{self.path} holds a run with other settings or data. Differences:\n  " + "\n  ".join(lines)
                     + f"\nUse another --out, or delete {self.path} to start over.")
             changes = [d for d in diff if _rule(rules, d[0]) == "flag"]
-        save_config(cfg, saved_file)
+        write_atomic(saved_file, to_yaml(cfg))
         write_json(self.path / INPUTS_FILE, dict(sorted(inputs.items())), indent=1)
         if changes:
             self.append(CHANGES_FILE, [{"step": resumed_step or 0, "key": k, "from": a, "to": b}
