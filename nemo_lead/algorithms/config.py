@@ -30,7 +30,8 @@ their own), so a new entry needs no edit here unless it brings a setting of its 
 the presets and existing configs keep their meaning.
 
 How a response becomes an outcome is the verifier's (`nemo_lead.verify.verifier`), by `outcome_rule`;
-where the answer is read follows it (`default_answer_region`) unless the job sets `answer_region`.
+where the answer is read follows it (`nemo_lead.verify.verifier.default_region`) unless the job sets
+`verify.answer_region`.
 """
 
 from __future__ import annotations
@@ -150,13 +151,6 @@ class LeadConfig:
         if self.length_reward and self.length_shaping == "cosine" and self.max_response_len <= 0:
             raise ValueError("lead.length_shaping=cosine needs lead.max_response_len > 0 (its L_max, in tokens)")
         self.rollout_correction.validate()
-
-    @property
-    def default_answer_region(self) -> str:
-        """Where the verifier reads the answer unless the job says otherwise (`answer_region` of `nemo-lead
-        rl`): before the first `</think>` under the reference_code rule (the authors' code), else after
-        the last `</think>` (the final answer)."""
-        return "before_think" if self.outcome_rule == "reference_code" else "after_think"
 
     def replace(self, **changes) -> LeadConfig:
         return dataclasses.replace(self, **changes)

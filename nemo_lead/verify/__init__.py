@@ -15,6 +15,7 @@ from nemo_lead.verify.canonical import canonical_answer
 from nemo_lead.verify.config import VerifyConfig
 from nemo_lead.verify.extract import extract_answer
 from nemo_lead.verify.repetition import find_repetition
-from nemo_lead.verify.verifier import Grade, MathVerifier
+from nemo_lead.verify.verifier import Grade, MathVerifier, default_region
 
-__all__ = ["Grade", "MathVerifier", "VerifyConfig", "canonical_answer", "extract_answer", "find_repetition"]
+__all__ = ["Grade", "MathVerifier", "VerifyConfig", "canonical_answer", "default_region", "extract_answer",
+           "find_repetition"]

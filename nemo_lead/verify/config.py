@@ -3,8 +3,8 @@
     verify.workers      grader processes (on global rank 0)
     verify.timeout_s    soft time limit per answer; a grader stuck past it (plus a grace) is killed
     verify.answer_region where the final answer is read: after_think | before_think | all
-                        (`nemo_lead.verify.extract.REGIONS`); None: the command's default (rl: the LEAD
-                        preset's, `LeadConfig.default_answer_region`; eval: after_think, the paper's protocol)
+                        (`nemo_lead.verify.extract.REGIONS`); None: the command's default (rl: its outcome
+                        rule's, `nemo_lead.verify.verifier.default_region`; eval: after_think, the paper's protocol)
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Optional
 
 from nemo_lead.config.loading import setting
 from nemo_lead.verify.extract import REGIONS
-from nemo_lead.verify.verifier import MathVerifier
+from nemo_lead.verify.verifier import MathVerifier, default_region
 
 
 @dataclass
@@ -36,6 +36,7 @@ class VerifyConfig:
         """`answer_region`, or the command's `default` where it is None."""
         return self.answer_region or default
 
-    def verifier(self, default_region: str, rule: str = "paper"):
-        """A `MathVerifier` with these settings (close it, or use it as a context manager)."""
-        return MathVerifier(self.workers, self.timeout_s, self.region(default_region), rule=rule)
+    def verifier(self, default: str | None = None, rule: str = "paper"):
+        """A `MathVerifier` with these settings grading by `rule` (close it, or use it as a context manager);
+        the answer is read in `answer_region`, else in `default`, else where the rule reads it."""
+        return MathVerifier(self.workers, self.timeout_s, self.region(default or default_region(rule)), rule=rule)

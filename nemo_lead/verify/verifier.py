@@ -50,6 +50,12 @@ STATUSES = ("ok", "no_answer", "truncated", "timeout", "error")
 RULES = ("paper", "reference_code")
 
 
+def default_region(rule: str) -> str:
+    """Where `rule` reads the answer unless the job sets `verify.answer_region`: before the first `</think>`
+    under the reference_code rule (the authors' code), else after the last `</think>` (the final answer)."""
+    return "before_think" if rule == "reference_code" else "after_think"
+
+
 @dataclass(frozen=True)
 class Grade:
     """The verdict on one response. `seconds`: wall time from handing it to a worker to the answer (0 when

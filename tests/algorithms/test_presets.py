@@ -3,6 +3,7 @@
 import pytest
 
 from nemo_lead.algorithms import PRESETS, LeadConfig
+from nemo_lead.verify import default_region
 
 
 def test_every_preset_builds_and_names_itself():
@@ -37,10 +38,10 @@ def test_reference_code_deviations():
     assert cfg.loss_agg == "token_mean" and cfg.entropy_coeff == 0.001 and cfg.kl_coeff == 0.0
     # the classification: the authors' rule, their region, and their repetition check (always on)
     assert cfg.outcome_rule == "reference_code" and cfg.check_repetition
-    assert cfg.default_answer_region == "before_think"
+    assert default_region(cfg.outcome_rule) == "before_think"
     stage2 = LeadConfig.reference_code_stage2()
     assert not stage2.length_reward and stage2.check_repetition and stage2.repetition_reward == -2.0
-    assert stage2.outcome_rule == "reference_code" and stage2.default_answer_region == "before_think"
+    assert stage2.outcome_rule == "reference_code" and default_region(stage2.outcome_rule) == "before_think"
     assert stage2 == cfg.replace(preset="reference_code_stage2", length_reward=False)
 
 
@@ -48,7 +49,7 @@ def test_paper_presets_read_the_final_answer():
     for name in PRESETS:
         cfg = LeadConfig.from_preset(name)
         if not name.startswith("reference_code"):
-            assert cfg.outcome_rule == "paper" and cfg.default_answer_region == "after_think", name
+            assert cfg.outcome_rule == "paper" and default_region(cfg.outcome_rule) == "after_think", name
         assert cfg.rollout_correction.mode == "none", name
 
 

@@ -7,7 +7,7 @@ import pytest
 from nemo_lead.algorithms import LeadConfig, Outcome
 from nemo_lead.generation import Rollout
 from nemo_lead.training.rl.rollouts import Group, RolloutContext, grade_groups
-from nemo_lead.verify import MathVerifier
+from nemo_lead.verify import MathVerifier, default_region
 
 PIECES = ["<|user|>3+4? Answer in \\boxed{}.<|assistant|><think>\n", "ok ", "</think>", " \\boxed{7}", "<eos>",
           "\\boxed{7}", " wait"]
@@ -33,7 +33,7 @@ def _grade(preset):
     group = Group(problem=SimpleNamespace(answer="7"), prompt_ids=[0],
                   rollouts=[Rollout(0, i, ids, [0.0] * len(ids), [0.0] * len(ids), why)
                             for i, (ids, why) in enumerate(RESPONSES)])
-    with MathVerifier(workers=1, answer_region=cfg.default_answer_region, rule=cfg.outcome_rule) as v:
+    with MathVerifier(workers=1, answer_region=default_region(cfg.outcome_rule), rule=cfg.outcome_rule) as v:
         ctx = RolloutContext(info=SimpleNamespace(rank=0, world_size=1), engine=None, tokenizer=_Tokenizer(),
                              prompt_cfg=None, verifier=v, think_open=True, check_repetition=cfg.check_repetition)
         grade_groups(ctx, [group], SimpleNamespace(stop_token_ids=[EOS]))

@@ -12,7 +12,7 @@ import torch
 
 from nemo_lead.algorithms import LeadConfig, Outcome, shape_rewards
 from nemo_lead.data.prompts import LEAD_INSTRUCTION
-from nemo_lead.verify import MathVerifier
+from nemo_lead.verify import MathVerifier, default_region
 from nemo_lead.verify.extract import THINK_OPEN
 from nemo_lead.verify.reference_code import authors_answer, read_like_authors
 
@@ -58,14 +58,14 @@ TABLE = [
 
 @pytest.fixture(scope="module")
 def paper_verifier():
-    with MathVerifier(workers=1, answer_region=LeadConfig.paper().default_answer_region) as v:
+    with MathVerifier(workers=1, answer_region=default_region(LeadConfig.paper().outcome_rule)) as v:
         yield v
 
 
 @pytest.fixture(scope="module")
 def authors_verifier():
     cfg = LeadConfig.reference_code()
-    with MathVerifier(workers=1, answer_region=cfg.default_answer_region, rule=cfg.outcome_rule) as v:
+    with MathVerifier(workers=1, answer_region=default_region(cfg.outcome_rule), rule=cfg.outcome_rule) as v:
         yield v
 
 

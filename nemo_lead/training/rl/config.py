@@ -17,7 +17,7 @@ from nemo_lead.data import PromptConfig
 from nemo_lead.generation import EngineConfig, check_engine_layout, has_own_layout
 from nemo_lead.training.actor.config import ActorConfig
 from nemo_lead.training.run.config import RunSettings
-from nemo_lead.verify import VerifyConfig
+from nemo_lead.verify import VerifyConfig, default_region
 
 OLD_LOGPROBS = ("auto", "recompute")
 
@@ -78,8 +78,8 @@ class RLConfig(RunSettings):
     # auto: with one optimizer step on freshly sampled data (ppo_epochs = minibatches = 1) the old log-probs
     # are the update's own (detached), so no forward pass of their own; recompute: always a pass of their own
     old_logprobs: str = setting("auto", choices=OLD_LOGPROBS)
-    # grading; verify.answer_region None: the LEAD preset's (`lead.default_answer_region`: before_think for
-    # reference_code*, after_think otherwise)
+    # grading; verify.answer_region None: the outcome rule's (`verify.verifier.default_region`: before_think
+    # for reference_code*, after_think otherwise)
     verify: VerifyConfig = field(default_factory=VerifyConfig)
     # RUN/rollouts/step_NNNNNN.jsonl: prompt, response, reward, outcome per sample
     log_rollouts: bool = setting(True, resume="flag", results=False)
@@ -138,5 +138,5 @@ class RLConfig(RunSettings):
 
     @property
     def resolved_answer_region(self) -> str:
-        """`verify.answer_region`, or the LEAD preset's where it is None."""
-        return self.verify.region(self.lead.default_answer_region)
+        """`verify.answer_region`, or the outcome rule's (`lead.outcome_rule`) where it is None."""
+        return self.verify.region(default_region(self.lead.outcome_rule))

@@ -150,7 +150,7 @@ def rollout_context(cfg: RLConfig, source: ModelSource, info: ParallelInfo, mode
     """(the job's RolloutContext: the engine on `model`, whose weights are optimizer step `weight_version`'s,
     the verifier's worker pool on global rank 0 (the caller closes it), the end tokens): rl_job's, and the
     split layout's generators'."""
-    verifier = cfg.verify.verifier(cfg.lead.default_answer_region, rule=cfg.lead.outcome_rule) if info.rank == 0 else None
+    verifier = cfg.verify.verifier(rule=cfg.lead.outcome_rule) if info.rank == 0 else None
     try:
         engine_cfg = engine_config_for(cfg.engine, source)  # trtllm: a HF folder to build from; weights by refit
         ctx = RolloutContext(info=info, engine=build_engine(engine_cfg, model, release_copy=cfg.actor.offload_during_generation,
