@@ -167,6 +167,14 @@ def rank_start_method() -> str:
     return method
 
 
+def relaunches(ranks: int) -> bool:
+    """`run_command` will start `ranks` local ranks from this process: a plain process (not under torchrun /
+    srun) and more than one rank. A command whose preflight repeats what its job does first (loading the data)
+    passes that preflight only then: otherwise the job runs here, or on the launcher's ranks, and checks it
+    itself."""
+    return ranks > 1 and detect_launch(os.environ).world_size == 1
+
+
 def run_command(
     name: str,
     job: Callable[..., Any],
@@ -190,11 +198,11 @@ def run_command(
     try:
         if preflight is not None:
             preflight()
-        if held_stop_signal() and detect_launch(os.environ).world_size == 1 and ranks > 1:
+        if held_stop_signal() and relaunches(ranks):
             print(f"nemo-lead {name}: stopped by {held_stop_signal()} before any rank started; nothing was written",
                   file=sys.stderr)
             return 128 + getattr(signal, held_stop_signal())
-        if detect_launch(os.environ).world_size == 1 and ranks > 1:
+        if relaunches(ranks):
             (log or _to_stderr)(f"[{name}] starting {ranks} local ranks")
             run_local(job, ranks, args=args, start_method=rank_start_method())
         else:

@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from loops_common import (
@@ -177,6 +178,18 @@ def test_rl_renders_prompts_as_the_checkpoint_was_trained(data, sft_run, tmp_pat
     assert res.returncode == 0, res.stderr
     prompts = {json.loads(x)["prompt"] for x in (tmp_path / "rl2" / "rollouts" / "step_000001.jsonl").read_text().splitlines()}
     assert all("think step by step" in p and "Q: " in p for p in prompts)
+
+
+def test_rl_refuses_validation_prompts_that_cannot_fit_before_any_step(data, tmp_path):
+    """Validation's prompts are tokenized once, at the start, and checked with validation.max_tokens against the
+    model's 1024 positions: a problem that cannot fit is named before any validation or step runs."""
+    root, model = data
+    out = tmp_path / "long"
+    res = run_cli(rl_args(root, model, out, steps=1, extra=["validation.max_tokens=1020"]))
+    assert res.returncode == 2, res.stderr
+    assert re.search(r"validation.data problem \S+: \d+ prompt tokens \+ max_tokens 1020 exceed the model's 1024 "
+                     "positions", res.stderr), res.stderr
+    assert not (out / "val.jsonl").exists() and not (out / "checkpoints").exists()
 
 
 def test_rl_all_groups_filtered_is_logged_and_skipped(data, tmp_path):

@@ -50,10 +50,10 @@ from nemo_lead.algorithms import (
     compute_advantages,
 )
 from nemo_lead.algorithms.loss import MAX, METRIC_REDUCTIONS, metric_keys
-from nemo_lead.data import load_problems
+from nemo_lead.data import check_prompts_fit, load_problems, prompt_token_ids
 from nemo_lead.eval.metrics import CONS_AT_K, MEAN_LENGTH, PASS_AT_1, cons_at_k, mean_length, pass_at_k
 from nemo_lead.generation import SamplingParams, resolve_engine_kind
-from nemo_lead.parallel.local import run_command
+from nemo_lead.parallel.local import relaunches, run_command
 from nemo_lead.plan.check import check_before_start, resolve_engine_auto
 from nemo_lead.training.actor.megatron_actor import compute_logprobs, policy_train_step
 from nemo_lead.training.actor.microbatch import SequenceBatch
@@ -81,10 +81,10 @@ from nemo_lead.training.run.lifecycle import (
     end_of_step,
     finish_run,
     model_and_prompt,
-    preflight_if_relaunching,
     start_run,
     stop_if_not_finite,
 )
+from nemo_lead.training.run.lock import refuse_if_in_use
 
 LOGS = (PROBLEM_STATS_FILE, VALIDATION_FILE)  # per-step logs cut back on resume
 FINITE_KEYS = ("loss", "grad_norm")  # a NaN / inf here stops the run
@@ -230,7 +230,8 @@ def validate(s: RLState, step: int) -> dict[str, float]:
     t0 = time.monotonic()
     with offloaded(s.run.actor, s.cfg.actor.offload_during_generation):
         s.ctx.engine.wake()
-        groups = sample_groups(dataclasses.replace(s.ctx, check_repetition=False), s.val_problems, params)
+        groups = sample_groups(dataclasses.replace(s.ctx, check_repetition=False), s.val_problems, params,
+                               s.val_prompt_ids)
         s.ctx.engine.sleep()
     out = {
         "step": step, PASS_AT_1: pass_at_k([[o == Outcome.CORRECT for o in g.outcomes] for g in groups]),
@@ -274,7 +275,13 @@ def rl_job(cfg: RLConfig) -> None:
         order = DataOrder(len(problems), cfg.seed, shuffle=d.shuffle)
         if run.loop_state.get("data"):
             order.load_state_dict(run.loop_state["data"])
-        s = RLState(run=run, ctx=ctx, problems=problems, order=order, val_problems=val, end_tokens=ends)
+        # validation's prompts are the same at every validation: tokenized once, and refused now (naming the
+        # problem) when one cannot fit with its max_tokens, rather than at the first validation of a resumed run
+        val_ids = prompt_token_ids(run.tokenizer, val, cfg.prompt)
+        check_prompts_fit(val, val_ids, cfg.validation.max_tokens or cfg.rollout.max_tokens,
+                          source.hf_config.get("max_position_embeddings"), "validation.data")
+        s = RLState(run=run, ctx=ctx, problems=problems, order=order, val_problems=val, val_prompt_ids=val_ids,
+                    end_tokens=ends)
         queued = restored_batches(run, cfg.rollout.lag)
         s.batches = BatchQueue(cfg.rollout.lag, run.step + 1, queued) if link is None else link.trainer_queue(s, queued)
         run.parts[PART] = s.batches.write_part
@@ -308,7 +315,9 @@ def rl_job(cfg: RLConfig) -> None:
 
 
 def _preflight(cfg: RLConfig) -> None:
-    """Bad problem files fail here, before any rank starts, with the file and line."""
+    """Before local ranks start (`relaunches`): a run folder in use is refused in one line naming its holder,
+    and bad problem files fail with the file and line."""
+    refuse_if_in_use(cfg.out)
     load_problems(cfg.data.path, split=cfg.data.split, fields=dict(cfg.data.fields), limit=cfg.data.limit)
     if cfg.validation.data:
         load_problems(cfg.validation.data, limit=cfg.validation.limit)
@@ -321,5 +330,4 @@ def run_rl(cfg: RLConfig) -> int:
     if check_before_start(cfg, "rl"):  # on GPUs: a layout that cannot fit stops here, saying what to change
         return 2
     ranks = cfg.actor.tp * cfg.actor.pp + cfg.rollout.generator_ranks
-    return run_command("rl", rl_job, (cfg,), ranks=ranks,
-                       preflight=preflight_if_relaunching(ranks, lambda: _preflight(cfg), cfg.out))
+    return run_command("rl", rl_job, (cfg,), ranks=ranks, preflight=(lambda: _preflight(cfg)) if relaunches(ranks) else None)

@@ -70,6 +70,7 @@ class RLState:
     problems: list[Problem]
     order: DataOrder
     val_problems: list[Problem]
+    val_prompt_ids: list[list[int]] = field(default_factory=list)  # val_problems' prompts, tokenized once per job
     end_tokens: list[int] = field(default_factory=list)  # stop tokens: nemo_lead.models.end_token_ids
     no_signal: NoSignalWarnings = field(default_factory=NoSignalWarnings)  # warns when steps cannot learn
     batches: StepBatches | None = None  # where each step's rollouts come from; rl_job sets it (None on generators)

@@ -147,9 +147,11 @@ def decode(tokenizer, rollout: Rollout, stop_ids: set[int]) -> str:
     return tokenizer.decode(ids[:-1] if ids and ids[-1] in stop_ids else ids, skip_special_tokens=False)
 
 
-def generate_groups(ctx: RolloutContext, problems: list[Problem], params: SamplingParams) -> list[Group]:
-    """n samples per problem (not yet graded). Collective."""
-    prompts = prompt_token_ids(ctx.tokenizer, problems, ctx.prompt_cfg)
+def generate_groups(ctx: RolloutContext, problems: list[Problem], params: SamplingParams,
+                    prompt_ids: list[list[int]] | None = None) -> list[Group]:
+    """n samples per problem (not yet graded). Collective. `prompt_ids`: the problems' prompts tokenized
+    already (validation's, once per job); None: tokenized here."""
+    prompts = prompt_ids if prompt_ids is not None else prompt_token_ids(ctx.tokenizer, problems, ctx.prompt_cfg)
     per_prompt = generate_all(ctx, prompts, params)
     return [Group(problem=p, prompt_ids=ids, rollouts=rs) for p, ids, rs in zip(problems, prompts, per_prompt)]
 
@@ -182,9 +184,10 @@ def grade_groups(ctx: RolloutContext, groups: list[Group], params: SamplingParam
             g.extracted.append(extracted)
 
 
-def sample_groups(ctx: RolloutContext, problems: list[Problem], params: SamplingParams) -> list[Group]:
+def sample_groups(ctx: RolloutContext, problems: list[Problem], params: SamplingParams,
+                  prompt_ids: list[list[int]] | None = None) -> list[Group]:
     """`generate_groups` then `grade_groups`. Collective."""
-    groups = generate_groups(ctx, problems, params)
+    groups = generate_groups(ctx, problems, params, prompt_ids)
     grade_groups(ctx, groups, params)
     return groups
 

@@ -46,7 +46,7 @@ from nemo_lead.runtime.tracking import open_tracker
 from nemo_lead.training.actor.megatron_actor import Actor, build_actor
 from nemo_lead.training.rl.config import RLConfig
 from nemo_lead.training.run.folder import RunFolder
-from nemo_lead.training.run.lock import FolderInUse, lock_folder, refuse_if_in_use
+from nemo_lead.training.run.lock import FolderInUse, lock_folder
 from nemo_lead.training.run.resume import choose_resume_checkpoint, on_writer_then_share
 from nemo_lead.training.run.train_state import load_actor_state, save_actor_state
 from nemo_lead.training.sft.config import SFTConfig
@@ -102,21 +102,6 @@ class Run:
         self.progress.warn(message)
 
 
-def preflight_if_relaunching(ranks: int, check, out: Any):
-    """run_command's preflight only when this process will start `ranks` local ranks: the run folder `out`
-    must not be in use (one line naming the holder, before any rank starts), then `check`. Otherwise the
-    job runs here (or under torchrun / srun) and makes the same checks itself, so loading the data twice
-    would only cost start-up time."""
-    if ranks <= 1 or detect_launch(os.environ).world_size != 1:
-        return None
-
-    def preflight() -> None:
-        refuse_if_in_use(out)
-        check()
-
-    return preflight
-
-
 def model_and_prompt(cfg: RunConfig) -> tuple[RunConfig, ModelSource]:
     """(`cfg` with the prompt the run uses, the `ModelSource` of its `actor.model`): a checkpoint's training
     prompt replaces `prompt` while its keys are at their defaults (`nemo_lead.data.resolve_prompt`, the rule
@@ -164,8 +149,9 @@ def start_run(cfg: SFTConfig | RLConfig, name: str, total_steps: int, log_names:
     choice = choose_resume_checkpoint(info, cfg.out, total_steps)
     latest = choice.path
 
-    def open_folder():
+    def open_folder():  # the folder as the resumed step left it: its settings checked, its logs cut back to it
         folder.prepare(cfg, inputs, resumed_step=choice.step if latest is not None else None)
+        folder.rewind(choice.step if latest is not None else -1, log_names)
         folder.tracker = open_tracker(getattr(cfg, "wandb", None), cfg.out, cfg, job_type=name)
 
     on_writer_then_share(info, open_folder)
@@ -192,7 +178,6 @@ def start_run(cfg: SFTConfig | RLConfig, name: str, total_steps: int, log_names:
     else:
         progress.say(f"starting {cfg.out} ({total_steps} steps; tp {info.tp}, pp {info.pp}, dp {info.dp}); "
                      + backend_note())
-    folder.rewind(step if latest is not None else -1, log_names)
     progress.restart_at(step)
     return Run(cfg=cfg, name=name, info=info, actor=actor, folder=folder, tokenizer=tokenizer, tokenizer_dir=tok_dir,
                stop=stop, progress=progress, step=step, loop_state=loop_state,

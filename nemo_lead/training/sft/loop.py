@@ -23,7 +23,7 @@ from typing import Any
 
 from nemo_lead.data.traces import fit_traces, load_traces
 from nemo_lead.models import load_tokenizer
-from nemo_lead.parallel.local import run_command
+from nemo_lead.parallel.local import relaunches, run_command
 from nemo_lead.plan.check import check_before_start
 from nemo_lead.runtime.files import write_json
 from nemo_lead.training.actor.megatron_actor import sft_eval_loss, sft_train_step
@@ -35,10 +35,10 @@ from nemo_lead.training.run.lifecycle import (
     end_of_step,
     finish_run,
     model_and_prompt,
-    preflight_if_relaunching,
     start_run,
     stop_if_not_finite,
 )
+from nemo_lead.training.run.lock import refuse_if_in_use
 from nemo_lead.training.sft.config import SFTConfig
 from nemo_lead.training.sft.packing import pack_traces
 
@@ -140,7 +140,9 @@ def sft_job(cfg: SFTConfig) -> None:
 
 
 def _preflight(cfg: SFTConfig) -> None:
-    """Bad data fails here, before any rank starts, with the file and line."""
+    """Before local ranks start (`relaunches`): a run folder in use is refused in one line naming its holder,
+    and bad data fails with the file and line."""
+    refuse_if_in_use(cfg.out)
     cfg, source = model_and_prompt(cfg)
     load_sft_data(cfg, load_tokenizer(source.require_tokenizer()))
 
@@ -150,5 +152,4 @@ def run_sft(cfg: SFTConfig) -> int:
     if check_before_start(cfg, "sft"):  # on GPUs: a layout that cannot fit stops here, saying what to change
         return 2
     ranks = cfg.actor.tp * cfg.actor.pp
-    return run_command("sft", sft_job, (cfg,), ranks=ranks,
-                       preflight=preflight_if_relaunching(ranks, lambda: _preflight(cfg), cfg.out))
+    return run_command("sft", sft_job, (cfg,), ranks=ranks, preflight=(lambda: _preflight(cfg)) if relaunches(ranks) else None)
