@@ -49,7 +49,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING
 
 import torch
 import torch.distributed as dist
@@ -83,6 +83,11 @@ from nemo_lead.training.actor.microbatch import (
     plan_microbatches,
 )
 
+if TYPE_CHECKING:  # megatron-core loads when the actor is built (nemo_lead.mcore.lazy_import)
+    from megatron.core.distributed import DistributedDataParallel
+    from megatron.core.optimizer import MegatronOptimizer
+    from megatron.core.optimizer_param_scheduler import OptimizerParamScheduler
+
 
 # ----------------------------------------------------------------------------- the actor
 @dataclass
@@ -94,9 +99,9 @@ class Actor:
 
     cfg: ActorConfig
     parallel: ParallelInfo
-    model: Any  # megatron.core.distributed.DistributedDataParallel
-    optimizer: Any  # megatron.core.optimizer.MegatronOptimizer
-    scheduler: Any  # megatron.core.optimizer_param_scheduler.OptimizerParamScheduler
+    model: DistributedDataParallel
+    optimizer: MegatronOptimizer
+    scheduler: OptimizerParamScheduler
     precision: str
 
     @property

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.distributed as dist
@@ -29,6 +29,9 @@ from nemo_lead.parallel import ParallelInfo
 from nemo_lead.training.actor.microbatch import SequenceBatch
 from nemo_lead.verify import MathVerifier
 from nemo_lead.verify.extract import THINK_OPEN
+
+if TYPE_CHECKING:  # transformers loads when the tokenizer does
+    from transformers import PreTrainedTokenizerBase
 
 
 @dataclass
@@ -71,7 +74,7 @@ class RolloutContext:
 
     info: ParallelInfo
     engine: RolloutEngine
-    tokenizer: Any  # a Hugging Face tokenizer (nemo_lead.models.load_tokenizer)
+    tokenizer: PreTrainedTokenizerBase  # nemo_lead.models.load_tokenizer's
     prompt_cfg: PromptConfig
     verifier: MathVerifier | None  # on global rank 0, None elsewhere
     think_open: bool  # the prompt ends inside an open <think> block: the grader sees it prepended
