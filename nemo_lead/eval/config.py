@@ -18,9 +18,9 @@ from nemo_lead.models.source import PRECISION_CHOICES
 from nemo_lead.plan.settings import PlanSettings
 from nemo_lead.runtime.progress import PROGRESS_MODES, check_progress_mode
 from nemo_lead.runtime.tracking import WandbSettings
-from nemo_lead.verify import VerifyConfig
+from nemo_lead.verify import VerifyConfig, default_region
 
-ANSWER_REGION = "after_think"  # the paper's protocol: R1-style models think first, then answer
+ANSWER_REGION = default_region("paper")  # after_think, the paper's protocol: R1-style models think first, then answer
 PAPER_BUDGETS = [8192, 14336]  # the paper's response budgets: 7B and 14B
 
 

@@ -131,7 +131,7 @@ class Grader:
 
     def __init__(self, cfg: EvalConfig, prep: Prepared, tag: str):
         self.region, self.tag, self.prep = cfg.verify.region(ANSWER_REGION), tag, prep
-        self.verifier = cfg.verify.verifier(ANSWER_REGION)
+        self.verifier = cfg.verify.verifier()  # the paper's rule, read where it reads (ANSWER_REGION)
         self.stops = set(prep.params.stop_token_ids)
 
     def close(self) -> None:

@@ -198,15 +198,15 @@ def run_command(
     try:
         if preflight is not None:
             preflight()
-        if held_stop_signal() and relaunches(ranks):
+        if not relaunches(ranks):
+            job(*args)
+        elif held_stop_signal():
             print(f"nemo-lead {name}: stopped by {held_stop_signal()} before any rank started; nothing was written",
                   file=sys.stderr)
             return 128 + getattr(signal, held_stop_signal())
-        if relaunches(ranks):
+        else:
             (log or _to_stderr)(f"[{name}] starting {ranks} local ranks")
             run_local(job, ranks, args=args, start_method=rank_start_method())
-        else:
-            job(*args)
     except (RankFailed, JobError) as e:
         print(f"nemo-lead {name}: {e}", file=sys.stderr)
         return 1

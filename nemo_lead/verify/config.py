@@ -36,7 +36,7 @@ class VerifyConfig:
         """`answer_region`, or the command's `default` where it is None."""
         return self.answer_region or default
 
-    def verifier(self, default: str | None = None, rule: str = "paper"):
+    def verifier(self, rule: str = "paper"):
         """A `MathVerifier` with these settings grading by `rule` (close it, or use it as a context manager);
-        the answer is read in `answer_region`, else in `default`, else where the rule reads it."""
-        return MathVerifier(self.workers, self.timeout_s, self.region(default or default_region(rule)), rule=rule)
+        the answer is read in `answer_region`, else where the rule reads it (`default_region`)."""
+        return MathVerifier(self.workers, self.timeout_s, self.region(default_region(rule)), rule=rule)
