@@ -13,6 +13,7 @@ from typing import Optional
 
 from nemo_lead.config.loading import setting
 from nemo_lead.data import PromptConfig
+from nemo_lead.eval.calls import round_ranges
 from nemo_lead.generation import EngineConfig, SamplingParams, check_engine_layout
 from nemo_lead.models.source import PRECISION_CHOICES
 from nemo_lead.plan.settings import PlanSettings
@@ -22,6 +23,7 @@ from nemo_lead.verify import VerifyConfig, default_region
 
 ANSWER_REGION = default_region("paper")  # after_think, the paper's protocol: R1-style models think first, then answer
 PAPER_BUDGETS = [8192, 14336]  # the paper's response budgets: 7B and 14B
+CALL_WAVES = 4  # call_sequences None: calls of this many times the sequences the engine holds at once
 
 
 def _paper_sampling() -> SamplingParams:
@@ -42,10 +44,20 @@ class EvalConfig:
     pp: int = 1
     precision: str = "auto"  # auto (fp32 on CPU; on a GPU bf16, fp16 for fp16 weights) | fp32 | bf16 | fp16 | fp8
     stop_at_eos: bool = True  # the end tokens (tokenizer EOS + generation_config.json eos_token_id) end a response
-    problems_per_call: int = 8  # problems per engine call: the unit of seeding and of resume (see runner.py)
+    # sequences per engine call, the unit of resume (a stopped or killed job redoes at most one call per
+    # replica); None: CALL_WAVES x the sequences the engine decodes at once (its KV budget / batch limit at
+    # the longest prompt + max_tokens). Samples do not depend on it (per-sample seeds: eval/calls.py)
+    call_sequences: Optional[int] = setting(None, results=False)
+    problems_per_call: Optional[int] = setting(None, results=False)  # the older spelling: calls of problems_per_call x n
+    # sample in rounds: the sizes of the first rounds, the last takes the rest of n; a round samples only the
+    # problems with no correct sample yet ([1]: sample 0, then 1 .. n-1 where it failed; the distill stage's
+    # keep: first). []: all n at once. With rounds the summary scores sample 0 of every problem
+    rounds: list[int] = field(default_factory=list)
     sampling: SamplingParams = field(default_factory=_paper_sampling)
     prompt: PromptConfig = field(default_factory=PromptConfig)  # a checkpoint's training prompt wins at defaults
-    engine: EngineConfig = field(default_factory=EngineConfig)
+    # auto: vLLM where it is installed on a GPU and the plan finds it the faster that fits, else the megatron
+    # engine (printed at the start)
+    engine: EngineConfig = field(default_factory=lambda: EngineConfig(kind="auto"))
     verify: VerifyConfig = field(default_factory=VerifyConfig)  # answer_region None: after_think (ANSWER_REGION)
     budgets: list[int] = setting(default_factory=list, results=False)  # accuracy-vs-budget points; []: 16 steps to max_tokens
     report_budgets: list[int] = setting(default_factory=lambda: list(PAPER_BUDGETS), results=False)  # table columns
@@ -55,7 +67,8 @@ class EvalConfig:
     # Weights & Biases: the config and the summary table (nemo_lead.runtime.tracking); its id in OUT/wandb.json
     wandb: WandbSettings = setting(default_factory=WandbSettings, results=False)
     # what `nemo-lead plan` assumes of this stage in a recipe (distill, eval): the mean response length
-    # (plan.mean_response_tokens) and the problems when the data cannot be counted (plan.data_rows)
+    # (plan.mean_response_tokens), the problems when the data cannot be counted (plan.data_rows) and, with
+    # rounds, the share of problems the first round solves (plan.first_round_solve_rate)
     plan: PlanSettings = setting(default_factory=PlanSettings, results=False)
 
     def __post_init__(self) -> None:
@@ -64,16 +77,17 @@ class EvalConfig:
                              "or give runs to compare (--compare RUN_A RUN_B ...)")
         if not self.compare and not dataset_specs(self.data):
             raise ValueError("data must name at least one dataset (--data aime24,aime25)")
-        for key in ("tp", "pp", "problems_per_call"):
-            if getattr(self, key) < 1:
+        for key in ("tp", "pp", "problems_per_call", "call_sequences"):
+            if getattr(self, key) is not None and getattr(self, key) < 1:
                 raise ValueError(f"{key} must be >= 1, got {getattr(self, key)}")
+        round_ranges(self.sampling.n, list(self.rounds))
         check_engine_layout(self.engine, tp=self.tp, pp=self.pp, prefix="", own_layout=False)
         if self.limit is not None and self.limit < 1:
             raise ValueError(f"limit must be >= 1, got {self.limit}")
         if self.precision not in PRECISION_CHOICES:
             raise ValueError(f"precision must be one of {', '.join(PRECISION_CHOICES)}, got {self.precision!r}")
         if self.sampling.seed is None:
-            raise ValueError("sampling.seed must be an integer: each group of problems gets a seed derived from it, "
+            raise ValueError("sampling.seed must be an integer: each problem gets a seed derived from it, "
                              "which is what makes a resumed run equal an uninterrupted one")
         check_progress_mode(self.progress)
         bad = [b for b in [*self.budgets, *self.report_budgets] if b < 1]

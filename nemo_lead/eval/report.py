@@ -101,8 +101,9 @@ def summary_markdown(summary: dict[str, Any]) -> str:
                      f"{d[CONS_AT_K]:.3f}", f"{d[PASS_AT_1]:.3f}", _fmt_len(d[MEAN_LENGTH]),
                      *[f"{acc[str(b)]:.3f}" if str(b) in acc else "-" for b in budgets], f"{d['truncated']:.1%}",
                      f"{d['answer_extracted']:.1%}"])
-    k = summary["sampling"]["n"]
-    return (f"# Evaluation of {Path(summary['model']).name}\n\n{settings_line(summary)}\n\n"
+    k = summary.get("scored_samples", summary["sampling"]["n"])  # in rounds: the first round's samples
+    rounds = f"; sampled in rounds of {summary['rounds']}: scored on the first" if "rounds" in summary else ""
+    return (f"# Evaluation of {Path(summary['model']).name}\n\n{settings_line(summary)}{rounds}\n\n"
             + markdown_table(header, rows).replace("Cons@k", f"Cons@{k}"))
 
 

@@ -1,9 +1,16 @@
-"""The evaluation job: generate the missing samples chunk by chunk, grade them, append them, score the run.
+"""The evaluation job: generate the missing samples call by call, grade them, append them, score the run.
 
 Every rank runs `eval_rank(cfg)` (SPMD, like `nemo-lead generate`). Global rank 0 is the writer: it reads
-the run folder, decides which chunks are missing (the others get that list by broadcast), grades with
+the run folder, decides which samples are missing and cuts them into engine calls (calls.py: every sample
+has its own seed, so the cut does not change any sample; the others get the list by broadcast), grades with
 `MathVerifier`, writes every file, and prints progress. With more ranks than tp x pp (torchrun / srun), the
-data-parallel replicas generate different chunks at the same time and send their rollouts to rank 0.
+data-parallel replicas generate different calls at the same time and send their rollouts to rank 0.
+
+Calls: `call_sequences` sequences each (default CALL_WAVES x what the engine holds at once: its KV budget at
+the longest prompt + max_tokens, or its batch limit), so the engine's continuous batching keeps its cache
+full through a call; a call's samples are stored when it ends, so a killed job redoes at most one call per
+data-parallel replica. Rounds (`rounds`, the distill stage's keep: first): a round samples only the
+problems with no correct sample in the earlier rounds; the next round starts once the last one is graded.
 
 Output folder:
     run.json                the settings the samples were made with (store.py: resume rules)
@@ -44,8 +51,15 @@ from nemo_lead.data import (
     prompt_token_ids,
     resolve_prompt,
 )
-from nemo_lead.eval.chunks import Chunk, load_datasets, plan_chunks
-from nemo_lead.eval.config import ANSWER_REGION, EvalConfig, budget_points, dataset_specs, default_out
+from nemo_lead.eval.calls import Call, Item, load_datasets, pending_items, plan_calls, round_ranges
+from nemo_lead.eval.config import (
+    ANSWER_REGION,
+    CALL_WAVES,
+    EvalConfig,
+    budget_points,
+    dataset_specs,
+    default_out,
+)
 from nemo_lead.eval.report import (
     FIGURE,
     dataset_summary,
@@ -67,6 +81,8 @@ from nemo_lead.runtime.progress import LoopProgress
 from nemo_lead.runtime.tracking import open_tracker
 from nemo_lead.verify.extract import THINK_OPEN
 
+SEEDING = "per sample: (seed, dataset, problem id) -> the problem's seed, then its sample index (eval/calls.py)"
+
 
 @dataclass
 class Prepared:
@@ -77,11 +93,15 @@ class Prepared:
     precision: str  # resolved (`resolve_precision`)
     tokenizer: Any
     datasets: dict[str, list[Problem]]
-    chunks: list[Chunk]
+    rounds: list[range]  # the sample indices of each round (`calls.round_ranges`)
     params: SamplingParams  # with the stop tokens; its seed is the base seed
     settings: dict[str, Any]  # what run.json records (store.py)
     think_open: bool  # the prompt ends inside an open <think> block
     prompt: PromptConfig  # cfg.prompt, or the checkpoint's training prompt (`resolve_prompt`)
+
+    def order(self) -> dict[tuple[str, str], int]:
+        """Each problem's place: datasets in order, each in file order (samples.jsonl's order at the end)."""
+        return {(name, p.id): i for i, (name, p) in enumerate((name, p) for name, ps in self.datasets.items() for p in ps)}
 
 
 def prepare(cfg: EvalConfig) -> Prepared:
@@ -98,11 +118,11 @@ def prepare(cfg: EvalConfig) -> Prepared:
         "model": {**source.fingerprint(), "precision": precision},
         "sampling": dataclasses.asdict(params),
         "prompt": prompt_settings(prompt_cfg),
-        "problems_per_call": cfg.problems_per_call,
+        "seeding": SEEDING,
     }
     return Prepared(
         out=Path(cfg.out or default_out(cfg)), source=source, precision=precision, tokenizer=tokenizer, datasets=datasets,
-        chunks=plan_chunks(datasets, cfg.problems_per_call, params.seed), params=params, settings=settings,
+        rounds=round_ranges(params.n, list(cfg.rounds)), params=params, settings=settings,
         think_open=bool(open_think(tokenizer, prompt_cfg)), prompt=prompt_cfg,
     )
 
@@ -114,15 +134,32 @@ def check_prompt_lengths(cfg: EvalConfig, prep: Prepared) -> None:
                           prep.source.hf_config.get("max_position_embeddings"), name)
 
 
-def missing_samples(store: SampleStore, chunk: Chunk, n: int) -> int:
-    return sum(not store.has((chunk.dataset, p.id, s)) for p in chunk.problems for s in range(n))
+def round_items(prep: Prepared, store: SampleStore, r: int) -> list[Item]:
+    """Round r's work given what the store holds (`calls.pending_items`)."""
+    samples = prep.rounds[r]
+    earlier = range(0, samples.start)
+
+    def correct(key) -> bool:
+        rec = store.records.get(key)
+        return bool(rec and rec.get("correct"))
+
+    return pending_items(prep.datasets, prep.params.seed, samples, earlier, store.has, correct)
 
 
-def samples_left(prep: Prepared) -> int:
+def samples_left(prep: Prepared, store: SampleStore | None = None) -> int:
     """The samples the run folder still misses (0 once `nemo-lead eval` finished; more after it stopped
-    before the job's end, which exits 0 too)."""
-    store = SampleStore.open(prep.out, prep.settings, write=False, problems=prep.datasets)
-    return sum(missing_samples(store, c, prep.params.n) for c in prep.chunks)
+    before the job's end, which exits 0 too). With rounds, a later round's samples of a problem count only
+    once its earlier rounds are in and none of them is correct."""
+    if store is None:
+        store = SampleStore.open(prep.out, prep.settings, write=False, problems=prep.datasets)
+    left = 0
+    for r in range(len(prep.rounds)):
+        items = round_items(prep, store, r)
+        left += sum(sum(not store.has((i.dataset, i.problem.id, s)) for s in range(i.first, i.first + i.count))
+                    for i in items)
+        if items:  # a later round waits for this one's grades
+            break
+    return left
 
 
 # ----------------------------------------------------------------------------- grading (writer rank)
@@ -141,18 +178,18 @@ class Grader:
         prefix = THINK_OPEN if self.prep.think_open else ""
         return self.verifier.grade([prefix + t for t in texts], golds, finished)
 
-    def records(self, chunk: Chunk, rollouts: list[tuple[int, int, list[int], str]]) -> list[dict[str, Any]]:
+    def records(self, call: Call, rollouts: list[tuple[int, int, list[int], str]]) -> list[dict[str, Any]]:
         tok = self.prep.tokenizer
         texts = [tok.decode(ids[:-1] if ids and ids[-1] in self.stops else ids, skip_special_tokens=False)
                  for _, _, ids, _ in rollouts]
-        problems = [chunk.problems[p] for p, _, _, _ in rollouts]
-        grades = self._grade(texts, [p.answer for p in problems], [f == "stop" for *_, f in rollouts])
+        items = [call.items[p] for p, _, _, _ in rollouts]
+        grades = self._grade(texts, [i.problem.answer for i in items], [f == "stop" for *_, f in rollouts])
         return [
-            {"dataset": chunk.dataset, "problem_id": p.id, "sample": s, "response": text, "extracted": g.extracted,
+            {"dataset": i.dataset, "problem_id": i.problem.id, "sample": s, "response": text, "extracted": g.extracted,
              "correct": g.correct, "status": g.status, "outcome": outcome_label(g.outcome, finish == "stop"),
              "tokens": len(ids),
-             "finish_reason": finish, "gold": p.answer, "grading": self.region, "run": self.tag}
-            for p, (_, s, ids, finish), text, g in zip(problems, rollouts, texts, grades)
+             "finish_reason": finish, "gold": i.problem.answer, "grading": self.region, "run": self.tag}
+            for i, (_, s, ids, finish), text, g in zip(items, rollouts, texts, grades)
         ]
 
     def regrade_stale(self, store: SampleStore, say) -> int:
@@ -169,28 +206,34 @@ class Grader:
 
 
 class EvalProgress:
-    """Per finished chunk: counts, throughput, Pass@1 so far and the time left, shown the way `progress` says
-    (`nemo_lead.runtime.progress`: a bar, log lines, or nothing); only the writer rank shows anything."""
+    """Per finished call: counts, throughput, Pass@1 so far and the time left, shown the way `progress` says
+    (`nemo_lead.runtime.progress`: a bar, log lines, or nothing); only the writer rank shows anything. A run
+    in rounds starts a count of its own per round (`start_round`)."""
 
-    def __init__(self, cfg: EvalConfig, total_samples: int, total_chunks: int, active: bool):
-        self.shown = LoopProgress("eval", total_chunks, mode=cfg.progress, active=active, unit="chunk")
-        self.total = total_samples
-        self.done = self.chunks_done = self.tokens = 0
+    def __init__(self, cfg: EvalConfig, active: bool):
+        self.mode, self.active = cfg.progress, active
+        self.shown = LoopProgress("eval", 1, mode=cfg.progress, active=active, unit="call")
+        self.total = self.done = self.calls_done = self.tokens = 0
         self.start = time.monotonic()
+
+    def start_round(self, label: str, samples: int, calls: int) -> None:
+        self.shown.close()
+        self.shown = LoopProgress(f"eval{label}", max(calls, 1), mode=self.mode, active=self.active, unit="call")
+        self.total, self.done, self.calls_done = samples, 0, 0
 
     def say(self, message: str) -> None:
         self.shown.say(message)
 
-    def update(self, chunk: Chunk, records: list[dict[str, Any]], store: SampleStore, problems: int) -> None:
+    def update(self, dataset: str, records: list[dict[str, Any]], store: SampleStore, problems: int) -> None:
         self.done += len(records)
-        self.chunks_done += 1
+        self.calls_done += 1
         self.tokens += sum(r["tokens"] for r in records)
         elapsed = time.monotonic() - self.start
-        mine = [r for r in store.records.values() if r["dataset"] == chunk.dataset]
-        acc = sum(r["correct"] for r in mine) / len(mine)
+        mine = [r for r in store.records.values() if r["dataset"] == dataset]
+        acc = sum(r["correct"] for r in mine) / max(len(mine), 1)
         have = len({r["problem_id"] for r in mine})
-        self.shown.step(self.chunks_done, {
-            chunk.dataset: f"{have}/{problems} problems", "samples": f"{self.done}/{self.total}",
+        self.shown.step(self.calls_done, {
+            dataset: f"{have}/{problems} problems", "samples": f"{self.done}/{self.total}",
             "tok/s": f"{self.tokens / max(elapsed, 1e-9):,.0f}", "Pass@1 so far": f"{acc:.3f}"})
 
     def close(self) -> None:
@@ -227,23 +270,25 @@ def eval_rank(cfg: EvalConfig) -> None:
         if info.rank == 0:
             store = SampleStore.open(prep.out, prep.settings, write=True, problems=prep.datasets)
             write_atomic(prep.out / "config.yaml", to_yaml(cfg))
-        n = prep.params.n
-        pending = _broadcast([i for i, c in enumerate(prep.chunks) if missing_samples(store, c, n)]
-                             if store is not None else None)
-        total = sum(missing_samples(store, prep.chunks[i], n) for i in pending) if store is not None else 0
-        progress = EvalProgress(cfg, total, len(pending), active=info.rank == 0)
+        progress = EvalProgress(cfg, active=info.rank == 0)
+        left = 0
         if info.rank == 0:
             grader = Grader(cfg, prep, store.tag)
             grader.regrade_stale(store, progress.say)
+            left = samples_left(prep, store)
+            n, rounds = prep.params.n, [len(r) for r in prep.rounds]
             progress.say(f"{prep.source.kind} model {prep.source.path} ({prep.precision}; tp {info.tp}, "
                          f"pp {info.pp}, dp {info.dp}) | {', '.join(f'{k} ({len(v)})' for k, v in prep.datasets.items())}"
-                         f" | n {n}, T {prep.params.temperature:g}, top-p {prep.params.top_p:g}, max_tokens "
-                         f"{prep.params.max_tokens} | {len(store.records)} samples already in {prep.out}; {total} to "
-                         f"generate in {len(pending)} chunks")
-        stopped = bool(pending) and _generate_pending(cfg, prep, info, pending, store, grader, progress)
+                         f" | n {n}{f' in rounds of {rounds}' if len(rounds) > 1 else ''}, T {prep.params.temperature:g},"
+                         f" top-p {prep.params.top_p:g}, max_tokens {prep.params.max_tokens} | {len(store.records)} "
+                         f"samples already in {prep.out}; {left} to generate"
+                         + (" in this round" if len(rounds) > 1 and left else ""))
+        left = _broadcast(left)
+        stopped = bool(left) and _generate_pending(cfg, prep, info, store, grader, progress)
         if stopped:
             _requeue_after_stop(info, prep, store, progress)
         elif info.rank == 0:
+            store.put_in_order(prep.order())  # the same file whatever the calls, replicas and resumes
             _write_reports(cfg, prep, store, progress.say)
         dist.barrier()
     finally:
@@ -254,54 +299,93 @@ def eval_rank(cfg: EvalConfig) -> None:
         destroy_parallel()
 
 
-def _generate_pending(cfg, prep: Prepared, info, pending: list[int], store, grader, progress: EvalProgress) -> bool:
-    """Generate, grade and store the pending chunks, `dp` at a time; True when it stopped before the job's
-    end (`_stop_before`), with every finished chunk stored. As in the training loops, the first chunk(s) of
-    a job always run (nothing is measured yet), so that every attempt of a requeued job makes progress."""
+def call_size(cfg: EvalConfig, engine: Any, positions: int) -> int:
+    """Sequences per engine call: `call_sequences`, or problems_per_call x n, or CALL_WAVES x the sequences
+    the engine holds at once at `positions` (longest prompt + max_tokens)."""
+    if cfg.call_sequences is not None:
+        return cfg.call_sequences
+    if cfg.problems_per_call is not None:
+        return cfg.problems_per_call * cfg.sampling.n
+    return CALL_WAVES * engine.concurrency(positions)
+
+
+def _generate_pending(cfg, prep: Prepared, info, store, grader, progress: EvalProgress) -> bool:
+    """Generate, grade and store the missing samples, round by round, `dp` calls at a time; True when it
+    stopped before the job's end (`_stop_before`), with every finished call stored. As in the training loops,
+    the first call(s) of a job always run (nothing is measured yet), so that every attempt of a requeued job
+    makes progress."""
     engine = build_engine(engine_config_for(cfg.engine, prep.source), load_policy(prep.source, info, prep.precision))
     try:
-        return _generate_with(engine, cfg, prep, info, pending, store, grader, progress)
+        ids = {(name, p.id): t for name, ps in prep.datasets.items()
+               for p, t in zip(ps, prompt_token_ids(prep.tokenizer, ps, prep.prompt))}
+        positions = max(len(t) for t in ids.values()) + prep.params.max_tokens
+        size = _broadcast(call_size(cfg, engine, positions) if info.rank == 0 else None)
+        if info.rank == 0:
+            progress.say(f"engine {type(engine).__name__}: {engine.concurrency(positions)} sequences of {positions:,} "
+                         f"tokens at once, calls of up to {size} sequences")
+        deadline = Deadline.from_env(os.environ)  # the same environment on every rank; rank 0 measures and decides
+        done = 0
+        for r in range(len(prep.rounds)):
+            items = _broadcast(round_items(prep, store, r) if info.rank == 0 else None)
+            calls = plan_calls(items, size)
+            if not calls:
+                continue
+            if info.rank == 0 and len(prep.rounds) > 1:
+                span = prep.rounds[r]
+                progress.start_round(f" round {r + 1}", sum(c.sequences for c in calls), len(calls))
+                progress.say(f"round {r + 1} of {len(prep.rounds)} (samples {span.start}..{span.stop - 1}): "
+                             f"{len(items)} problems, {sum(c.sequences for c in calls)} samples in {len(calls)} calls")
+            elif info.rank == 0:
+                progress.start_round("", sum(c.sequences for c in calls), len(calls))
+            stopped, done = _generate_calls(engine, prep, info, calls, ids, store, grader, progress, deadline, done)
+            if stopped:
+                return True
+        return False
     finally:
         if hasattr(engine, "close"):  # vllm: before the job's process groups go
             engine.close()
 
 
-def _generate_with(engine, cfg, prep: Prepared, info, pending: list[int], store, grader, progress: EvalProgress) -> bool:
-    deadline = Deadline.from_env(os.environ)  # the same environment on every rank; rank 0 measures and decides
-    for start in range(0, len(pending), info.dp):
-        if deadline is not None and start and _stop_before(deadline, info, start, len(pending), progress):
-            return True
+def _generate_calls(engine, prep: Prepared, info, calls: list[Call], ids, store, grader, progress: EvalProgress,
+                    deadline, done: int) -> tuple[bool, int]:
+    """The calls of one round, `dp` at a time (one per data-parallel replica); (stopped, batches done so far)."""
+    for start in range(0, len(calls), info.dp):
+        if deadline is not None and done and _stop_before(deadline, info, start, len(calls), progress):
+            return True, done
         began = time.monotonic()
         if test_step_delay():
             time.sleep(test_step_delay())
-        batch = pending[start:start + info.dp]  # one chunk per data-parallel replica
-        mine = batch[info.dp_rank] if info.dp_rank < len(batch) else None
+        batch = calls[start:start + info.dp]  # one call per data-parallel replica
+        mine = start + info.dp_rank if info.dp_rank < len(batch) else None
         item, flushed = None, 0.0
         if mine is not None:
-            chunk = prep.chunks[mine]
-            ids = prompt_token_ids(prep.tokenizer, chunk.problems, prep.prompt)
-            rollouts = engine.generate(ids, dataclasses.replace(prep.params, seed=chunk.seed))
+            call = calls[mine]
+            rollouts = engine.generate([ids[(i.dataset, i.problem.id)] for i in call.items],
+                                       dataclasses.replace(prep.params, n=call.count),
+                                       prompt_seeds=[i.seed for i in call.items], first_sample=call.first)
             item = (mine, [(r.prompt_index, r.sample_index, r.token_ids, r.finish_reason) for r in rollouts])
         for index, rollouts in _gather_to_writer(item, info):
-            chunk = prep.chunks[index]
-            new = [r for r in grader.records(chunk, rollouts)
+            call = calls[index]
+            new = [r for r in grader.records(call, rollouts)
                    if not store.has((r["dataset"], r["problem_id"], r["sample"]))]
             flushing = time.monotonic()
             store.append(new)
             flushed += time.monotonic() - flushing
-            progress.update(chunk, new, store, len(prep.datasets[chunk.dataset]))
-        if deadline is not None:  # the batch's time, less the store's flushes (the "save" of a chunk)
+            dataset = call.items[0].dataset
+            progress.update(dataset, new, store, len(prep.datasets[dataset]))
+        done += 1
+        if deadline is not None:  # the batch's time, less the store's flushes (the "save" of a call)
             deadline.step_done(time.monotonic() - began - flushed)
             deadline.saved(flushed)
-    return False
+    return False, done
 
 
 def _stop_before(deadline: Deadline, info, done: int, total: int, progress: EvalProgress) -> bool:
-    """Collective: whether the next chunk(s) and the store's flush would end past the job's end less the
+    """Collective: whether the next call(s) and the store's flush would end past the job's end less the
     margin (rank 0's measurements and clock decide, as in the training loops); says why on rank 0."""
     now = time.time()
-    why = _broadcast(deadline.why(now, done, unit="chunk", save="the store's flush")
-                     + f" ({done} of {total} pending chunks done)"
+    why = _broadcast(deadline.why(now, done, unit="call", save="the store's flush")
+                     + f" ({done} of {total} pending calls of this round done)"
                      if info.rank == 0 and deadline.next_would_pass(now) else "")
     if why:
         progress.say(why)
@@ -325,9 +409,10 @@ def _write_reports(cfg: EvalConfig, prep: Prepared, store: SampleStore, say) -> 
     summary = {
         "model": prep.source.path, "model_kind": prep.source.kind, "model_step": prep.source.step,
         "precision": prep.precision, "run": store.tag, "answer_region": cfg.verify.region(ANSWER_REGION),
-        "sampling": dataclasses.asdict(prep.params), "problems_per_call": cfg.problems_per_call,
-        "budgets": budgets, "report_budgets": list(cfg.report_budgets),
-        "datasets": {name: dataset_summary(name, problems, store.records, prep.params.n, budgets)
+        "sampling": dataclasses.asdict(prep.params), "budgets": budgets, "report_budgets": list(cfg.report_budgets),
+        # in rounds the first round's samples are the ones every problem has: they are what is scored
+        **({"rounds": [len(r) for r in prep.rounds], "scored_samples": len(prep.rounds[0])} if len(prep.rounds) > 1 else {}),
+        "datasets": {name: dataset_summary(name, problems, store.records, len(prep.rounds[0]), budgets)
                      for name, problems in prep.datasets.items()},
     }
     write_summary(prep.out, summary)

@@ -2,10 +2,12 @@
 
 Resume rules (why this module exists):
 - A sample is keyed by (dataset, problem_id, sample). A rerun into the same folder generates only the
-  chunks (see plan.py) that miss a key, and appends the missing samples; finished samples are never
-  regenerated (only rewritten when regraded, below).
+  samples that miss a key (calls.py), and appends them; finished samples are never regenerated (only
+  rewritten when regraded, below). Each call's lines are appended as the call finishes, in the order calls
+  finish; a finished run puts the file in the canonical order (datasets, their problems in file order,
+  samples; `put_in_order`), so the folder's bytes do not depend on the calls or a resume.
 - The settings that shape a sample (the model's content fingerprint and tokenizer folder, precision,
-  sampling parameters incl. n and seed, stop tokens, prompt format, problems_per_call) are stored in
+  sampling parameters incl. n and seed, stop tokens, prompt format, the seeding rule) are stored in
   run.json, and a short hash of them (`run`) is written on every line. Opening the folder with other
   settings fails with SettingsMismatch, saying in words what differs, rather than mixing samples of two
   models or temperatures in one score. Settings bind once the folder holds a sample: a run that failed
@@ -18,7 +20,7 @@ Resume rules (why this module exists):
 - Grading is not part of the settings: each line records its `grading` (the answer region). Lines graded
   another way are regraded from their stored response on the next run (no generation), and the file is
   rewritten atomically.
-- Crash safety: each chunk's lines are appended in one write, then flushed and fsynced. A crash can leave
+- Crash safety: each call's lines are appended in one write, then flushed and fsynced. A crash can leave
   a torn last line (no newline at the end): reading ignores it, and opening for writing cuts it off, so its
   sample is generated again. A malformed line anywhere else is an error naming the file and line.
 """
@@ -187,6 +189,19 @@ class SampleStore:
         append_jsonl(self.samples_path, new, fsync=True)
         for r in new:
             self.records[record_key(r)] = r
+
+    def put_in_order(self, problems: dict[tuple[str, str], int]) -> None:
+        """Rewrite samples.jsonl (atomically) with its lines in the canonical order, problems as `problems`
+        ranks them (dataset, problem id) and then by sample, when they are not in it already: a finished run
+        folder is then the same bytes whatever the calls, replicas or resumes that wrote it."""
+        def rank(key: Key) -> tuple[int, int]:
+            return problems.get((key[0], key[1]), len(problems)), key[2]
+
+        keys = list(self.records)
+        ordered = sorted(keys, key=rank)
+        if ordered != keys:
+            self.records = {k: self.records[k] for k in ordered}
+            write_atomic(self.samples_path, jsonl_text(self.records.values()), fsync=True)
 
     def rewrite(self, records: Iterable[dict[str, Any]]) -> None:
         """Replace records with the same keys (regrading), writing the whole file atomically."""

@@ -89,7 +89,16 @@ class RolloutEngine(Protocol):
     arguments and gets the same result; data-parallel replicas generate their own prompts independently.
     """
 
-    def generate(self, prompt_token_ids: list[list[int]], params: SamplingParams) -> list[Rollout]: ...
+    def generate(self, prompt_token_ids: list[list[int]], params: SamplingParams, *,
+                 prompt_seeds: Optional[list[int]] = None, first_sample: int = 0) -> list[Rollout]:
+        """n samples of each prompt. `prompt_seeds` (one per prompt): sample s of prompt i draws from the stream
+        of (prompt_seeds[i], first_sample + s) and is returned as sample first_sample + s, so a call may hold
+        any samples of any problems and each comes out as it would in any other call
+        (`nemo_lead.generation.streams.sample_key`); without them the call's own streams (`params.seed`)."""
+
+    def concurrency(self, positions: int) -> int:
+        """Sequences of `positions` prompt + response tokens the engine decodes at once (its KV budget and batch
+        limit): how large a call keeps it full (evaluation sizes its calls from it)."""
 
     def refit(self, actor: Any) -> None:
         """Take the actor's current weights (in memory; see each engine for what `actor` may be)."""
@@ -108,15 +117,17 @@ def refuse(engine: str, reasons: list[str]) -> None:
         raise ValueError(f"the '{engine}' engine cannot honour these sampling parameters: " + "; ".join(reasons))
 
 
-def completions(outputs: list[Any], params: SamplingParams, engine: str, first_prompt_index: int = 0):
+def completions(outputs: list[Any], params: SamplingParams, engine: str, first_prompt_index: int = 0,
+                first_sample: int = 0):
     """(prompt index, sample index, "prompt P, sample S" for messages, the completion, its token ids) of an
     engine's request outputs, one request per sample in prompt-major order (the vllm and trtllm engines'
     `RequestOutput`s: `.outputs[0]` with `token_ids` and `finish_reason`), each checked: a multiple of n
-    requests, one completion each, finished on "stop" or "length". `engine` names the library in errors."""
+    requests, one completion each, finished on "stop" or "length". `engine` names the library in errors;
+    sample indices start at `first_sample`."""
     if len(outputs) % params.n:
         raise ValueError(f"{engine} returned {len(outputs)} requests, not a multiple of n = {params.n}")
     for k, request in enumerate(outputs):
-        prompt, sample = first_prompt_index + k // params.n, k % params.n
+        prompt, sample = first_prompt_index + k // params.n, first_sample + k % params.n
         where = f"prompt {prompt}, sample {sample}"
         if len(request.outputs) != 1:
             raise ValueError(f"{where}: {engine} returned {len(request.outputs)} completions for one request")

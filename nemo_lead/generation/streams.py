@@ -12,6 +12,12 @@ schedules it (given the same logits).
 Definition (SplitMix64 throughout, in wrapping 64-bit arithmetic):
 - `sample_seed(seed, i)`: a 63-bit key for sample stream i of a call seeded `seed` (TensorRT-LLM requests are
   seeded with the same function, stream index prompt_index x n + sample_index);
+- `sample_key`: which key a sample of an engine call gets (every engine asks it). By default its place in
+  the call, `sample_seed(params.seed, prompt_index x n + sample_index)` (RL: a step's seed and the sample's
+  place in the step). With per-prompt seeds (`prompt_seeds`, evaluation and distillation: a seed per problem)
+  `sample_seed(prompt_seeds[prompt], sample_index)`, so a sample's stream depends on its problem and index
+  alone, never on which problems share its call, how many samples of its problem the call holds
+  (`first_sample`: the call draws samples first_sample .. first_sample + n - 1) or the call's size;
 - `draw_keys(keys, t)`: the t-th output of the SplitMix64 generator whose state starts at the sample's key: the
   key of the draw of response token t (t = 0 for the first token);
 - `exponential_noise(draw_key, V)`: for vocabulary entry i the i-th output x of the generator seeded with the
@@ -21,6 +27,8 @@ Tested against a pure-Python SplitMix64 (tests/generation/test_sampling.py).
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 import torch
 
@@ -42,6 +50,33 @@ def sample_seed(seed: int, index: int) -> int:
     """A 63-bit seed for stream `index` of a call seeded `seed` (splitmix64 of the pair): streams get
     unrelated random numbers, and seed s / index i never collides with seed s+1 / index i-1."""
     return splitmix64(seed * _GOLDEN + index + 1) >> 1
+
+
+def sample_key(seed: int, n: int, prompt: int, sample: int, *, prompt_seeds: Sequence[int] | None = None,
+               first_sample: int = 0, first_prompt: int = 0) -> int:
+    """The stream key of sample `sample` (0 .. n-1 within this call) of prompt `prompt` (0 .. within this call's
+    list): `sample_seed(prompt_seeds[prompt], first_sample + sample)` with per-prompt seeds, else
+    `sample_seed(seed, (first_prompt + prompt) x n + sample)` (module docstring)."""
+    if prompt_seeds is not None:
+        return sample_seed(prompt_seeds[prompt], first_sample + sample)
+    return sample_seed(seed, (first_prompt + prompt) * n + sample)
+
+
+def check_prompt_seeds(prompt_seeds: Sequence[int] | None, first_sample: int, prompts: int) -> None:
+    """ValueError unless `prompt_seeds` is None (then `first_sample` must be 0: a call's own streams start at
+    its first sample) or holds one integer seed per prompt; `first_sample` >= 0."""
+    if first_sample < 0:
+        raise ValueError(f"first_sample must be >= 0, got {first_sample}")
+    if prompt_seeds is None:
+        if first_sample:
+            raise ValueError(f"first_sample={first_sample} needs prompt_seeds: a sample's index names its stream only "
+                             "under a seed of its prompt's own")
+        return
+    if len(prompt_seeds) != prompts:
+        raise ValueError(f"prompt_seeds holds {len(prompt_seeds)} seeds for {prompts} prompts: give one per prompt")
+    bad = [s for s in prompt_seeds if not isinstance(s, int) or isinstance(s, bool)]
+    if bad:
+        raise ValueError(f"prompt_seeds must be integers, got {bad[:3]}")
 
 
 def _int64(x: int) -> int:

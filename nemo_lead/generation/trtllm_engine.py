@@ -154,6 +154,11 @@ class TrtllmEngine:
                     RefitChecker(hf_shapes(model_info(self.model).arch)), pack)
         staged.clear()
 
+    def concurrency(self, positions: int) -> int:
+        """Sequences decoding at once: trtllm.max_batch_size (TensorRT-LLM sizes its pool from a memory fraction;
+        its scheduler admits up to this many)."""
+        return self.cfg.max_batch_size
+
     def sleep(self) -> None:
         if not self._asleep:
             self.llm._collective_rpc("sleep", args=(list(SLEEP_TAGS),))
@@ -164,7 +169,9 @@ class TrtllmEngine:
             self.llm._collective_rpc("wakeup", args=(list(SLEEP_TAGS),))
             self._asleep = False
 
-    def generate(self, prompt_token_ids: list[list[int]], params: SamplingParams) -> list[Rollout]:
+    def generate(self, prompt_token_ids: list[list[int]], params: SamplingParams, *,
+                 prompt_seeds: list[int] | None = None, first_sample: int = 0) -> list[Rollout]:
+        """`prompt_seeds` / `first_sample`: per-prompt streams, samples first_sample .. (`RolloutEngine.generate`)."""
         check_prompts(prompt_token_ids, model_info(self.model).arch.vocab_size)
         group, size, rank = None, 1, 0
         if dist.is_initialized():
@@ -186,11 +193,12 @@ class TrtllmEngine:
         mine = prompt_token_ids[start:start + per_rank]
         rollouts: list[Rollout] = []
         if mine:
-            requests = trtllm_requests(params, start, len(mine), base_seed)
+            requests = trtllm_requests(params, start, len(mine), base_seed, first_sample=first_sample,
+                                       prompt_seeds=None if prompt_seeds is None else prompt_seeds[start:start + per_rank])
             inputs = [{"prompt_token_ids": list(ids)} for ids in mine for _ in range(params.n)]
             outputs = self.llm.generate(inputs, sampling_params=[self._tllm.SamplingParams(**r) for r in requests],
                                         use_tqdm=False)
-            rollouts = rollouts_from_outputs(outputs, params, first_prompt_index=start)
+            rollouts = rollouts_from_outputs(outputs, params, first_prompt_index=start, first_sample=first_sample)
         if size == 1:
             return rollouts
         gathered: list[list[Rollout] | None] = [None] * size

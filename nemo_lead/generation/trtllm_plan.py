@@ -46,7 +46,7 @@ import torch
 from packaging.version import InvalidVersion, Version
 
 from nemo_lead.generation.engine import Rollout, SamplingParams, completions, refuse
-from nemo_lead.generation.streams import sample_seed
+from nemo_lead.generation.streams import check_prompt_seeds, sample_key
 
 SUPPORTED_VERSIONS = ("1.2.0", "1.3.0")  # [low, high): the TensorRT-LLM releases this engine is written for
 SAMPLER_TYPE = "TRTLLMSampler"
@@ -243,7 +243,8 @@ def wants_logprobs(params: SamplingParams) -> bool:
 
 
 def trtllm_requests(params: SamplingParams, first_prompt_index: int, num_prompts: int,
-                    base_seed: int | None = None) -> list[dict[str, Any]]:
+                    base_seed: int | None = None, *, prompt_seeds: list[int] | None = None,
+                    first_sample: int = 0) -> list[dict[str, Any]]:
     """`tensorrt_llm.SamplingParams` keyword arguments for prompts first_prompt_index .. +num_prompts, one
     request per sample (prompt-major, sample-minor), each seeded from (seed, global sample index).
 
@@ -252,6 +253,7 @@ def trtllm_requests(params: SamplingParams, first_prompt_index: int, num_prompts
     `include_stop_str_in_output`, so a sample ends exactly on our stop ids and keeps the stop token. Greedy is
     top_k 1; sampling always passes top_k and top_p (TensorRT-LLM treats both unset as greedy)."""
     refuse_unsupported(params)
+    check_prompt_seeds(prompt_seeds, first_sample, num_prompts)
     seed = params.seed if params.seed is not None else (base_seed if base_seed is not None else secrets.randbits(63))
     common: dict[str, Any] = dict(
         n=1, max_tokens=params.max_tokens, stop_token_ids=list(params.stop_token_ids) or None,
@@ -263,9 +265,10 @@ def trtllm_requests(params: SamplingParams, first_prompt_index: int, num_prompts
     else:
         common.update(temperature=params.temperature, top_k=params.top_k, top_p=params.top_p)
     requests = []
-    for p in range(first_prompt_index, first_prompt_index + num_prompts):
+    for p in range(num_prompts):  # `prompt_seeds`: per-prompt streams (`streams.sample_key`)
         for s in range(params.n):
-            requests.append(dict(common, seed=sample_seed(seed, p * params.n + s)))
+            requests.append(dict(common, seed=sample_key(seed, params.n, p, s, prompt_seeds=prompt_seeds,
+                                                         first_sample=first_sample, first_prompt=first_prompt_index)))
     return requests
 
 
@@ -290,12 +293,14 @@ def sampled_logprobs(entries: list[Any], tokens: list[int], where: str) -> list[
     return values
 
 
-def rollouts_from_outputs(outputs: list[Any], params: SamplingParams, first_prompt_index: int = 0) -> list[Rollout]:
+def rollouts_from_outputs(outputs: list[Any], params: SamplingParams, first_prompt_index: int = 0,
+                          first_sample: int = 0) -> list[Rollout]:
     """`RequestOutput`s of `trtllm_requests` (one request per sample, in order) -> Rollouts."""
     stops = set(params.stop_token_ids)
     with_logprobs = wants_logprobs(params)
     rollouts = []
-    for prompt, sample, where, c, tokens in completions(outputs, params, "TensorRT-LLM", first_prompt_index):
+    for prompt, sample, where, c, tokens in completions(outputs, params, "TensorRT-LLM", first_prompt_index,
+                                                        first_sample):
         stop_reason = getattr(c, "stop_reason", None)
         stripped = c.finish_reason == "stop" and (not tokens or tokens[-1] not in stops) and stop_reason in stops
         if with_logprobs:

@@ -283,10 +283,12 @@ class VllmEngine:
             self.llm.wake_up(tags=["kv_cache"])
             self._asleep = False
 
-    def generate(self, prompt_token_ids: list[list[int]], params: SamplingParams, prompt_offset: int = 0) -> list[Rollout]:
+    def generate(self, prompt_token_ids: list[list[int]], params: SamplingParams, prompt_offset: int = 0, *,
+                 prompt_seeds: list[int] | None = None, first_sample: int = 0) -> list[Rollout]:
         """Rollouts of `prompt_token_ids` on this rank's engine (its replica's share when `replicas` is set:
         the caller splits). `prompt_offset`: these prompts are prompts `prompt_offset` .. of a larger call,
-        whose per-sample seeds they keep."""
+        whose per-sample seeds they keep. `prompt_seeds` / `first_sample`: per-prompt streams, samples
+        first_sample .. (`RolloutEngine.generate`)."""
         check_prompts(prompt_token_ids, self.arch.vocab_size)
         refuse_unsupported(params)
         self.wake()
@@ -294,7 +296,8 @@ class VllmEngine:
         if params.seed is None:  # the same on every rank of a replica (vLLM's TP ranks sample in step), new per call
             self._calls += 1
             base_seed = sample_seed(self._base_seed, self._calls)
-        requests = vllm_requests(params, prompt_offset, len(prompt_token_ids), base_seed)
+        requests = vllm_requests(params, prompt_offset, len(prompt_token_ids), base_seed, prompt_seeds=prompt_seeds,
+                                 first_sample=first_sample)
         inputs = [{"prompt_token_ids": list(ids)} for ids in prompt_token_ids for _ in range(params.n)]
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", DeprecationWarning)
@@ -303,4 +306,14 @@ class VllmEngine:
         if stamps and stamps != {str(self.weight_version)}:
             raise RuntimeError(f"vLLM generated with weight version(s) {sorted(stamps)}, the engine was refit to "
                                f"{self.weight_version}")
-        return rollouts_from_outputs(outputs, params)  # prompt indices into this call's list
+        return rollouts_from_outputs(outputs, params, first_sample=first_sample)  # prompt indices into this call's list
+
+    def concurrency(self, positions: int) -> int:
+        """Sequences of `positions` prompt + response tokens vLLM holds at once at their full length: its KV
+        pool's tokens (blocks x block size) over `positions`, at most max_num_seqs. The paged pool gives a
+        sequence blocks as it grows, so more run at once while responses are shorter; this is the count every
+        admitted sequence can finish in without preemption (vLLM's own "maximum concurrency" figure)."""
+        cache = self.llm.llm_engine.vllm_config.cache_config
+        tokens = (cache.num_gpu_blocks or 0) * cache.block_size
+        limit = self.llm.llm_engine.vllm_config.scheduler_config.max_num_seqs
+        return max(1, min(limit, tokens // positions))

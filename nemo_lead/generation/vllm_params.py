@@ -18,8 +18,10 @@ v1/executor/uniproc_executor.py, model_executor/model_loader/reload/) and checke
   without it a GPU engine takes `engine.vllm.gpu_memory_utilization` of the device and a CPU engine
   `CPU_DEFAULT_KV_GIB` (vLLM's own CPU default sizes the cache from the node's whole memory).
 - Sampling (`vllm_requests`): one request per sample (n = 1 each) with its own seed, `sample_seed(seed,
-  prompt_index x n + sample_index)` as for the other engines, so a sample's tokens depend only on (seed,
-  prompt, sample) and the weights, never on batching, on how prompts are split over ranks, or on a resume.
+  prompt_index x n + sample_index)` as for the other engines (with per-prompt seeds, `sample_seed(prompt seed,
+  sample_index)`: `streams.sample_key`), so a sample's tokens depend only on (seed, prompt, sample) and the
+  weights, never on batching, on how prompts are split over ranks or calls, or on a resume (given the same
+  logits: vLLM's kernels may round differently at another batch size, see `vllm_engine`).
   vLLM's EOS handling is off (`ignore_eos`) and our stop ids are its `stop_token_ids`: a sample ends exactly on
   them and keeps the stop token. Greedy is temperature 0.
 - The distribution vLLM samples from: logits / T, then min-p on that (full) distribution, then top-k, then
@@ -50,7 +52,7 @@ from typing import Any
 from packaging.version import InvalidVersion, Version
 
 from nemo_lead.generation.engine import Rollout, SamplingParams, completions, refuse
-from nemo_lead.generation.streams import sample_seed
+from nemo_lead.generation.streams import check_prompt_seeds, sample_key
 
 SUPPORTED_VERSIONS = ("0.32.0", "0.33.0")  # [low, high): the vLLM releases this engine is written for
 LOGPROBS_MODE = "processed_logprobs"
@@ -159,11 +161,14 @@ def refuse_unsupported(params: SamplingParams) -> None:
 
 
 def vllm_requests(params: SamplingParams, first_prompt_index: int, num_prompts: int,
-                  base_seed: int | None = None) -> list[dict[str, Any]]:
+                  base_seed: int | None = None, *, prompt_seeds: list[int] | None = None,
+                  first_sample: int = 0) -> list[dict[str, Any]]:
     """`vllm.SamplingParams` keyword arguments for prompts first_prompt_index .. +num_prompts, one request per
-    sample (prompt-major, sample-minor), each seeded from (seed, global sample index). `params.seed` None:
-    `base_seed` (or a fresh random one) stands in, so the samples still differ."""
+    sample (prompt-major, sample-minor), each seeded from (seed, global sample index), or with `prompt_seeds`
+    (one per prompt of this list) from (its prompt's seed, first_sample + sample) (`streams.sample_key`).
+    `params.seed` None: `base_seed` (or a fresh random one) stands in, so the samples still differ."""
     refuse_unsupported(params)
+    check_prompt_seeds(prompt_seeds, first_sample, num_prompts)
     seed = params.seed if params.seed is not None else (base_seed if base_seed is not None else secrets.randbits(63))
     common: dict[str, Any] = dict(
         n=1, max_tokens=params.max_tokens, stop_token_ids=list(params.stop_token_ids), ignore_eos=True,
@@ -171,8 +176,9 @@ def vllm_requests(params: SamplingParams, first_prompt_index: int, num_prompts: 
     )
     if not params.greedy:
         common.update(top_k=params.top_k, top_p=params.top_p, min_p=params.min_p)
-    return [dict(common, seed=sample_seed(seed, p * params.n + s))
-            for p in range(first_prompt_index, first_prompt_index + num_prompts) for s in range(params.n)]
+    return [dict(common, seed=sample_key(seed, params.n, p, s, prompt_seeds=prompt_seeds, first_sample=first_sample,
+                                         first_prompt=first_prompt_index))
+            for p in range(num_prompts) for s in range(params.n)]
 
 
 # ----------------------------------------------------------------------------------------------- outputs
@@ -186,12 +192,13 @@ def _sampled_logprob(entry: Any, token: int, where: str) -> float:
     return value
 
 
-def rollouts_from_outputs(outputs: list[Any], params: SamplingParams, first_prompt_index: int = 0) -> list[Rollout]:
+def rollouts_from_outputs(outputs: list[Any], params: SamplingParams, first_prompt_index: int = 0,
+                          first_sample: int = 0) -> list[Rollout]:
     """vLLM's `RequestOutput`s of `vllm_requests` (one request per sample, in order) -> Rollouts, every
-    log-prob checked (module docstring for what they are)."""
+    log-prob checked (module docstring for what they are); sample indices from `first_sample`."""
     stops = set(params.stop_token_ids)
     rollouts = []
-    for prompt, sample, where, c, tokens in completions(outputs, params, "vLLM", first_prompt_index):
+    for prompt, sample, where, c, tokens in completions(outputs, params, "vLLM", first_prompt_index, first_sample):
         if c.finish_reason == "stop" and (not tokens or tokens[-1] not in stops):
             raise ValueError(f"{where}: vLLM stopped without one of the stop tokens {sorted(stops)} at the end")
         entries = list(c.logprobs or [])

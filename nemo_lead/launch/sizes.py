@@ -12,8 +12,9 @@ Per job kind:
 - SFT / RL: the plan of the stage (`nemo_lead.plan`): host memory and cores (`nemo_lead.plan.host`), one
   step, one checkpoint and the margin for the warning (`nemo_lead.plan.stop_times`), and the steps one job
   of `--time` holds, so the runs (first start plus requeues) a stage takes;
-- eval / distill: one chunk of `problems_per_call` problems x `n` samples at `max_tokens` each (the unit the
-  evaluation stops after: `nemo_lead.eval.runner`), its time from the plan's decode model
+- eval / distill: one engine call (`call_sequences`, by default CALL_WAVES x the sequences the engine holds
+  at once) at `max_tokens` each (the unit the evaluation stops after: `nemo_lead.eval.runner`), its time from
+  the plan's decode model
   (`nemo_lead.plan.timing.generation_seconds`) with the sequences the GPU's memory left after the weights
   holds at once (or `engine.kv_cache_gib`), and host memory at the plan's allowance per rank and grader;
 - no GPU (select, prepare): SLURM's defaults.
@@ -145,8 +146,8 @@ def job_runs(steps: int | None, step_s: float, save_s: float, margin_s: int, lim
             f"of this job at {per_job} steps each ({again})")
 
 
-def chunk_seconds(cfg: Any, hf_config: dict, divisible: int, settings: PlanSettings) -> float:
-    """One chunk of an eval / distill stage (`cfg`: its EvalConfig) on one replica of tp x pp GPUs, every
+def call_seconds(cfg: Any, hf_config: dict, divisible: int, settings: PlanSettings) -> float:
+    """One engine call of an eval / distill stage (`cfg`: its EvalConfig) on one replica of tp x pp GPUs, every
     response at max_tokens: the plan's decode model with as many sequences at once as the KV budget (or the
     memory left after the weights and the reserve) holds at full length."""
     from nemo_lead.models.hf_config import arch_from_hf
@@ -163,16 +164,30 @@ def chunk_seconds(cfg: Any, hf_config: dict, divisible: int, settings: PlanSetti
     memory = settings.gpu_memory_gib if settings.gpu_memory_gib is not None else gpu.memory_gib
     left = memory * GIB - weights - settings.value("reserve_gib") * GIB
     budget = int(e.kv_cache_gib * GIB) if e.kv_cache_gib else max(int(left), full * slot)
-    rows = engine_rows(sequences=cfg.problems_per_call * s.n, max_batch_size=e.max_batch_size, full=full, slot=slot,
+    rows = engine_rows(sequences=e.max_batch_size, max_batch_size=e.max_batch_size, full=full, slot=slot,
                        kv_budget_bytes=budget)
+    sequences = call_sequences(cfg, rows)
+    n = min(s.n, sequences)  # a call holds whole problems' samples (or spans of one problem's)
     graphs = decode_graphs(e.cuda_graphs, cuda_graphs_tp=e.cuda_graphs_tp, tp=cfg.tp, pp=cfg.pp)
     return generation_seconds(arch, gpu, tp=cfg.tp, pp=cfg.pp, weight_bytes=weights, slot_bytes=slot, rows=rows,
-                              prompts=cfg.problems_per_call, n=s.n, prompt_tokens=prompt, max_tokens=s.max_tokens,
+                              prompts=sequences // n, n=n, prompt_tokens=prompt, max_tokens=s.max_tokens,
                               mean_tokens=None, cuda_graphs=graphs)
 
 
+def call_sequences(cfg: Any, rows: int) -> int:
+    """Sequences in one engine call of an eval / distill stage whose engine holds `rows` at once
+    (`nemo_lead.eval.runner.call_size`)."""
+    from nemo_lead.eval.config import CALL_WAVES
+
+    if cfg.call_sequences is not None:
+        return cfg.call_sequences
+    if cfg.problems_per_call is not None:
+        return cfg.problems_per_call * cfg.sampling.n
+    return CALL_WAVES * rows
+
+
 def _generation_job(p: Any, cfg: Any, models: list[str], submit: SubmitConfig) -> Any:
-    """`p` (an eval / distill job) with the warning and margin of its slowest chunk and the plan's host
+    """`p` (an eval / distill job) with the warning and margin of its slowest call and the plan's host
     allowance (per rank, and per grader process on rank 0)."""
     from nemo_lead.plan.host import HOST_GIB_PER_RANK, VERIFIER_GIB
 
@@ -180,11 +195,10 @@ def _generation_job(p: Any, cfg: Any, models: list[str], submit: SubmitConfig) -
     p = dataclasses.replace(p, mem_gib=math.ceil(p.tasks_per_node * HOST_GIB_PER_RANK + workers * VERIFIER_GIB),
                             cpus_per_task=2 + math.ceil(workers / p.tasks_per_node))
     settings = submit.plan
-    seconds = max(chunk_seconds(cfg, *_hf_config(m), settings) for m in models)
+    seconds = max(call_seconds(cfg, *_hf_config(m), settings) for m in models)
     stops = stop_times(seconds, 0, p.nodes)
-    what = (f"signal USR1@{stops.signal_s}, deadline margin {stops.margin_s} s (plan: a chunk of "
-            f"{cfg.problems_per_call} problems x {cfg.sampling.n} samples at {cfg.sampling.max_tokens:,} tokens "
-            f"{seconds:,.0f} s on {_gpu(settings).name})")
+    what = (f"signal USR1@{stops.signal_s}, deadline margin {stops.margin_s} s (plan: an engine call at "
+            f"{cfg.sampling.max_tokens:,} tokens a response {seconds:,.0f} s on {_gpu(settings).name})")
     return dataclasses.replace(p, signal_seconds=stops.signal_s, margin_s=stops.margin_s, stops=what)
 
 

@@ -280,12 +280,20 @@ def resolve_stage(spec: StageSpec, recipe: Recipe, run: RunConfig, outputs: Opti
 
 
 def distill_settings(spec: StageSpec, items: list[tuple[str, Any]]) -> tuple[list[tuple[str, Any]], dict[str, Any]]:
-    """A distill stage's `keep` (which correct response becomes the trace); it samples as eval, without plots."""
+    """A distill stage's `keep` (which correct response becomes the trace); it samples as eval, without plots.
+    keep: first samples in rounds unless `rounds` says otherwise: sample 0, then the rest only for problems
+    it did not solve (`EvalConfig.rounds` = [1]; `rounds: []` draws all n at once). keep: shortest needs
+    every sample, so it takes no rounds."""
     keep = next((v for k, v in items if k == "keep"), "first")
     if keep not in KEEP_RULES:
         raise ConfigError(f"{spec.location('keep')}: stage {spec.name!r}: keep must be one of "
                           f"{', '.join(KEEP_RULES)}, got {keep!r}")
-    return [(k, v) for k, v in items if k != "keep"] + [("plot", False)], {"keep": keep}
+    rounds = [v for k, v in items if k == "rounds" or k.startswith("rounds.")]
+    if keep == "shortest" and any(rounds):
+        raise ConfigError(f"{spec.location('rounds')}: stage {spec.name!r}: keep: shortest compares every sample of "
+                          "a problem, so it samples them all at once: leave out rounds (or keep: first)")
+    extra = [("rounds", [1])] if keep == "first" and not rounds else []
+    return [(k, v) for k, v in items if k != "keep"] + extra + [("plot", False)], {"keep": keep}
 
 
 def eval_settings(spec: StageSpec, items: list[tuple[str, Any]]) -> tuple[list[tuple[str, Any]], dict[str, Any]]:

@@ -20,7 +20,7 @@ import yaml
 
 from nemo_lead.config.dotted import flatten
 from nemo_lead.config.loading import keys_where, load_config, to_yaml
-from nemo_lead.eval.chunks import dataset_name
+from nemo_lead.eval.calls import dataset_name
 from nemo_lead.eval.metrics import CONS_AT_K, MEAN_LENGTH, PASS_AT_1
 from nemo_lead.eval.report import markdown_table, read_summary
 from nemo_lead.runtime.files import write_atomic, write_json

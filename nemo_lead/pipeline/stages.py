@@ -76,11 +76,35 @@ def keep_traces(records: list[dict[str, Any]], rule: str) -> dict[tuple[str, str
     return best
 
 
+def distill_report(problems: list[tuple[str, str]], records: list[dict[str, Any]], rounds: list[range]) -> dict[str, Any]:
+    """What the teacher's sampling cost and found, per round: the problems it sampled, the samples and tokens
+    it drew, the problems it solved first in that round; and the first try's solve rate (sample 0), which a
+    run in rounds and a run of all n at once share (as they share the traces of keep: first)."""
+    by_problem: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for r in records:
+        by_problem.setdefault((str(r["dataset"]), str(r["problem_id"])), []).append(r)
+    first_correct = {key: min((r["sample"] for r in rs if r.get("correct")), default=None) for key, rs in by_problem.items()}
+    per_round = []
+    for span in rounds:
+        drawn = [r for r in records if r["sample"] in span]
+        per_round.append({
+            "samples": [span.start, span.stop - 1], "problems": len({(r["dataset"], r["problem_id"]) for r in drawn}),
+            "drawn": len(drawn), "tokens": sum(r["tokens"] for r in drawn),
+            "solved": sum(first_correct.get(key) in span for key in problems)})
+    first_try = sum(first_correct.get(key) == 0 for key in problems)
+    return {"samples": len(records), "correct_samples": sum(bool(r.get("correct")) for r in records),
+            "tokens": sum(r["tokens"] for r in records), "first_try_solved": first_try,
+            "first_try_solve_rate": first_try / max(len(problems), 1), "rounds": per_round}
+
+
 def run_distill(stage: Stage) -> dict[str, str]:
     """Trace distillation: the teacher samples solutions to the problems through the rollout engine
     (`nemo-lead eval`'s job, so it is resumable and runs at any TP x PP), MathVerifier grades them, and one
     correct response per problem (`keep`) becomes its SFT trace: traces.jsonl with id, problem, response
-    (the whole assistant text, think block included), answer, and the teacher's tokens and sample index."""
+    (the whole assistant text, think block included), answer, and the teacher's tokens and sample index.
+    keep: first samples in rounds (sample 0; the other n - 1 only for the problems it did not solve): the
+    traces are those of a run drawing all n at once with the same seed (each sample has its own seed); the
+    counts of samples and tokens in distill.json are the ones drawn (docs/recipes.md, "Distillation")."""
     from nemo_lead.eval.store import SAMPLES_FILE
 
     cfg = stage.config
@@ -95,11 +119,14 @@ def run_distill(stage: Stage) -> dict[str, str]:
     write_atomic(path, jsonl_text({"id": p.id, "problem": p.problem, "response": opened + r["response"],
                                    "answer": p.answer, "teacher_tokens": r["tokens"], "teacher_sample": r["sample"]}
                                   for p, r in kept.values()))
-    report = {"problems": len(problems), "traces": len(kept), "samples": len(records),
-              "correct_samples": sum(bool(r.get("correct")) for r in records), "keep": stage.keep}
+    report = {"problems": len(problems), "traces": len(kept), "solve_rate": len(kept) / max(len(problems), 1),
+              "keep": stage.keep, **distill_report(list(problems), records, prep.rounds)}
     write_json(stage.folder / "distill.json", report)
+    rounds = "; ".join(f"round {i + 1}: {r['problems']} problems, {r['drawn']} samples, {r['tokens']:,} tokens, "
+                       f"{r['solved']} solved" for i, r in enumerate(report["rounds"]))
     say(f"{stage.name}: {len(kept)} traces from {len(problems)} problems "
-        f"({report['correct_samples']}/{len(records)} samples verified correct; keep {stage.keep})")
+        f"({report['correct_samples']}/{len(records)} samples verified correct; first try "
+        f"{report['first_try_solve_rate']:.1%}; keep {stage.keep}) | {rounds}")
     if not kept:
         raise ValueError(f"stage {stage.name!r}: the teacher solved none of the {len(problems)} problems")
     return {"traces": str(path.resolve()), "samples": str(Path(cfg.out).resolve())}

@@ -30,9 +30,9 @@ def generate_calls(monkeypatch):
     calls: list[int] = []
     original = MegatronEngine.generate
 
-    def counting(self, prompt_token_ids, params):
+    def counting(self, prompt_token_ids, params, *args, **kwargs):
         calls.append(len(prompt_token_ids))
-        return original(self, prompt_token_ids, params)
+        return original(self, prompt_token_ids, params, *args, **kwargs)
 
     monkeypatch.setattr(MegatronEngine, "generate", counting)
     return calls
@@ -101,17 +101,29 @@ def _args_for(run):
     return eval_args(cfg["model"], cfg["data"], run)
 
 
-def test_resume_after_a_crash_generates_only_the_missing_chunks(reference_run, run_copy, generate_calls, capsys):
+def test_resume_after_a_crash_generates_only_the_missing_samples(reference_run, run_copy, generate_calls, capsys):
     lines = (run_copy / "samples.jsonl").read_text().splitlines(keepends=True)
-    # chunk (a, b) complete, one sample of chunk (c, d), then a line torn by the crash; chunk (e) missing
+    # call (a, b) complete, sample 0 of c, then a line torn by the crash; d and e missing
     (run_copy / "samples.jsonl").write_text("".join(lines[:7]) + lines[7][: len(lines[7]) // 2])
     (run_copy / "summary.json").unlink()
     assert main(_args_for(run_copy)) == 0
-    assert generate_calls == [2, 1]  # chunks (c, d) and (e) again, nothing else
+    assert generate_calls == [1, 2]  # c's samples 1-2, then (d, e): calls of at most 2 x 3 sequences
     assert "7 samples already in" in capsys.readouterr().err
-    assert read_samples(run_copy) == read_samples(reference_run)  # same samples as the uninterrupted run
-    assert summary_of(run_copy)["datasets"] == summary_of(reference_run)["datasets"]
-    assert all(json.loads(line) for line in (run_copy / "samples.jsonl").read_text().splitlines())  # torn line gone
+    # the same bytes as the uninterrupted run: every sample has its own seed, the file is put in order at the end
+    for name in ("samples.jsonl", "summary.json", "run.json"):
+        assert (run_copy / name).read_bytes() == (reference_run / name).read_bytes(), name
+
+
+@pytest.mark.parametrize("size", [1, 4, 64])
+def test_the_call_size_changes_no_sample(reference_run, tiny, problems_file, tmp_path, generate_calls, size):
+    """Calls of 1 (each sample alone), 4 (one problem's 3 samples) or 64 sequences (one call) give the reference
+    run's files (calls of 2 problems), byte for byte (the megatron engine on CPU: a sample's tokens depend
+    on its stream and its logits, and its logits do not depend on the rows beside it here)."""
+    out = tmp_path / f"calls-{size}"
+    assert main(eval_args(tiny, problems_file, out, f"call_sequences={size}")) == 0
+    assert generate_calls == {1: [1] * 15, 4: [1] * 5, 64: [5]}[size]  # prompts per call
+    for name in ("samples.jsonl", "summary.json", "run.json"):
+        assert (out / name).read_bytes() == (reference_run / name).read_bytes(), name
 
 
 def test_refuses_to_mix_settings_or_models(run_copy, tiny, tmp_path, capsys):
@@ -179,7 +191,7 @@ def test_checkpoint_folder_as_model_gives_the_hf_samples(tiny, problems_file, re
 
 
 def test_progress_modes_show_lines_or_nothing(tiny, problems_file, reference_run, tmp_path, capsys):
-    """`progress=none`: no progress or log lines (the table still goes to stdout); `lines`: a line per chunk;
+    """`progress=none`: no progress or log lines (the table still goes to stdout); `lines`: a line per call;
     neither changes the samples. A bad value names the key."""
     out = tmp_path / "quiet"
     assert main(eval_args(tiny, problems_file, out, "progress=none")) == 0
@@ -190,7 +202,7 @@ def test_progress_modes_show_lines_or_nothing(tiny, problems_file, reference_run
     (out / "samples.jsonl").write_text("".join((out / "samples.jsonl").read_text().splitlines(keepends=True)[:6]))
     assert main(eval_args(tiny, problems_file, out, "progress=lines")) == 0  # progress may change on resume
     err = capsys.readouterr().err
-    assert "[eval] chunk 1/2 | five 4/5 problems | samples 6/9 |" in err and "s/chunk" in err
-    assert "[eval] chunk 2/2" in err and "6 samples already in" in err
+    assert "[eval] call 1/2 | five 4/5 problems | samples 6/9 |" in err and "s/call" in err
+    assert "[eval] call 2/2" in err and "6 samples already in" in err
     assert main(eval_args(tiny, problems_file, out, "progress=loud")) == 2
     assert "progress must be auto, bar, lines or none, got 'loud'" in capsys.readouterr().err

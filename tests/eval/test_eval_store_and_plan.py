@@ -1,4 +1,5 @@
-"""The pieces of `nemo-lead eval` that need no model: the run folder's resume rules, chunk seeds, budgets."""
+"""The pieces of `nemo-lead eval` that need no model: the run folder's resume rules, per-sample seeds, the cut
+into calls and rounds, budgets."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import json
 import pytest
 
 from nemo_lead.data import Problem
-from nemo_lead.eval.chunks import chunk_seed, dataset_name, plan_chunks
+from nemo_lead.eval.calls import Item, dataset_name, pending_items, plan_calls, problem_seed, round_ranges
 from nemo_lead.eval.config import EvalConfig, budget_points, model_name
 from nemo_lead.eval.store import SampleStore, SettingsMismatch, settings_tag
 from nemo_lead.generation import SamplingParams
@@ -64,16 +65,57 @@ def _problems(name: str, n: int) -> list[Problem]:
     return [Problem(f"{name}-{i}", f"q{i}", str(i)) for i in range(n)]
 
 
-def test_chunk_seeds_depend_on_the_chunk_only():
+def test_problem_seeds_depend_on_the_problem_only():
     a, b = _problems("a", 5), _problems("b", 3)
-    chunks = plan_chunks({"a": a, "b": b}, 2, seed=7)
-    assert [(c.dataset, [p.id for p in c.problems]) for c in chunks] == [
-        ("a", ["a-0", "a-1"]), ("a", ["a-2", "a-3"]), ("a", ["a-4"]), ("b", ["b-0", "b-1"]), ("b", ["b-2"])]
-    alone = plan_chunks({"b": b}, 2, seed=7)  # b's chunks whatever comes before them
-    assert [c.seed for c in alone] == [c.seed for c in chunks[3:]]
-    assert chunks[3].seed == chunk_seed(7, "b", ["b-0", "b-1"]) < 2**63
-    assert len({c.seed for c in chunks}) == 5
-    assert chunk_seed(8, "b", ["b-0", "b-1"]) != chunks[3].seed and chunk_seed(7, "a", ["b-0", "b-1"]) != chunks[3].seed
+    seeds = {p.id: problem_seed(7, "a", p.id) for p in a} | {p.id: problem_seed(7, "b", p.id) for p in b}
+    assert len(set(seeds.values())) == 8 and all(0 <= s < 2**63 for s in seeds.values())
+    # sha256 of the base seed, the dataset's name and the id, joined by the unit separator: by hand
+    import hashlib
+    digest = hashlib.sha256(b"7\x1fb\x1fb-2").digest()[:8]
+    assert seeds["b-2"] == int.from_bytes(digest, "little") >> 1
+    assert problem_seed(8, "b", "b-2") != seeds["b-2"] and problem_seed(7, "a", "b-2") != seeds["b-2"]
+    # every item of a round carries its problem's seed, whatever else is pending
+    items = pending_items({"a": a, "b": b}, 7, range(0, 3), range(0, 0), lambda k: False, lambda k: False)
+    assert {i.problem.id: i.seed for i in items} == seeds
+
+
+def test_calls_group_problems_with_the_same_samples_up_to_the_call_size():
+    a, b = _problems("a", 5), _problems("b", 3)
+    stored = {("a", "a-1", 0), ("a", "a-1", 1), ("a", "a-2", 1)}  # a-1 has 0 and 1, a-2 has 1 (a torn call)
+    items = pending_items({"a": a, "b": b}, 7, range(0, 3), range(0, 0), stored.__contains__, lambda k: False)
+    spans = [(i.problem.id, i.first, i.count) for i in items]
+    # a-1 misses sample 2 only; a-2 misses 0 and 2, so it draws 0..2 again (sample 1 comes out the same)
+    assert spans == [("a-0", 0, 3), ("a-1", 2, 1), ("a-2", 0, 3), ("a-3", 0, 3), ("a-4", 0, 3), ("b-0", 0, 3),
+                     ("b-1", 0, 3), ("b-2", 0, 3)]
+    calls = plan_calls(items, 7)  # at most 7 sequences: two problems of 3 samples
+    assert [[i.problem.id for i in c.items] for c in calls] == [
+        ["a-0"], ["a-1"], ["a-2", "a-3"], ["a-4", "b-0"], ["b-1", "b-2"]]
+    assert [c.sequences for c in calls] == [3, 1, 6, 6, 6]
+    ones = plan_calls(items, 1)  # a sample a call: every problem's samples cut into spans of one
+    assert [(c.items[0].problem.id, c.first, c.count) for c in ones][:4] == [("a-0", 0, 1), ("a-0", 1, 1),
+                                                                           ("a-0", 2, 1), ("a-1", 2, 1)]
+    assert len(ones) == sum(i.count for i in items) == 22
+    twos = plan_calls(items, 2)  # 3 samples: spans 0-1 and 2; a-0's span 2 and a-1's (2) share a call
+    assert [([i.problem.id for i in c.items], c.first, c.count) for c in twos][:4] == [
+        (["a-0"], 0, 2), (["a-0", "a-1"], 2, 1), (["a-2"], 0, 2), (["a-2"], 2, 1)]
+    with pytest.raises(ValueError, match="at least one sequence"):
+        plan_calls(items, 0)
+
+
+def test_rounds_sample_only_the_problems_not_yet_solved():
+    assert round_ranges(4, []) == [range(0, 4)]
+    assert round_ranges(4, [1]) == [range(0, 1), range(1, 4)]
+    assert round_ranges(4, [1, 1]) == [range(0, 1), range(1, 2), range(2, 4)]
+    assert round_ranges(1, [1]) == [range(0, 1)] and round_ranges(4, [1, 3]) == [range(0, 1), range(1, 4)]
+    for bad in ([0], [3, 2]):
+        with pytest.raises(ValueError, match="rounds"):
+            round_ranges(4, bad)
+    a = _problems("a", 3)
+    correct = {("a", "a-0", 0)}
+    stored = {("a", p.id, 0) for p in a}
+    second = pending_items({"a": a}, 7, range(1, 4), range(0, 1), stored.__contains__, correct.__contains__)
+    assert [(i.problem.id, i.first, i.count) for i in second] == [("a-1", 1, 3), ("a-2", 1, 3)]
+    assert isinstance(second[0], Item) and second[0].seed == problem_seed(7, "a", "a-1")
 
 
 def test_budgets_names_and_config_checks(tmp_path):

@@ -85,6 +85,23 @@ def _single_rank_job(hf_dir):
         max(abs(x - y) for x, y in zip(r.policy_logprobs, _full_logprobs(model, PROMPTS[r.prompt_index], r.token_ids, 0.9)))
         for r in a)
     out["truncated_vs_policy"] = [(r.logprobs, r.policy_logprobs) for r in a]
+    # per-prompt seeds (evaluation's): a sample's tokens follow (its prompt's seed, its index) alone, whatever
+    # else the call holds: the prompts alone, reversed, or only samples 1-2 of each (first_sample)
+    seeds = [11, 22, 33]
+    keyed = {(r.prompt_index, r.sample_index): r.token_ids for r in engine.generate(PROMPTS, sampled, prompt_seeds=seeds)}
+    alone = {(i, r.sample_index): r.token_ids for i in range(3)
+             for r in engine.generate([PROMPTS[i]], sampled, prompt_seeds=[seeds[i]])}
+    flipped = {(2 - r.prompt_index, r.sample_index): r.token_ids
+               for r in small.generate(PROMPTS[::-1], sampled, prompt_seeds=seeds[::-1])}
+    tail = {(r.prompt_index, r.sample_index): r.token_ids
+            for r in engine.generate(PROMPTS, SamplingParams(n=2, temperature=0.9, top_p=0.9, top_k=40, max_tokens=12,
+                                                             seed=99), prompt_seeds=seeds, first_sample=1)}
+    out["prompt_seeds"] = (keyed, alone, flipped, tail)
+    for name, kwargs in (("first_sample_alone", {"first_sample": 1}), ("seed_count", {"prompt_seeds": [1]})):
+        try:
+            engine.generate(PROMPTS, sampled, **kwargs)
+        except ValueError as e:
+            out[name] = str(e)
 
     # stop tokens: stop on the token greedy emits third for prompt 0
     stop_tok = out["greedy"][0][2][2]
@@ -159,6 +176,11 @@ def test_engine_single_rank(tiny):
     assert out["n_order"] == [(p, s) for p in range(3) for s in range(3)]
     assert len({tuple(t) for t in a[:3]}) > 1  # n samples of one prompt are not copies
     assert out["sampled_policy_err"] < 1e-5
+    keyed, alone, flipped, tail = out["prompt_seeds"]
+    assert keyed == alone == flipped and sorted(keyed) == [(p, s) for p in range(3) for s in range(3)]
+    assert tail == {k: v for k, v in keyed.items() if k[1] >= 1}  # samples 1-2 drawn alone: the same tokens
+    assert [keyed[(p, s)] for p in range(3) for s in range(3)] != a  # not the call's own streams
+    assert "needs prompt_seeds" in out["first_sample_alone"] and "1 seeds for 3 prompts" in out["seed_count"]
     for lps, policy in out["truncated_vs_policy"]:  # truncation renormalises: logprob >= policy logprob
         assert all(lp >= pl - 1e-6 and lp <= 1e-6 for lp, pl in zip(lps, policy))
 

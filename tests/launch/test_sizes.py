@@ -15,7 +15,7 @@ import pytest
 from nemo_lead.cli import main
 from nemo_lead.config.loading import ConfigError, load_config
 from nemo_lead.launch.sbatch import sbatch_options
-from nemo_lead.launch.sizes import chunk_seconds, job_runs
+from nemo_lead.launch.sizes import call_seconds, job_runs
 from nemo_lead.launch.submit import SubmitConfig, render_jobs
 from nemo_lead.launch.submit_config import time_seconds
 from nemo_lead.pipeline.kinds import KINDS
@@ -94,8 +94,8 @@ def test_runs_per_stage_by_hand():
     assert job_runs(None, 21.0, 207.0, 125, 86400) == ""  # SFT: the data sets the steps
 
 
-def test_a_chunk_by_hand():
-    """One chunk of 2 problems x 3 samples of the tiny model at TP1: every sequence fits at once, so its time
+def test_a_call_by_hand():
+    """One call of 2 problems x 3 samples of the tiny model at TP1: every sequence fits at once, so its time
     is max_tokens decode steps of the weights and the mean KV read, eager (cuda_graphs=false), plus the prefill."""
     from nemo_lead.eval.config import EvalConfig
     from nemo_lead.models.hf_config import arch_from_hf, read_hf_config
@@ -117,13 +117,13 @@ def test_a_chunk_by_hand():
     step = (weights + 6 * (1024 + 50) * slot) / (gpu.hbm_tbps * 1e12 * DECODE_BANDWIDTH_FRACTION)
     step += EAGER_HOST_S_PER_LAYER * arch.num_layers
     prefill = forward_flops(arch, 2 * 1024, 1024) / (gpu.bf16_tflops * 1e12 * update_fraction(8192))
-    assert chunk_seconds(cfg, hf, 128, PlanSettings(gpu="h100")) == pytest.approx(100 * step + prefill)
+    assert call_seconds(cfg, hf, 128, PlanSettings(gpu="h100")) == pytest.approx(100 * step + prefill)
     # a KV budget of one sequence at full length: six waves of 100 steps
     one = (1024 + 100) * slot / 2**30
     waves = load_config(EvalConfig, [], ["model=tiny-qwen2", "problems_per_call=2", "sampling.n=3",
                                          "sampling.max_tokens=100", "engine.cuda_graphs=false",
                                          f"engine.kv_cache_gib={one * 1.001}"])
-    assert chunk_seconds(waves, hf, 128, PlanSettings(gpu="h100")) > 5.5 * 100 * step
+    assert call_seconds(waves, hf, 128, PlanSettings(gpu="h100")) > 5.5 * 100 * step
 
 
 def _recipe(tmp_path: Path, extra: str = "") -> Path:

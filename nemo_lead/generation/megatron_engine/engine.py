@@ -32,9 +32,9 @@ How a `generate` call runs (every rank of the model-parallel group calls it with
   pipelining, so PP spreads memory, not time.
 - Sampling happens on one rank (last stage, TP rank 0) with `sample_tokens`; tokens and both log-probs go
   to every rank of the model-parallel group in one broadcast, so all TP / PP ranks hold identical rollouts.
-  Each sample has its own random stream, keyed by (`params.seed`, prompt index x n + sample index) and the
-  token's position (`nemo_lead.generation.streams`), so a fixed seed gives the same tokens whatever the
-  batching: `max_batch_size`, `max_prefill_tokens`, `sync_every`, a KV budget's waves (tested), and TP /
+  Each sample has its own random stream, keyed by (`params.seed`, prompt index x n + sample index), or with
+  per-prompt seeds by (the prompt's seed, sample index), and the token's position
+  (`nemo_lead.generation.streams.sample_key`), so a fixed seed gives the same tokens whatever the batching: `max_batch_size`, `max_prefill_tokens`, `sync_every`, a KV budget's waves (tested), and TP /
   PP up to the float rounding of logits.
 Memory: the cache lives only during `generate`; `sleep` / `wake` release the allocator's cached blocks.
 `last_stats` describes the last call's cache (see `MegatronEngine`).
@@ -60,7 +60,7 @@ from nemo_lead.generation.megatron_engine.model_copy import EngineModel
 from nemo_lead.generation.megatron_engine.reshard import gather_tp1_weights, shard_table
 from nemo_lead.generation.megatron_engine.stage import StageRunner
 from nemo_lead.generation.sampling import sample_tokens
-from nemo_lead.generation.streams import draw_keys, sample_seed
+from nemo_lead.generation.streams import check_prompt_seeds, draw_keys, sample_key
 from nemo_lead.models import eval_mode, model_info, sequence_parallel_off
 from nemo_lead.parallel import cpu
 
@@ -243,12 +243,15 @@ class MegatronEngine:
         if self.own_copy and self.model is None:
             self._build_copy()
 
-    def generate(self, prompt_token_ids: list[list[int]], params: SamplingParams, prompt_offset: int = 0) -> list[Rollout]:
+    def generate(self, prompt_token_ids: list[list[int]], params: SamplingParams, prompt_offset: int = 0, *,
+                 prompt_seeds: list[int] | None = None, first_sample: int = 0) -> list[Rollout]:
         """`prompt_offset`: these prompts are prompts `prompt_offset` .. of a larger call (an engine replica's
-        share): each sample draws from that call's stream for it, so the tokens are the larger call's."""
+        share): each sample draws from that call's stream for it, so the tokens are the larger call's.
+        `prompt_seeds` / `first_sample`: per-prompt streams, samples first_sample .. (`RolloutEngine.generate`)."""
         if self.model is None:
             raise RuntimeError("the engine's copy of the weights was released by sleep(): call wake() first")
         check_prompts(prompt_token_ids, self.vocab_size)
+        check_prompt_seeds(prompt_seeds, first_sample, len(prompt_token_ids))
         if self.max_positions is not None:
             for i, ids in enumerate(prompt_token_ids):
                 if len(ids) + params.max_tokens > self.max_positions:
@@ -262,21 +265,31 @@ class MegatronEngine:
         # inference mode, not only no_grad: no version counters or view tracking on the cache's many small
         # updates (everything it creates stays inside this call; rollouts leave as Python lists)
         with eval_mode(self.model), torch.inference_mode(), single, sequence_parallel_off(self.model):
-            gen = _Generation(self, prompt_token_ids, params, prompt_offset)
+            gen = _Generation(self, prompt_token_ids, params, prompt_offset, prompt_seeds, first_sample)
             seqs = gen.run()
         self.last_stats = dict(gen.stats)
         if gen.steps is not None:
             self.graph_stats["captures"] += gen.steps.captures
             self.graph_stats["replays"] += gen.steps.replays
-        return [Rollout(s.prompt_index, s.sample_index, s.tokens, s.logprobs, s.policy, s.finish) for s in seqs]
+        return [Rollout(s.prompt_index, first_sample + s.sample_index, s.tokens, s.logprobs, s.policy, s.finish)
+                for s in seqs]
+
+    def concurrency(self, positions: int) -> int:
+        """Sequences of `positions` prompt + response tokens this engine decodes at once: max_batch_size, or fewer
+        under a KV budget (every admitted sequence reserves its full length; `kv_budget.budget_rows`)."""
+        if self.kv_cache_gib is None or self.runner is None:
+            return self.max_batch_size
+        return min(self.max_batch_size, budget_rows(self.kv_cache_gib, positions, self.runner.kv_bytes_per_position()))
 
 
 class _Generation:
     """The state of one `generate` call (see the module docstring for the schedule)."""
 
-    def __init__(self, engine: MegatronEngine, prompts: list[list[int]], params: SamplingParams, offset: int = 0):
+    def __init__(self, engine: MegatronEngine, prompts: list[list[int]], params: SamplingParams, offset: int = 0,
+                 prompt_seeds: list[int] | None = None, first_sample: int = 0):
         self.e, self.r, self.comm = engine, engine.runner, engine._comm
         self.offset = offset  # the streams of prompt i are those of prompt offset + i of a larger call
+        self.prompt_seeds, self.first_sample = prompt_seeds, first_sample  # or a seed per prompt (`streams.sample_key`)
         self.prompts, self.params = prompts, params
         self.device = self.r.device
         self.sync_every = engine._sync_every or (8 if self.device.type == "cuda" else 1)
@@ -450,7 +463,8 @@ class _Generation:
         h_last = self._through_stage(ids.to(self.device), (s, b, self.r.hidden_size),
                                      lambda x: self.r.prefill(x, lengths, window, self.rope))
         seqs = [_Seq(i, j, len(self.prompts[i])) for i, first, c in group for j in range(first, first + c)]
-        keys = torch.tensor([sample_seed(self.seed, (self.offset + q.prompt_index) * n + q.sample_index) for q in seqs],
+        keys = torch.tensor([sample_key(self.seed, n, q.prompt_index, q.sample_index, prompt_seeds=self.prompt_seeds,
+                                        first_sample=self.first_sample, first_prompt=self.offset) for q in seqs],
                             dtype=torch.long, device=self.device)
         drawn = torch.zeros_like(keys)
         packed = self._sample(h_last, draw_keys(keys, drawn), torch.tensor(counts, device=self.device))
