@@ -16,6 +16,7 @@ from distributed import run_distributed
 
 from nemo_lead.generation import EngineConfig, SamplingParams, build_engine
 from nemo_lead.generation.engine_config import TrtllmConfig
+from nemo_lead.generation.streams import sample_seed
 from nemo_lead.generation.trtllm_engine import TrtllmUnavailable, import_trtllm
 from nemo_lead.generation.trtllm_plan import (
     RefitChecker,
@@ -135,6 +136,12 @@ def test_temperature_only_sampling_asks_for_the_sampled_tokens_logprob_one_reque
     # a sample's seed depends on (seed, prompt, sample) only, not on how the prompts were split over ranks
     assert trtllm_requests(params, first_prompt_index=2, num_prompts=2) == reqs[6:]
     assert trtllm_requests(SamplingParams(n=3, temperature=0.8, seed=1235), 0, 1)[0]["seed"] != r["seed"]
+
+
+def test_per_prompt_seeds_follow_the_prompts_seed_and_the_sample_index():
+    params = SamplingParams(n=2, temperature=0.8, seed=1234)
+    reqs = trtllm_requests(params, 3, 2, prompt_seeds=[5, 6], first_sample=1)
+    assert [r["seed"] for r in reqs] == [sample_seed(5, 1), sample_seed(5, 2), sample_seed(6, 1), sample_seed(6, 2)]
 
 
 def test_greedy_truncated_and_unseeded_requests():

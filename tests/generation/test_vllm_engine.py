@@ -10,7 +10,8 @@ process-wide state).
   (the actor's weights changed in place, then `refit`): the tokens change with the weights and follow them;
   before the refit vLLM still has the old weights (refit is what moves them).
 - Round trip: perturb -> refit -> restore -> refit gives the first call's tokens and log-probs exactly.
-- Sampling: a sample's tokens are the same whatever the batching or the split of the prompts (`prompt_offset`);
+- Sampling: a sample's tokens are the same whatever the batching or the split of the prompts (`prompt_offset`),
+  and with per-prompt seeds whatever else the call holds (`prompt_seeds`, `first_sample`);
   its log-probs equal the actor's log softmax(logits / T) of the same tokens (the mismatch is measured and
   bounded); truncated sampling reports NaN untruncated log-probs; stop tokens end a sample and are kept.
 - Two ranks (gloo): an engine at TP2 over a TP2 actor and two TP1 replicas over it (each half the prompts) give
@@ -111,6 +112,16 @@ def _one_rank_job(qwen, smol):
     out["split"] = (_tokens(first), _tokens(parts))
     out["first"] = [(r.prompt_index, r.sample_index, r.token_ids, r.logprobs, r.policy_logprobs, r.finish_reason)
                     for r in first]
+    # per-prompt seeds (evaluation's): a sample follows (its prompt's seed, its index), in any company
+    seeds = [101, 202, 303, 404]
+    keyed = {(r.prompt_index, r.sample_index): r.token_ids for r in engine.generate(PROMPTS, SAMPLED, prompt_seeds=seeds)}
+    alone = {(3, r.sample_index): r.token_ids for r in engine.generate(PROMPTS[3:], SAMPLED, prompt_seeds=seeds[3:])}
+    tail = {(r.prompt_index, r.sample_index): r.token_ids
+            for r in engine.generate(PROMPTS, SamplingParams(n=2, temperature=0.8, max_tokens=10, seed=5),
+                                     prompt_seeds=seeds, first_sample=1)}
+    out["prompt_seeds"] = (keyed, alone, tail)
+    cache = engine.llm.llm_engine.vllm_config.cache_config
+    out["concurrency"] = (engine.concurrency(64), engine.concurrency(10**9), cache.num_gpu_blocks * cache.block_size)
     stop = first[0].token_ids[3]
     stopped = engine.generate(PROMPTS[:1], SamplingParams(n=3, temperature=0.8, max_tokens=10, seed=11,
                                                           stop_token_ids=[stop]))
@@ -197,6 +208,19 @@ def test_samples_do_not_depend_on_batching_or_the_prompt_split(one_rank):
     whole, parts = one_rank["split"]
     assert whole == parts
     assert len({tuple(t) for t in whole[:3]}) > 1  # a prompt's samples differ from each other
+
+
+def test_per_prompt_seeds_give_a_sample_the_same_tokens_in_any_call(one_rank):
+    keyed, alone, tail = one_rank["prompt_seeds"]
+    assert {k: v for k, v in keyed.items() if k[0] == 3} == alone
+    assert tail == {k: v for k, v in keyed.items() if k[1] >= 1}  # samples 1-2 drawn without sample 0
+    assert [keyed[(p, s)] for p in range(4) for s in range(3)] != one_rank["split"][0]  # not the call's own streams
+
+
+def test_concurrency_is_the_pool_over_the_sequence_length_at_most_the_batch(one_rank):
+    short, huge, pool_tokens = one_rank["concurrency"]
+    assert pool_tokens >= 1024 and short == min(16, pool_tokens // 64) == 16  # engine.max_batch_size=16
+    assert huge == 1  # even a sequence longer than the pool is run, one at a time
 
 
 def test_logprobs_are_the_actors_at_the_sampling_temperature(one_rank, models):

@@ -38,6 +38,20 @@ def test_one_request_per_sample_seeded_by_global_sample_index():
     assert [q["seed"] for q in whole[6:]] == [q["seed"] for q in reqs]
 
 
+def test_per_prompt_seeds_name_each_sample_by_its_prompts_seed_and_index():
+    """Evaluation's streams: sample s of prompt i is sample_seed(prompt_seeds[i], first_sample + s), whatever
+    the call's seed, offset or other prompts; a first sample needs per-prompt seeds."""
+    params = SamplingParams(n=2, temperature=0.6, seed=42)
+    reqs = vllm_requests(params, 5, 2, prompt_seeds=[70, 80], first_sample=3)
+    assert [r["seed"] for r in reqs] == [sample_seed(70, 3), sample_seed(70, 4), sample_seed(80, 3), sample_seed(80, 4)]
+    assert vllm_requests(SamplingParams(n=1, temperature=0.6, seed=1), 0, 1, prompt_seeds=[80],
+                         first_sample=4)[0]["seed"] == reqs[3]["seed"]
+    with pytest.raises(ValueError, match="needs prompt_seeds"):
+        vllm_requests(params, 0, 1, first_sample=1)
+    with pytest.raises(ValueError, match="1 seeds for 2 prompts"):
+        vllm_requests(params, 0, 2, prompt_seeds=[1])
+
+
 def test_greedy_is_temperature_zero_and_unseeded_calls_use_the_base():
     reqs = vllm_requests(SamplingParams(n=2, temperature=0, max_tokens=3), 0, 1, base_seed=9)
     assert [r["temperature"] for r in reqs] == [0, 0] and "top_p" not in reqs[0]
