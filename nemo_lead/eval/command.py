@@ -22,6 +22,7 @@ from nemo_lead.eval.runner import check_prompt_lengths, eval_rank, prepare
 from nemo_lead.eval.store import SampleStore
 from nemo_lead.parallel import check_layout, detect_launch, model_shape
 from nemo_lead.parallel.local import run_command
+from nemo_lead.plan.check import resolve_stage_engine_kind
 from nemo_lead.runtime.tracking import import_wandb
 
 
@@ -52,4 +53,5 @@ def run_eval(cfg: EvalConfig) -> int:
     """CLI runner: `--compare` prints the table of finished runs; otherwise evaluate (see the module doc)."""
     if cfg.compare:
         return run_compare(list(cfg.compare), cfg.out)
+    cfg = resolve_stage_engine_kind(cfg, lambda: tuple(len(v) for v in prepare(cfg).datasets.values()))
     return run_command("eval", eval_rank, (cfg,), ranks=cfg.tp * cfg.pp, preflight=lambda: _preflight(cfg))

@@ -23,7 +23,6 @@ from nemo_lead.verify import VerifyConfig, default_region
 
 ANSWER_REGION = default_region("paper")  # after_think, the paper's protocol: R1-style models think first, then answer
 PAPER_BUDGETS = [8192, 14336]  # the paper's response budgets: 7B and 14B
-CALL_WAVES = 4  # call_sequences None: calls of this many times the sequences the engine holds at once
 
 
 def _paper_sampling() -> SamplingParams:
@@ -45,7 +44,7 @@ class EvalConfig:
     precision: str = "auto"  # auto (fp32 on CPU; on a GPU bf16, fp16 for fp16 weights) | fp32 | bf16 | fp16 | fp8
     stop_at_eos: bool = True  # the end tokens (tokenizer EOS + generation_config.json eos_token_id) end a response
     # sequences per engine call, the unit of resume (a stopped or killed job redoes at most one call per
-    # replica); None: CALL_WAVES x the sequences the engine decodes at once (its KV budget / batch limit at
+    # replica); None: CALL_WAVES (nemo_lead.plan.engine_stage) x the sequences the engine decodes at once (its KV budget / batch limit at
     # the longest prompt + max_tokens). Samples do not depend on it (per-sample seeds: eval/calls.py)
     call_sequences: Optional[int] = setting(None, results=False)
     problems_per_call: Optional[int] = setting(None, results=False)  # the older spelling: calls of problems_per_call x n

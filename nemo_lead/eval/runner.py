@@ -54,7 +54,6 @@ from nemo_lead.data import (
 from nemo_lead.eval.calls import Call, Item, load_datasets, pending_items, plan_calls, round_ranges
 from nemo_lead.eval.config import (
     ANSWER_REGION,
-    CALL_WAVES,
     EvalConfig,
     budget_points,
     dataset_specs,
@@ -75,6 +74,7 @@ from nemo_lead.models.policy import load_policy, with_end_tokens
 from nemo_lead.models.source import ModelSource, model_source, resolve_precision
 from nemo_lead.parallel import destroy_parallel, init_parallel
 from nemo_lead.parallel.local import JobError
+from nemo_lead.plan.engine_stage import call_sequences
 from nemo_lead.runtime.deadline import Deadline, requeue_or_advise, test_step_delay
 from nemo_lead.runtime.files import write_atomic
 from nemo_lead.runtime.progress import LoopProgress
@@ -300,13 +300,10 @@ def eval_rank(cfg: EvalConfig) -> None:
 
 
 def call_size(cfg: EvalConfig, engine: Any, positions: int) -> int:
-    """Sequences per engine call: `call_sequences`, or problems_per_call x n, or CALL_WAVES x the sequences
-    the engine holds at once at `positions` (longest prompt + max_tokens)."""
-    if cfg.call_sequences is not None:
-        return cfg.call_sequences
-    if cfg.problems_per_call is not None:
-        return cfg.problems_per_call * cfg.sampling.n
-    return CALL_WAVES * engine.concurrency(positions)
+    """Sequences per engine call (`nemo_lead.plan.engine_stage.call_sequences`: `call_sequences`, or
+    problems_per_call x n, or CALL_WAVES x what the engine holds at once at `positions`, the longest prompt +
+    max_tokens): the plan sizes calls by the same rule."""
+    return call_sequences(cfg.call_sequences, cfg.problems_per_call, cfg.sampling.n, engine.concurrency(positions))
 
 
 def _generate_pending(cfg, prep: Prepared, info, store, grader, progress: EvalProgress) -> bool:

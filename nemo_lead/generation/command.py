@@ -46,7 +46,8 @@ class GenerateConfig:
     pp: int = 1
     precision: str = "auto"  # auto (fp32 on CPU; on a GPU bf16, fp16 for fp16 weights) | fp32 | bf16 | fp16
     sampling: SamplingParams = field(default_factory=lambda: SamplingParams(max_tokens=256, seed=1234))
-    engine: EngineConfig = field(default_factory=EngineConfig)
+    # auto: vLLM where it imports on a GPU, the megatron engine otherwise (said at the start; `resolve_engine_kind`)
+    engine: EngineConfig = field(default_factory=lambda: EngineConfig(kind="auto"))
     progress: str = field(default="auto", metadata={"choices": PROGRESS_MODES})  # auto (a bar on a terminal, log lines otherwise) | bar | lines | none (nemo_lead.runtime.progress)
 
     def __post_init__(self) -> None:

@@ -148,42 +148,15 @@ def job_runs(steps: int | None, step_s: float, save_s: float, margin_s: int, lim
 
 def call_seconds(cfg: Any, hf_config: dict, divisible: int, settings: PlanSettings) -> float:
     """One engine call of an eval / distill stage (`cfg`: its EvalConfig) on one replica of tp x pp GPUs, every
-    response at max_tokens: the plan's decode model with as many sequences at once as the KV budget (or the
-    memory left after the weights and the reserve) holds at full length."""
+    response at max_tokens, on the engine the plan gives it (`nemo_lead.plan.engine_stage`: engine.kind=auto the
+    slower of the two, in case a node has no vLLM, as for RL), with as many sequences at once as its KV budget
+    holds at full length."""
     from nemo_lead.models.hf_config import arch_from_hf
-    from nemo_lead.plan.engine_memory import engine_rows, kv_slot_bytes
-    from nemo_lead.plan.parameters import parameter_count
-    from nemo_lead.plan.timing import decode_graphs, generation_seconds
+    from nemo_lead.plan.engine_stage import plan_auto_engine, stage_shape
 
-    gpu, e, s = _gpu(settings), cfg.engine, cfg.sampling
-    arch = arch_from_hf(hf_config)
-    weights = parameter_count(arch, divisible) * 2 // (cfg.tp * cfg.pp)  # bf16
-    slot = kv_slot_bytes(arch, tp=cfg.tp, pp=cfg.pp, e=2)
-    prompt = settings.value("prompt_tokens")
-    full = prompt + s.max_tokens
-    memory = settings.gpu_memory_gib if settings.gpu_memory_gib is not None else gpu.memory_gib
-    left = memory * GIB - weights - settings.value("reserve_gib") * GIB
-    budget = int(e.kv_cache_gib * GIB) if e.kv_cache_gib else max(int(left), full * slot)
-    rows = engine_rows(sequences=e.max_batch_size, max_batch_size=e.max_batch_size, full=full, slot=slot,
-                       kv_budget_bytes=budget)
-    sequences = call_sequences(cfg, rows)
-    n = min(s.n, sequences)  # a call holds whole problems' samples (or spans of one problem's)
-    graphs = decode_graphs(e.cuda_graphs, cuda_graphs_tp=e.cuda_graphs_tp, tp=cfg.tp, pp=cfg.pp)
-    return generation_seconds(arch, gpu, tp=cfg.tp, pp=cfg.pp, weight_bytes=weights, slot_bytes=slot, rows=rows,
-                              prompts=sequences // n, n=n, prompt_tokens=prompt, max_tokens=s.max_tokens,
-                              mean_tokens=None, cuda_graphs=graphs)
-
-
-def call_sequences(cfg: Any, rows: int) -> int:
-    """Sequences in one engine call of an eval / distill stage whose engine holds `rows` at once
-    (`nemo_lead.eval.runner.call_size`)."""
-    from nemo_lead.eval.config import CALL_WAVES
-
-    if cfg.call_sequences is not None:
-        return cfg.call_sequences
-    if cfg.problems_per_call is not None:
-        return cfg.problems_per_call * cfg.sampling.n
-    return CALL_WAVES * rows
+    shape = stage_shape(cfg, settings, gpus=cfg.tp * cfg.pp, problems=(1000,), models=1, divisible=divisible)
+    _, plans = plan_auto_engine(arch_from_hf(hf_config), _gpu(settings), shape, cfg.engine.kind)
+    return max(p.worst_call_seconds for p in plans.values())  # auto: the slower engine's, as for RL
 
 
 def _generation_job(p: Any, cfg: Any, models: list[str], submit: SubmitConfig) -> Any:

@@ -54,7 +54,8 @@ KINDS: dict[str, StageKind] = {k.name: k for k in (
               "(`accuracy: \"<= 0.75\"`, summed over every visit in its problem_stats.jsonl), plus `extra`, deduplicated; `limit`")),
     StageKind("distill", "nemo_lead.eval.config:EvalConfig", ("traces", "samples"), True,
               "nemo_lead.pipeline.stages:run_distill", ("a teacher's verified traces: `nemo-lead eval`'s keys (`model` = the teacher, `data` = the problems) + "
-              "`keep: first|shortest` (the correct sample with the lowest index, or the fewest tokens)"),
+              "`keep: first|shortest` (the correct sample with the lowest index, or the fewest tokens; `first` samples in "
+                                                 "rounds: sample 0, then the rest only for unsolved problems)"),
               pipeline_keys=("out",), out="samples", settings_hook="nemo_lead.pipeline.config:distill_settings"),
     StageKind("sft", "nemo_lead.training.sft.config:SFTConfig", ("run", "checkpoint"), True,
               "nemo_lead.pipeline.stages:run_sft_stage", "`nemo-lead sft` (its keys and defaults)", pipeline_keys=("out",), out="",

@@ -215,13 +215,38 @@ class EngineJobResult:
     worst: Optional[float]
 
 
+def _engine_text(p: Any, plans: dict[str, Any], kind: str) -> str:
+    """Which engine the stage is planned on, and why (engine.kind=auto: both engines' times)."""
+    if kind != "auto":
+        return f"engine {p.engine} (engine.kind={kind})"
+    times = ", ".join(f"{k} {'does not fit' if q.seconds is None else f'{q.seconds / 3600:,.1f} h'}"
+                      for k, q in plans.items())
+    return f"engine {p.engine} (engine.kind=auto: the faster that fits where vLLM is installed on GPUs; {times})"
+
+
+def _rounds_text(p: Any, c: Any, settings: PlanSettings) -> str:
+    parts = []
+    for i, r in enumerate(p.rounds):
+        parts.append(f"round {i + 1}: {r.problems:,} problems x {r.samples} = {r.sequences:,} sequences in "
+                     f"{r.calls} calls per replica and model")
+    text = "; ".join(parts)
+    if len(p.rounds) > 1:
+        rate = p.first_round_solve_rate
+        source = settings.first_round_solve_source or "plan.first_round_solve_rate"
+        text += (f" (round 2 for the problems round 1 leaves unsolved: {1 - rate:.0%}, at a first-round solve rate "
+                 f"of {rate:.0%}: {source})" if rate is not None else
+                 " (no plan.first_round_solve_rate: round 2 counted for every problem)")
+    return text
+
+
 def plan_engine_job(job: Job, cfg: PlanConfig, gpu: Any) -> EngineJobResult:
-    """A distill / eval stage: memory per GPU and time, from the same engine model as RL's generation."""
+    """A distill / eval stage: memory per GPU and time on the engine it runs on (engine.kind=auto: the faster
+    that fits of vllm and megatron), from the same engine model as RL's generation."""
     from nemo_lead.models.hf_config import arch_from_hf
     from nemo_lead.plan.check import hf_config_of
-    from nemo_lead.plan.engine_stage import plan_engine_stage
+    from nemo_lead.plan.engine_stage import plan_auto_engine, stage_shape
     from nemo_lead.plan.report import responses_text
-    from nemo_lead.plan.timing import tail_share
+    from nemo_lead.plan.timing import VLLM_DECODE_SOURCE, tail_share
 
     c = job.config
     settings = c.plan.merged(cfg.plan)
@@ -231,12 +256,14 @@ def plan_engine_job(job: Job, cfg: PlanConfig, gpu: Any) -> EngineJobResult:
                           f"{cfg.gpus} GPUs")
     problems = _dataset_rows(c, settings)
     head = (f"{job.name} ({job.kind}): {len(models)} model{'s' if len(models) > 1 else ''} x "
-            f"{c.sampling.n} samples per problem, tp {c.tp} pp {c.pp} dp {cfg.gpus // (c.tp * c.pp)} on "
-            f"{cfg.gpus} x {gpu.name}")
+            f"{c.sampling.n} samples per problem{f' in rounds of {list(c.rounds)} then the rest' if c.rounds else ''}, "
+            f"tp {c.tp} pp {c.pp} dp {cfg.gpus // (c.tp * c.pp)} on {cfg.gpus} x {gpu.name}")
     base = {"stage": job.name, "kind": job.kind, "gpus": cfg.gpus, "gpu": gpu.name, "models": len(models),
-            "samples": c.sampling.n, "max_tokens": c.sampling.max_tokens,
+            "samples": c.sampling.n, "max_tokens": c.sampling.max_tokens, "rounds": list(c.rounds),
             "mean_response_tokens": settings.mean_response_tokens,
-            "mean_response_source": settings.mean_response_source}
+            "mean_response_source": settings.mean_response_source,
+            "first_round_solve_rate": settings.first_round_solve_rate if c.rounds else None,
+            "first_round_solve_source": settings.first_round_solve_source if c.rounds else None}
     try:
         hf_config, divisible = hf_config_of(models[0])
     except (ConfigError, ValueError, OSError) as e:
@@ -249,23 +276,26 @@ def plan_engine_job(job: Job, cfg: PlanConfig, gpu: Any) -> EngineJobResult:
                                {**base, "fits": None, "problems": None if problems is None else list(problems),
                                 "stage_seconds": None, "stage_seconds_all_at_max": None, "no_time": why}, None, None)
     mean = settings.mean_response_tokens
-    precision = "bf16" if c.precision == "auto" else c.precision  # auto: bf16 on a GPU (fp16 weights: the same bytes)
-    p = plan_engine_stage(arch_from_hf(hf_config), gpu, gpus=cfg.gpus, tp=c.tp, pp=c.pp, precision=precision,
-                          problems=problems, n=c.sampling.n, prompt_tokens=settings.value("prompt_tokens"),
-                          max_tokens=c.sampling.max_tokens, mean_tokens=mean, problems_per_call=c.problems_per_call,
-                          models=len(models), max_batch_size=c.engine.max_batch_size,
-                          max_prefill_tokens=c.engine.max_prefill_tokens, sync_every=c.engine.sync_every or 8,
-                          kv_cache_gib=c.engine.kv_cache_gib, cuda_graphs=c.engine.cuda_graphs,
-                          cuda_graphs_tp=c.engine.cuda_graphs_tp, top_p=c.sampling.top_p,
-                          memory_gib=settings.gpu_memory_gib, reserve_gib=settings.value("reserve_gib"),
-                          vocab_divisible_by=divisible)
+    shape = stage_shape(c, settings, gpus=cfg.gpus, problems=problems, models=len(models), divisible=divisible)
+    p, plans = plan_auto_engine(arch_from_hf(hf_config), gpu, shape, c.engine.kind)
     gib = 1 << 30
     memory = ", ".join(f"{k} {v / gib:.1f}" for k, v in p.per_gpu.items())
+    full = settings.value("prompt_tokens") + c.sampling.max_tokens
+    held = ("the KV pool at full length, every admitted sequence finishing without a preemption"
+            if p.engine == "vllm" else "each reserving its full length" if c.engine.kv_cache_gib is not None
+            else "engine.max_batch_size")
     lines = [head,
-             f"  {sum(problems):,} problems, {p.calls} engine calls per replica and model of "
-             f"{min(max(problems), c.problems_per_call)} problems ({p.rows} sequences at once)",
+             f"  {_engine_text(p, plans, c.engine.kind)}",
+             f"  {sum(problems):,} problems; {_rounds_text(p, c, settings)}",
+             f"  in flight: {p.rows} sequences of {full:,} tokens per replica ({held}); calls of {p.call_sequences} "
+             f"sequences; a stopped or killed stage redoes at most one call per replica: "
+             + (f"~{p.call_seconds / 60:,.0f} min at the stated lengths ({p.worst_call_seconds / 60:,.0f} min all at "
+                f"max_tokens)" if p.fits else "no time"),
              f"  GiB per GPU: {memory}; total {p.total_bytes / gib:.1f} of {p.usable_bytes / gib:.1f} usable: "
-             + ("fits" if p.fits else "does NOT fit")]
+             + ("fits" if p.fits else f"does NOT fit{f' ({p.why_not})' if p.why_not else ''}")]
+    if p.engine == "vllm":
+        lines.append(f"  (vllm: weights is the job's model, kept beside vLLM's copy (engine_copy); kv_cache its whole "
+                     f"pool; cuda_graphs assumed; decode speed: {VLLM_DECODE_SOURCE})")
     if p.fits:
         worst = (f" (every response at max_tokens: {p.worst_seconds / 3600:,.1f} h)"
                  if round(p.worst_seconds) != round(p.seconds) else "")
@@ -274,10 +304,16 @@ def plan_engine_job(job: Job, cfg: PlanConfig, gpu: Any) -> EngineJobResult:
     else:
         lines.append(f"  stage time: none for a layout that does not fit (change {job.prefix}tp / pp, "
                      f"or {job.prefix}engine.kv_cache_gib)")
-    data = {**base, "fits": p.fits, "problems": list(problems), "replicas": p.replicas, "engine_rows": p.rows,
-            "calls_per_replica": p.calls, "per_gpu_bytes": {**p.per_gpu, "total": p.total_bytes},
-            "usable_bytes": p.usable_bytes,
+    data = {**base, "fits": p.fits, "problems": list(problems), "engine": p.engine, "engine_kind": c.engine.kind,
+            "engine_seconds": {k: None if q.seconds is None else round(q.seconds) for k, q in plans.items()},
+            "replicas": p.replicas, "engine_rows": p.rows, "call_sequences": p.call_sequences,
+            "calls_per_replica": p.calls,
+            "rounds_planned": [{"samples": r.samples, "problems": r.problems, "sequences": r.sequences,
+                                "calls_per_replica": r.calls, "call_seconds": round(r.call_seconds),
+                                "call_seconds_all_at_max": round(r.worst_call_seconds)} for r in p.rounds],
+            "per_gpu_bytes": {**p.per_gpu, "total": p.total_bytes}, "usable_bytes": p.usable_bytes,
             "share_over_90pct_of_max_tokens": tail_share(mean, c.sampling.max_tokens),
+            "redo_seconds": round(p.call_seconds) if p.fits else None,
             "stage_seconds": None if p.seconds is None else round(p.seconds),
             "stage_seconds_all_at_max": None if p.worst_seconds is None else round(p.worst_seconds)}
     return EngineJobResult("\n".join(lines), data, p.seconds, p.worst_seconds)
@@ -372,7 +408,16 @@ def total_text(times: list[tuple[str, Optional[float], Optional[float]]], result
             f"{sum(w for _, _, w in timed) / 3600:,.1f} h)")
     if missing:
         text += f"; no time for {', '.join(missing)} (see each)"
-    return text + f"; disk for checkpoints: up to {disk / 2**30:,.0f} GiB per stage folder"
+    text += f"; disk for checkpoints: up to {disk / 2**30:,.0f} GiB per stage folder"
+    return text + "\n" + stage_shares(timed)
+
+
+def stage_shares(timed: list[tuple[str, float, float]]) -> str:
+    """Each timed stage's hours and share of the total, at the stated lengths and with every response at
+    max_tokens: "  by stage: distill 7.4 h (20%; 16.0 h all at max), ..." """
+    total = sum(t for _, t, _ in timed) or 1.0
+    return "  by stage: " + ", ".join(f"{n} {t / 3600:,.1f} h ({100 * t / total:.0f}%; {w / 3600:,.1f} h all at max)"
+                                      for n, t, w in timed)
 
 
 # ----------------------------------------------------------------------------- before `nemo-lead run` starts

@@ -14,13 +14,15 @@ import importlib.util
 import json
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from nemo_lead.models.hf_config import read_hf_config
+from nemo_lead.models.hf_config import arch_from_hf, read_hf_config
 from nemo_lead.parallel import detect_launch
+from nemo_lead.plan.engine_stage import plan_auto_engine, stage_shape, with_pool
 from nemo_lead.plan.fixes import find_fixes
 from nemo_lead.plan.job import AUTO_KIND, GIB, engine_options, job_shape, plan_job
 from nemo_lead.plan.report import describe
@@ -94,28 +96,63 @@ def check_before_start(cfg: Any, kind: str) -> int:
     return report_failures(kind, [failure] if failure else [], settings.check or "error")
 
 
-def resolve_engine_kind_auto(cfg: Any, kind: str = "rl") -> Any:
-    """`cfg` with engine.kind=auto made concrete before an rl job starts, printed once: on a machine with a GPU
-    where vLLM is installed, the faster that fits of vllm and megatron in the plan (`job.auto_engine_kind`);
-    elsewhere megatron."""
+def _resolve_kind(cfg: Any, command: str, decide: Callable[[PlanSettings, GPU, float], tuple[str, str, Any]]) -> Any:
+    """engine.kind=auto made concrete, printed once (rank 0): `decide(settings, gpu, memory_gib)` -> (kind, why,
+    engine config) on a machine with a GPU where vLLM is installed; megatron elsewhere. `cfg.engine` is replaced."""
     e = cfg.engine
     if e.kind != AUTO_KIND:
         return cfg
     chosen, why = "megatron", "no GPU here" if not torch.cuda.is_available() else "vLLM is not installed"
     if torch.cuda.is_available() and importlib.util.find_spec("vllm") is not None:
         settings = getattr(cfg, "plan", None) or PlanSettings()
-        gpu, memory = device_gpu(settings)
+        chosen, why, e = decide(settings, *device_gpu(settings))
+    cfg.engine = dataclasses.replace(e, kind=chosen)
+    if detect_launch(os.environ).rank == 0:
+        print(f"nemo-lead {command}: engine.kind=auto -> {chosen} ({why})", file=sys.stderr, flush=True)
+    return cfg
+
+
+def resolve_engine_kind_auto(cfg: Any, kind: str = "rl") -> Any:
+    """`cfg` with engine.kind=auto made concrete before an rl job starts, printed once: on a machine with a GPU
+    where vLLM is installed, the faster that fits of vllm and megatron in the plan (`job.auto_engine_kind`);
+    elsewhere megatron."""
+    def decide(settings: PlanSettings, gpu: GPU, memory: float) -> tuple[str, str, Any]:
+        e = cfg.engine
         hf_config, divisible = hf_config_of(cfg.actor.model)
         shape = job_shape(cfg, kind, hf_config, gpus=gpus_of_job(cfg), settings=settings, vocab_divisible_by=divisible,
                           gpu=gpu, memory_gib=memory)
-        chosen, why = shape.engine, "the plan's faster that fits on this GPU"
-        if chosen == "vllm" and shape.kv_cache_gib != e.kv_cache_gib:
+        why = "the plan's faster that fits on this GPU"
+        if shape.engine == "vllm" and shape.kv_cache_gib != e.kv_cache_gib:
             why += f"; its KV pool {shape.kv_cache_gib} GiB, the largest under engine.kv_cache_gib={e.kv_cache_gib} that fits"
             e = dataclasses.replace(e, kv_cache_gib=shape.kv_cache_gib)
-    cfg.engine = dataclasses.replace(e, kind=chosen)
-    if detect_launch(os.environ).rank == 0:
-        print(f"nemo-lead {kind}: engine.kind=auto -> {chosen} ({why})", file=sys.stderr, flush=True)
-    return cfg
+        return shape.engine, why, e
+
+    return _resolve_kind(cfg, kind, decide)
+
+
+def resolve_stage_engine_kind(cfg: Any, problems: Callable[[], tuple[int, ...]], command: str = "eval") -> Any:
+    """`cfg` (an EvalConfig: `nemo-lead eval`, a distill / eval stage; a copy is returned) with engine.kind=auto
+    made concrete before the job starts, printed once: on a machine with a GPU where vLLM is installed, the
+    faster that fits of vllm and megatron in the plan (`engine_stage.plan_auto_engine`; vllm's pool the largest
+    under engine.kv_cache_gib that fits), else megatron. `problems`: the datasets' sizes (read only when needed)."""
+    def decide(settings: PlanSettings, gpu: GPU, memory: float) -> tuple[str, str, Any]:
+        e = cfg.engine
+        hf_config, divisible = hf_config_of(cfg.model)
+        world = detect_launch(os.environ).world_size
+        shape = stage_shape(cfg, dataclasses.replace(settings, gpu_memory_gib=memory), gpus=max(world, cfg.tp * cfg.pp),
+                            problems=problems(), models=1, divisible=divisible)
+        plan, plans = plan_auto_engine(arch_from_hf(hf_config), gpu, shape, AUTO_KIND)
+        times = ", ".join(f"{k} {'does not fit' if q.seconds is None else f'{q.seconds / 3600:,.1f} h'}"
+                          for k, q in plans.items())
+        why = f"the plan's faster that fits on this GPU: {times}"
+        if plan.engine == "vllm" and plan.fits:
+            fitted = round(with_pool(shape, plan).kv_cache_gib, 1)
+            if e.kv_cache_gib is not None and fitted < e.kv_cache_gib:
+                why += f"; its KV pool {fitted} GiB, the largest under engine.kv_cache_gib={e.kv_cache_gib} that fits"
+                e = dataclasses.replace(e, kv_cache_gib=fitted)
+        return plan.engine, why, e
+
+    return _resolve_kind(dataclasses.replace(cfg), command, decide)
 
 
 def resolve_engine_auto(cfg: Any, kind: str = "rl") -> Any:

@@ -191,6 +191,7 @@ def as_json(name: str, plan: JobPlan, fixes: list[Fix], ranking: Ranking | None 
     best = fixes[0] if fixes else None
     return {
         "stage": name, "kind": s.kind, "gpus": s.gpus, "gpu": plan.gpu.name,
+        "engine": s.engine if s.kind == "rl" else None,
         **_phases(plan),
         "gpu_memory_bytes": plan.memory_bytes, "usable_bytes": plan.usable_bytes,
         "pipeline_stage": dict(plan.stages), "microbatches": plan.microbatches,

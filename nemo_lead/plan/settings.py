@@ -31,6 +31,10 @@ class PlanSettings:
     # the rows of a recipe stage's data where they cannot be counted before the stage runs (an earlier stage
     # writes them): distill / eval, problems in all; sft, traces. None: counted from the files when readable
     data_rows: Optional[int] = None
+    # a distill stage in rounds (keep: first): the share of problems its first round solves, so the share the
+    # later rounds sample again (nemo_lead/plan/engine_stage.py); None: every problem, the one-round cost
+    first_round_solve_rate: Optional[float] = None
+    first_round_solve_source: Optional[str] = None  # where that share comes from, printed beside it
 
     def __post_init__(self) -> None:
         if self.check in ("False", "false"):  # YAML reads a bare `off` (plan.check=off) as false
@@ -41,6 +45,8 @@ class PlanSettings:
             value = getattr(self, key)
             if value is not None and value <= 0:
                 raise ValueError(f"plan.{key} must be > 0, got {value}")
+        if self.first_round_solve_rate is not None and not 0 <= self.first_round_solve_rate <= 1:
+            raise ValueError(f"plan.first_round_solve_rate must be in [0, 1], got {self.first_round_solve_rate}")
         if self.reserve_gib is not None and self.reserve_gib < 0:
             raise ValueError(f"plan.reserve_gib must be >= 0, got {self.reserve_gib}")
         if self.gpu is not None:

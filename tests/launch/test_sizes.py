@@ -110,7 +110,7 @@ def test_a_call_by_hand():
     )
 
     cfg = load_config(EvalConfig, [], ["model=tiny-qwen2", "problems_per_call=2", "sampling.n=3",
-                                       "sampling.max_tokens=100", "engine.cuda_graphs=false"])
+                                       "sampling.max_tokens=100", "engine.cuda_graphs=false", "engine.kind=megatron"])
     hf = read_hf_config("tiny-qwen2")
     arch, gpu = arch_from_hf(hf), gpu_named("h100")
     weights, slot = parameter_count(arch, 128) * 2, kv_slot_bytes(arch, tp=1, pp=1, e=2)
@@ -121,7 +121,7 @@ def test_a_call_by_hand():
     # a KV budget of one sequence at full length: six waves of 100 steps
     one = (1024 + 100) * slot / 2**30
     waves = load_config(EvalConfig, [], ["model=tiny-qwen2", "problems_per_call=2", "sampling.n=3",
-                                         "sampling.max_tokens=100", "engine.cuda_graphs=false",
+                                         "sampling.max_tokens=100", "engine.cuda_graphs=false", "engine.kind=megatron",
                                          f"engine.kv_cache_gib={one * 1.001}"])
     assert call_seconds(waves, hf, 128, PlanSettings(gpu="h100")) > 5.5 * 100 * step
 

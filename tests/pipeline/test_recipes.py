@@ -161,7 +161,7 @@ def test_the_32b_recipes_are_lead_14b_on_the_32b_model_with_the_14b_row_left_out
         rows = s["eval"]["models"]  # the base model's row after the stages' (a `_base_` recipe's rows come first)
         assert rows["DeepSeek-R1-Distill-32B"] == s["sft"]["actor"]["model"] and len(rows) == 5
         assert "DeepSeek-R1-Distill-14B" not in rows
-        assert s["eval"]["tp"] == 4
+        assert s["eval"]["tp"] == 8
 
 
 def test_the_docs_kinds_table_is_the_registry():

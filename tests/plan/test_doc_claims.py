@@ -1,5 +1,6 @@
 """What the docs and the recipes say of layouts and step times is the plan's (nemo_lead.pipeline.sizing):
-docs/sizing.md's generated table, each recipe's sentences for its GPUs, the plan output the docs show
+docs/sizing.md's generated table, docs/recipes.md's table of each recipe's whole time, each recipe's sentences
+for its GPUs, the plan output the docs show
 (`<!-- checked: nemo-lead plan ... -->` before a code block), and no step time anywhere else in them.
 
 When the plan changes: `python bench/sizing_table.py --write` regenerates the table and prints the recipes'
@@ -17,10 +18,16 @@ from nemo_lead.pipeline.sizing import (
     ROWS,
     TABLE_BEGIN,
     TABLE_END,
+    TOTALS_BEGIN,
+    TOTALS_END,
+    WHOLES,
     claim,
     plan_row,
+    plan_whole,
     sizing_table,
+    totals_table,
     with_sizing_table,
+    with_totals_table,
 )
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -47,6 +54,25 @@ def test_the_sizing_table_is_the_plans(planned):
     assert doc.count(TABLE_BEGIN) == doc.count(TABLE_END) == 1
     with pytest.raises(ValueError, match="markers are missing"):
         with_sizing_table("no table", table)
+
+
+def test_the_recipes_totals_table_is_the_plans():
+    """docs/recipes.md's table: every stage's hours and share, and the recipe's total, as `nemo-lead plan RECIPE`
+    prints them; lead-14b on one node of 8 x H100 within 72 h at the stated lengths."""
+    planned = [(w, plan_whole(w)) for w in WHOLES]
+    doc = (ROOT / "docs" / "recipes.md").read_text()
+    assert with_totals_table(doc, totals_table(planned)) == doc, (
+        "docs/recipes.md's totals table is stale: python bench/sizing_table.py --write")
+    assert doc.count(TOTALS_BEGIN) == doc.count(TOTALS_END) == 1
+    for w, data in planned:
+        assert data["untimed_stages"] == [] and data["total_seconds"] == pytest.approx(
+            sum(s.get("stage_seconds") or s["host"]["stage_seconds"] for s in data["stages"]), abs=len(data["stages"]))
+        for s in data["stages"]:
+            assert s["kind"] == "sft" or s["engine"] == "vllm", (w.recipe, s["stage"])  # auto on GPUs: vLLM planned
+    lead14 = dict(planned)[WHOLES[0]]
+    assert WHOLES[0].recipe == "lead-14b" and lead14["total_seconds"] <= 72 * 3600
+    with pytest.raises(ValueError, match="markers are missing"):
+        with_totals_table("no table", "x")
 
 
 def test_each_recipe_carries_the_plans_sentences_for_its_gpus(planned):

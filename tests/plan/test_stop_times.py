@@ -47,9 +47,10 @@ def test_the_14b_rl_job_from_the_plans_figures():
     assert sbatch_options(script)["signal"] == f"USR1@{signal}"
     assert f"export NEMO_LEAD_DEADLINE_MARGIN_S={margin}  # signal USR1@{signal}" in script
     assert f"signal USR1@{signal}, deadline margin {margin} s (plan: step {step:,.0f} s" in note  # the dry run
-    # distill and eval: one chunk of problems instead of a step (nemo_lead.launch.sizes, tests/launch/test_sizes.py)
+    # distill and eval: one engine call instead of a step, on the slower engine for engine.kind=auto
+    # (nemo_lead.launch.sizes, tests/launch/test_sizes.py)
     note, script = scripts["distill"]
-    assert "(plan: a chunk of 8 problems x 4 samples at 16,384 tokens" in note
+    assert "(plan: an engine call at 16,384 tokens a response" in note
     assert sbatch_options(script)["signal"] != "USR1@300" and "export NEMO_LEAD_DEADLINE_MARGIN_S=" in script
 
     # the user's settings win: signal_seconds for every job, env.NEMO_LEAD_DEADLINE_MARGIN_S for the margin

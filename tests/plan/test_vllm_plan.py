@@ -101,3 +101,36 @@ def test_plan_of_a_recipe_with_vllm_names_the_assumption(tmp_path, capsys):
     assert main(["plan", "lead-14b", "--gpus", "8", "--gpu", "h100", "paths.base_model=r1-distill-qwen-14b",
                  "engine.kind=vlm"]) == 2
     assert "engine.kind must be one of megatron, vllm, trtllm, auto" in capsys.readouterr().err
+
+
+def test_an_eval_stage_resolves_auto_before_it_starts(capsys, monkeypatch):
+    """`nemo-lead eval` with engine.kind=auto: megatron without a GPU; on a GPU with vLLM installed (both said so
+    here), the plan's faster that fits, its pool lowered under engine.kv_cache_gib when the cap does not fit,
+    printed once with both engines' times."""
+    import nemo_lead.plan.check as check
+    from nemo_lead.eval.config import EvalConfig
+    from nemo_lead.plan.check import resolve_stage_engine_kind
+
+    monkeypatch.delenv("RANK", raising=False)
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    base = ["model=r1-distill-qwen-14b", "tp=4", "engine.kind=auto", "engine.kv_cache_gib=75"]
+    cfg = load_config(EvalConfig, [], base)
+    asked: list[int] = []
+
+    def problems():
+        asked.append(1)
+        return (30, 30)
+
+    monkeypatch.setattr(check.torch.cuda, "is_available", lambda: False)
+    assert resolve_stage_engine_kind(cfg, problems).engine.kind == "megatron" and asked == []
+    assert "engine.kind=auto -> megatron (no GPU here)" in capsys.readouterr().err
+    monkeypatch.setattr(check.torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(check.importlib.util, "find_spec", lambda name: object() if name == "vllm" else None)
+    monkeypatch.setattr(check, "device_gpu", lambda settings: (gpu_named("h100"), 79.2))
+    chosen = resolve_stage_engine_kind(cfg, problems)
+    err = capsys.readouterr().err
+    assert chosen.engine.kind == "vllm" and asked == [1] and cfg.engine.kind == "auto"  # a copy; cfg as it was
+    assert "engine.kind=auto -> vllm (the plan's faster that fits on this GPU: vllm " in err and ", megatron " in err
+    # two copies of the 14B weights at TP4 (6.9 GiB each), graphs and temporaries leave < 75 GiB of 76.2 usable
+    assert chosen.engine.kv_cache_gib < 75 and f"its KV pool {chosen.engine.kv_cache_gib} GiB, the largest under" in err
+    assert chosen.engine.kv_cache_gib > 55
