@@ -11,7 +11,7 @@ Resume rules (why this module exists):
   run.json, and a short hash of them (`run`) is written on every line. Opening the folder with other
   settings fails with SettingsMismatch, saying in words what differs, rather than mixing samples of two
   models or temperatures in one score. Settings bind once the folder holds a sample: a run that failed
-  before its first chunk was written (a wrong model folder, an engine that is not installed) leaves
+  before its first call was written (a wrong model folder, an engine that is not installed) leaves
   run.json behind, and the next run replaces it.
 - Problems: run.json also keeps a hash of every problem that has samples (its text and gold answer), per
   dataset. Dataset choice and `limit` are free (a rerun may add datasets or problems), but a problem whose

@@ -14,11 +14,11 @@ preemption.
     deadline.step_done(seconds); deadline.saved(seconds)
     if deadline.next_would_pass(time.time()): ...    # checkpoint, requeue, stop
 
-`nemo-lead eval` (and the distill stage, which runs it) does the same per chunk of problems: the longest
-chunk so far plus the store's last flush must end before the job's end less the margin; otherwise it stops
-with what it wrote kept, requeues and exits 0, and the rerun generates only the missing chunks.
+`nemo-lead eval` (and the distill stage, which runs it) does the same per engine call: the longest call so
+far plus the store's last flush must end before the job's end less the margin; otherwise it stops with what
+it wrote kept, requeues and exits 0, and the rerun generates only the missing samples.
 
-NEMO_LEAD_TEST_STEP_DELAY_S (tests only) adds that many seconds to every step and every eval chunk, so a
+NEMO_LEAD_TEST_STEP_DELAY_S (tests only) adds that many seconds to every step and every eval call, so a
 test can make one long without a large model.
 """
 
@@ -86,7 +86,7 @@ class Deadline:
         return now + self.longest_step + self.last_save > self.end - self.margin
 
     def why(self, now: float, step: int, unit: str = "step", save: str = "a checkpoint") -> str:
-        """Why the loop stops before unit `step + 1` (`unit`: "step", "chunk"; `save`: what each one writes)."""
+        """Why the loop stops before unit `step + 1` (`unit`: "step", "call"; `save`: what each one writes)."""
         return (f"stopping before {unit} {step + 1}: the job ends in {self.end - now:,.0f} s and a {unit} takes up "
                 f"to {self.longest_step:,.0f} s, {save} {self.last_save:,.0f} s, with a margin of "
                 f"{self.margin:,.0f} s ({END_ENV})")
