@@ -172,7 +172,16 @@ def check_engine_layout(cfg: EngineConfig, *, tp: int, pp: int, prefix: str = "a
     the model's own (`actor` or the same numbers) or, where `own_layout` (rl), TP1 x PP1 (a copy per rank);
     else a ValueError naming both values. TensorRT-LLM runs its own layout (one TP1 copy per GPU), so with
     engine.kind=trtllm they must stay at `actor`; vLLM runs replicas at one stage (`vllm_layout`); in eval /
-    generate (not `own_layout`) at the model's TP, so that every rank holds the same rollouts."""
+    generate (not `own_layout`) at the model's TP, so that every rank holds the same rollouts. engine.kind=auto
+    becomes vllm or megatron when the job starts, so a layout set by number must suit both."""
+    if cfg.kind == AUTO_KIND and any(str(v) not in (AUTO, AT_THE_MODELS_LAYOUT) for v in (cfg.tp, cfg.pp)):
+        for kind in ("megatron", "vllm"):
+            try:
+                check_engine_layout(dataclasses.replace(cfg, kind=kind), tp=tp, pp=pp, prefix=prefix,
+                                    own_layout=own_layout)
+            except ValueError as e:
+                raise ValueError(f"engine.kind=auto may run the {kind} engine: {e}") from None
+        return
     if cfg.kind == "vllm":
         b = vllm_layout(cfg, tp=tp, pp=pp, prefix=prefix)
         if not own_layout and b != tp * pp:

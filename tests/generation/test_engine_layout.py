@@ -49,7 +49,11 @@ def test_other_layouts_are_errors_naming_both_values():
     with pytest.raises(ConfigError, match=r"engine.tp=1 differs from tp=2: .*implemented for rl only"):
         load_config(EvalConfig, [], ["model=tiny-qwen2", "tp=2", "engine.tp=1"])
     with pytest.raises(ConfigError, match=r"engine.pp=2 differs from pp=1"):
-        load_config(GenerateConfig, [], ["model=tiny-qwen2", "prompts=[hi]", "engine.pp=2"])
+        load_config(GenerateConfig, [], ["model=tiny-qwen2", "prompts=[hi]", "engine.kind=megatron", "engine.pp=2"])
+    # auto becomes vllm or megatron at the start: a layout set by number must suit both
+    with pytest.raises(ConfigError, match=r"engine.kind=auto may run the vllm engine: engine.pp=2 with engine.kind=vllm"):
+        load_config(GenerateConfig, [], ["model=tiny-qwen2", "prompts=[hi]", "pp=2", "engine.pp=2"])
+    load_config(GenerateConfig, [], ["model=tiny-qwen2", "prompts=[hi]", "engine.kind=megatron", "pp=2", "engine.pp=2"])
     with pytest.raises(ConfigError, match=r"engine.tp=auto engine.pp=2 over actor.tp=4 actor.pp=1: auto chooses "
                                           r"the model's layout or one stage at a TP dividing actor.tp, and none agrees"):
         load_config(RLConfig, [], [*RL[:-2], "actor.tp=4", "engine.pp=2"])
