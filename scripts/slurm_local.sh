@@ -7,7 +7,7 @@
 #   scripts/slurm_local.sh stop STATE_DIR           # stop the daemons and remove the namespaces this state folder made
 #   scripts/slurm_local.sh node-kill STATE_DIR NODE # a node lost: its link cut, then every process on it killed (-9)
 #   scripts/slurm_local.sh node-start STATE_DIR NODE  # the lost node back: its link up, its slurmd started
-#   scripts/slurm_local.sh watch STATE_DIR PID      # stop the cluster once process PID ends (a killed test run)
+#   scripts/slurm_local.sh watch STATE_DIR PID      # once process PID ends (a killed test run): stop, remove STATE_DIR
 #
 # Everything lives under STATE_DIR: slurm.conf (use it with `export SLURM_CONF=STATE_DIR/slurm.conf`),
 # a munge key and socket of its own, spool and state folders, logs, pid files. Nothing is written to
@@ -291,13 +291,14 @@ stop() {
     stop_pid "$state/munge/munged.pid"
 }
 
-watch() {  # watch STATE PID: once PID has ended, stop the cluster (unless its owner stopped and removed it)
+watch() {  # watch STATE PID: once PID has ended, stop the cluster and remove STATE (unless its owner did)
     local state="$1" pid="$2"
     while kill -0 "$pid" 2>/dev/null; do
         [ -f "$state/slurm.conf" ] || return 0
         sleep 1
     done
     stop "$state"
+    rm -rf "$state"
 }
 
 case "${1:-}" in
