@@ -117,7 +117,8 @@ def slurm() -> Cluster:
         unavailable("the local SLURM cluster needs root (slurmd runs jobs as their users)")
     state, why = _start(NODES)
     one_node_why = ""
-    if state is None and re.search(r"namespace|bridge|iproute2|unshare|reach node2", why):
+    # the nodes' namespaces, bridge or slurmd in them failed (SLURM's own failures fail one node alike)
+    if state is None and re.search(r"namespace|bridge|iproute2|unshare|reach node2|slurmd of node|node\d+ did not", why):
         one_node_why = f"no cluster of several nodes on this machine: {why}"
         state, why = _start(1)
     if state is None:
