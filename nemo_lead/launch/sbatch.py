@@ -11,6 +11,17 @@ Preemption and time limits: `--signal=USR1@S` (no `B:`) makes SLURM signal the s
 before the limit; the loop checkpoints after the current step and runs `scontrol requeue`, which needs
 `--requeue`. The requeued job keeps its id and runs this script again, and the command resumes from the
 run folder. Logs go to OUT/slurm/<name>-<job id>.log, appended across restarts.
+
+Several nodes: srun starts the tasks of every node (`--nodes=N --ntasks-per-node=T`); each task's RANK is
+its SLURM_PROCID (node by node: node i holds ranks i*T .. i*T+T-1), every rank meets rank 0 at the first node
+of the allocation, and only rank 0 writes the run folder (checkpoints take a shard from every rank).
+SLURM ends an attempt with SIGTERM to every process of the job: at its time limit, on scancel, on a requeue,
+and when a node of the job stops answering (after SlurmdTimeout; the job is requeued, as it was submitted
+with --requeue, and the ranks left waiting for the lost node's are killed KillWait later). The batch script
+says so in the log as it happens, with the job's state and the attempt's nodes that SLURM reports down (srun
+runs in the background so that the script hears the signal at once, not after srun ends), and a restarted
+attempt names the nodes of the attempt before it that are down (when the lost node ran the batch script
+itself, nobody was left to say so).
 """
 
 from __future__ import annotations
@@ -178,6 +189,8 @@ def render_sbatch(cfg: SubmitConfig, plan: SlurmJob, run_dir: str, mounts: Optio
               'export MASTER_ADDR="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)"',
               f"export MASTER_PORT={cfg.master_port or '$((20000 + SLURM_JOB_ID % 20000))'}",
               "",
+              *_attempt_lines(plan.name, log_dir),
+              "",
               f"# the job's end where SLURM does not export {END_ENV}: its start plus this limit (--time)",
               f"export {LIMIT_ENV}={limit}",
               f'export {START_ENVS[1]}="${{{START_ENVS[0]}:-$(date +%s)}}"',
@@ -209,12 +222,46 @@ def render_sbatch(cfg: SubmitConfig, plan: SlurmJob, run_dir: str, mounts: Optio
                   + " ".join(shlex.quote(a) for a in argv) + " || exit $?"]
     lines += ["", "cmd=(" + " ".join(shlex.quote(a) for a in plan.argv) + ")",
               " ".join(shlex.quote(w) for w in srun_line(cfg, plan, mounts or [], workdir))
-              + f" \\\n    bash -c {shlex.quote(TASK_WRAPPER)} nemo-lead-task \"${{cmd[@]}}\"",
+              + f" \\\n    bash -c {shlex.quote(TASK_WRAPPER)} nemo-lead-task \"${{cmd[@]}}\" &",
+              "wait_for_srun $!",
               "status=$?",
               'echo "[nemo-lead] job $SLURM_JOB_ID (' + plan.name + '): srun ended with status $status at '
               '$(date -u +%FT%TZ)"',
               "exit $status", ""]
     return "\n".join(lines)
+
+
+def _attempt_lines(name: str, log_dir: str) -> list[str]:
+    """The script's lines that say how an attempt ends and which nodes were lost (module docstring)."""
+    job = f"[nemo-lead] job $SLURM_JOB_ID ({name})"
+    return [
+        "# SLURM ends an attempt with SIGTERM (time limit, scancel, requeue, a node of the job lost): say so, naming",
+        "# the attempt's nodes that SLURM reports down",
+        "nodes_down() {  # nodes_down NODELIST: those SLURM reports down, drained or not responding, one line",
+        "    timeout 10 sinfo -h -N -n \"$1\" -t down,drain,fail,no_respond -o '%N %t (%E)' 2>/dev/null | sort -u "
+        "| paste -sd ' ' -",
+        "}",
+        "ended_by_slurm() {",
+        f'    echo "{job}: SLURM ends this attempt (SIGTERM) at $(date -u +%FT%TZ): $(timeout 10 scontrol show job -o '
+        '\"$SLURM_JOB_ID\" 2>/dev/null | grep -oE \'(JobState|Reason|Restarts)=[^ ]*\' | paste -sd \' \' -)"',
+        '    local down; down="$(nodes_down "$SLURM_JOB_NODELIST")"',
+        f'    [ -z "$down" ] || echo "{job}: nodes of this attempt that SLURM reports down: $down"',
+        "}",
+        "trap ended_by_slurm TERM",
+        "wait_for_srun() {  # wait_for_srun PID: its status; the trap above interrupts `wait`, so wait until it ends",
+        '    local status; wait "$1"; status=$?',
+        '    while kill -0 "$1" 2>/dev/null; do wait "$1"; status=$?; done',
+        '    return "$status"',
+        "}",
+        "# a restarted attempt: the nodes of the attempt before it that SLURM reports down (a requeue after a lost node)",
+        f'nodes_file="{log_dir}/.{name}-$SLURM_JOB_ID.nodes"',
+        'if [ -s "$nodes_file" ]; then',
+        '    down="$(nodes_down "$(cat "$nodes_file")")"',
+        f'    [ -z "$down" ] || echo "{job}: of the previous attempt\'s nodes ($(cat "$nodes_file")), SLURM reports down: '
+        '$down"',
+        "fi",
+        'echo "$SLURM_JOB_NODELIST" > "$nodes_file"',
+    ]
 
 
 def sbatch_options(script: str) -> dict[str, Any]:

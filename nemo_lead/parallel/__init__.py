@@ -12,14 +12,16 @@ from nemo_lead.parallel.layout import Layout, LayoutError, check_layout, model_s
 from nemo_lead.parallel.state import (
     Launch,
     ParallelInfo,
+    describe_hosts,
     destroy_parallel,
     detect_launch,
     free_port,
     init_parallel,
+    rank_hosts,
     seed_model_parallel_rng,
 )
 
 __all__ = [
-    "Launch", "Layout", "LayoutError", "ParallelInfo", "check_layout", "destroy_parallel", "detect_launch",
-    "free_port", "init_parallel", "model_shape", "seed_model_parallel_rng",
+    "Launch", "Layout", "LayoutError", "ParallelInfo", "check_layout", "describe_hosts", "destroy_parallel",
+    "detect_launch", "free_port", "init_parallel", "model_shape", "rank_hosts", "seed_model_parallel_rng",
 ]

@@ -104,6 +104,32 @@ def detect_launch(env: Mapping[str, str]) -> Launch:
     return Launch(rank=0, world_size=1, local_rank=0, master_addr="127.0.0.1", master_port=0, launcher="single")
 
 
+def rank_hosts() -> list[str]:
+    """Collective: each rank's host name, in rank order ([this host] without torch.distributed)."""
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return [socket.gethostname()]
+    hosts: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(hosts, socket.gethostname())
+    return [str(h) for h in hosts]
+
+
+def describe_hosts(hosts: list[str]) -> str:
+    """Where the ranks run, for a job's log: ["n1", "n1", "n2"] -> "3 ranks on 2 nodes: n1 (ranks 0-1), n2 (rank 2)"."""
+    spans: dict[str, list[list[int]]] = {}
+    for rank, host in enumerate(hosts):
+        runs = spans.setdefault(host, [])
+        if runs and runs[-1][1] == rank - 1:
+            runs[-1][1] = rank
+        else:
+            runs.append([rank, rank])
+    parts = []
+    for host, runs in spans.items():
+        ranks = ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
+        parts.append(f"{host} (rank{'s' if len(runs) > 1 or runs[0][0] != runs[0][1] else ''} {ranks})")
+    nodes = f"{len(spans)} node{'s' if len(spans) > 1 else ''}"
+    return f"{len(hosts)} rank{'s' if len(hosts) > 1 else ''} on {nodes}: {', '.join(parts)}"
+
+
 def free_port() -> int:
     """A TCP port that was free a moment ago on localhost."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:

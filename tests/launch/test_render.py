@@ -3,11 +3,14 @@ chains of stage jobs, and the script run for real against stand-in `srun` / `sco
 
 import contextlib
 import os
+import re
 import shlex
+import signal
 import stat
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 
@@ -275,3 +278,63 @@ def test_script_gives_every_task_its_rank_and_the_rendezvous(tmp_path, rl_config
     tasks = [line.split()[1:] for line in done.stdout.splitlines() if line.startswith("TASK")]
     assert tasks == [[str(r), str(r % 2), "8", "gpu07", str(20000 + 4242 % 20000), "True"] for r in range(8)]
     assert "srun ended with status 0" in done.stdout
+
+
+ENDING_SRUN = """#!/bin/bash
+# stands in for srun: says it started, then runs until SLURM's SIGTERM ends it
+touch "$STARTED"
+exec sleep 60
+"""
+ENDING_SCONTROL = """#!/bin/bash
+[ "$1 $2" = "show hostnames" ] && echo gpu07 && exit 0
+[ "$1 $2 $3 $4" = "show job -o 4242" ] && echo "JobId=4242 JobState=COMPLETING Reason=None Restarts=1 BatchFlag=1"
+"""
+ENDING_SINFO = """#!/bin/bash
+# stands in for sinfo: node gpu08 of gpu[07-10] is down and does not answer
+case " $* " in *" -n gpu[07-10] -t down,drain,fail,no_respond "*) echo "gpu08 down* (Not responding)" ;; esac
+"""
+
+
+def test_script_says_how_slurm_ended_an_attempt_and_which_node_was_lost(tmp_path, rl_config_file):
+    """SLURM's SIGTERM to the job (here: a lost node gpu08) reaches the batch script while srun runs: it logs the
+    job's state and the attempt's nodes SLURM reports down, then waits for srun. The restarted attempt names the
+    previous attempt's nodes that are down (what is left to say when the lost node ran the batch script)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name, text in (("srun", ENDING_SRUN), ("scontrol", ENDING_SCONTROL), ("sinfo", ENDING_SINFO)):
+        (bin_dir / name).write_text(text)
+        (bin_dir / name).chmod(stat.S_IRWXU)
+    out = tmp_path / "run"
+    (out / "slurm").mkdir(parents=True)
+    (_, _, script), = render_jobs(config(f"target={rl_config_file}", "command=rl", f"out={out}", "nodes=4"))[0]
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "SLURM_JOB_ID": "4242",
+           "SLURM_JOB_NODELIST": "gpu[07-10]", "STARTED": str(tmp_path / "started")}
+    attempt = subprocess.Popen(["bash", "-c", script], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                               text=True, start_new_session=True)
+    deadline = time.monotonic() + 60
+    while not (tmp_path / "started").exists():  # srun is running
+        assert time.monotonic() < deadline and attempt.poll() is None, attempt.communicate()[0]
+        time.sleep(0.05)
+    os.killpg(attempt.pid, signal.SIGTERM)  # as slurmd signals every process of the job
+    log = attempt.communicate(timeout=60)[0]
+    assert re.search(r"\[nemo-lead\] job 4242 \(rl\): SLURM ends this attempt \(SIGTERM\) at \S+Z: "
+                     r"JobState=COMPLETING Reason=None Restarts=1\n", log), log
+    assert "[nemo-lead] job 4242 (rl): nodes of this attempt that SLURM reports down: gpu08 down* (Not responding)\n" in log
+    assert "[nemo-lead] job 4242 (rl): srun ended with status 143" in log  # it waited for srun to end
+    assert (out / "slurm" / ".rl-4242.nodes").read_text() == "gpu[07-10]\n"
+    # the requeued attempt, on other nodes
+    (tmp_path / "started").unlink()
+    env.update(SLURM_RESTART_COUNT="1", SLURM_JOB_NODELIST="gpu[01-04]")
+    attempt = subprocess.Popen(["bash", "-c", script], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                               text=True, start_new_session=True)
+    while not (tmp_path / "started").exists():
+        assert time.monotonic() < deadline and attempt.poll() is None, attempt.communicate()[0]
+        time.sleep(0.05)
+    os.killpg(attempt.pid, signal.SIGKILL)
+    log = attempt.communicate(timeout=60)[0]
+    assert log.splitlines()[:2] == [
+        log.splitlines()[0],
+        "[nemo-lead] job 4242 (rl): of the previous attempt's nodes (gpu[07-10]), SLURM reports down: gpu08 down* "
+        "(Not responding)"]
+    assert log.startswith("[nemo-lead] job 4242 (rl) attempt 2 on gpu[01-04] at ")
+    assert (out / "slurm" / ".rl-4242.nodes").read_text() == "gpu[01-04]\n"

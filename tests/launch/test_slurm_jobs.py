@@ -1,83 +1,56 @@
-"""`nemo-lead submit` against a real one-node SLURM (conftest.py): a 2-task SFT job of the tiny model
+"""`nemo-lead submit` against a real SLURM (conftest.py), one node per job: a 2-task SFT job of the tiny model
 (gloo, data-parallel 2), the same job preempted with SIGUSR1 mid-run (checkpoint, `scontrol requeue`,
-resume: every step exactly once, the same numbers as the uninterrupted run), and a recipe as a chain of
-stage jobs that start one after the other and stop at the first failure (a stage that needs no GPU running as
-one task at the start of the next job)."""
+resume: every step exactly once, the same numbers as the uninterrupted run; its scontrol answers slowly every
+time, so SLURM's requeue ends it before it prints the answer), and a recipe as a chain of stage jobs that
+start one after the other and stop at the first failure (a stage that needs no GPU running as one task at the
+start of the next job). Jobs across nodes: test_slurm_nodes.py."""
 
 from __future__ import annotations
 
 import json
 import re
+import shutil
 import subprocess
 import sys
 import textwrap
 import time
-from pathlib import Path
 
 import pytest
-
-STEPS = 16  # steps take 0.1-2 s here: enough left after the first for the signal to land mid-run
-SUBMITTED = re.compile(r"^submitted job (\d+): (\S+)", re.M)
+from slurm_common import STEPS, metrics, sft_args, submit
 
 
-def submit(slurm, *args: str) -> list[tuple[str, str]]:
-    """`nemo-lead submit ...` on the test cluster (CPU partition: 2 tasks, no GPUs); [(job id, name)]."""
-    done = subprocess.run([sys.executable, "-m", "nemo_lead.cli", "submit", "--gpus-per-node", "0",
-                           "--tasks-per-node", "2", "--time", "00:10:00", "exclusive=false", *args],
-                          env=slurm.env, capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr
-    return [(m.group(1), m.group(2)) for m in SUBMITTED.finditer(done.stdout)]
-
-
-def metrics(run: Path) -> list[dict]:
-    path = run / "metrics.jsonl"
-    return [json.loads(line) for line in path.read_text().splitlines()] if path.is_file() else []
-
-
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    from nemo_lead.models import write_tiny_model
-
-    folder = tmp_path_factory.mktemp("tiny")
-    write_tiny_model(folder / "model", family="qwen2", seed=0)
-    with (folder / "traces.jsonl").open("w") as f:
-        for i in range(64):
-            a, b = i % 7, (i * 3) % 5
-            f.write(json.dumps({"problem": f"{a}+{b}", "response": f"<think>{a} plus {b}</think> \\boxed{{{a + b}}}"})
-                    + "\n")
-    return folder
-
-
-def sft_args(tiny: Path, out: Path) -> list[str]:
-    return ["--command", "sft", "--out", str(out), f"job.actor.model={tiny / 'model'}",
-            f"job.data.path={tiny / 'traces.jsonl'}", f"job.steps={STEPS}", "job.global_batch=4",
-            "job.data.max_seq_len=128", "job.tensorboard=false"]
-
-
-@pytest.fixture(scope="module")
-def plain_run(slurm, tiny, tmp_path_factory):
-    """The SFT job run start to end: (run folder, job id, its final state)."""
-    out = tmp_path_factory.mktemp("runs") / "plain"
-    (job_id, name), = submit(slurm, *sft_args(tiny, out))
-    assert name == "sft"
-    return out, job_id, slurm.wait(job_id, timeout=240)
-
-
-def test_two_task_sft_job(plain_run):
+def test_two_task_sft_job(slurm, plain_run):
     out, job_id, job = plain_run
     log = (out / "slurm" / f"sft-{job_id}.log").read_text()
     assert job["JobState"] == "COMPLETED" and job["ExitCode"] == "0:0", log
     assert "tp 1, pp 1, dp 2" in log  # the two SLURM tasks became one gloo job of two ranks
     assert [m["step"] for m in metrics(out)] == list(range(1, STEPS + 1))
     assert (out / "checkpoints" / f"step_{STEPS:06d}").is_dir() and (out / "done.json").is_file()
-    assert f"job {job_id} (sft) attempt 1 on localhost" in log and "srun ended with status 0" in log
+    assert job["NodeList"] in slurm.nodes  # one node
+    assert f"job {job_id} (sft) attempt 1 on {job['NodeList']}" in log and "srun ended with status 0" in log
     assert (out / "slurm" / "sft.sbatch").is_file()
     assert json.loads((out / "slurm" / "submitted.jsonl").read_text())["job_id"] == job_id
 
 
+# scontrol, but `requeue` answers slowly: SLURM's requeue ends the job's processes, this one among them, before
+# it prints SLURM's answer (what a loaded machine did now and then, here every time)
+SLOW_SCONTROL = """#!/bin/bash
+if [ "$1" = requeue ]; then
+    {real} "$@" || exit $?
+    exec sleep 120
+fi
+exec {real} "$@"
+"""
+
+
 def test_preempted_job_checkpoints_requeues_and_resumes(slurm, tiny, plain_run, tmp_path):
     out = tmp_path / "preempted"
-    (job_id, _), = submit(slurm, *sft_args(tiny, out), "signal_seconds=60")
+    slow = tmp_path / "bin" / "scontrol"
+    slow.parent.mkdir()
+    slow.write_text(SLOW_SCONTROL.format(real=shutil.which("scontrol", path=slurm.env["PATH"])))
+    slow.chmod(0o755)
+    (job_id, _), = submit(slurm, *sft_args(tiny, out), "signal_seconds=60",
+                          env={"PATH": f"{slow.parent}:{slurm.env['PATH']}"})
     deadline = time.monotonic() + 180
     while len(metrics(out)) < 1:  # mid-run: the handlers are up, steps remain
         assert time.monotonic() < deadline, "the job logged no steps"
@@ -90,7 +63,11 @@ def test_preempted_job_checkpoints_requeues_and_resumes(slurm, tiny, plain_run, 
     assert job["JobState"] == "COMPLETED" and job["Restarts"] == "1", log
     stopped = int(re.search(r"stopped by SIGUSR1 after step (\d+)", log).group(1))
     assert 1 <= stopped < STEPS
-    assert f"job {job_id} requeued" in log and f"job {job_id} (sft) attempt 2" in log
+    # the requeue the job asked for and got is reported as one: scontrol was ended by it, the job's record says so
+    assert re.search(rf"job {job_id} requeued \(scontrol requeue: ended by signal 15 before it answered; SLURM "
+                     r"shows JobState=\S+ Restarts=1\); it resumes from the run folder", log), log
+    assert "could not be requeued" not in log and f"scontrol requeue {job_id} failed" not in log
+    assert f"job {job_id} (sft): SLURM ends this attempt (SIGTERM)" in log and f"job {job_id} (sft) attempt 2" in log
     assert re.search(rf"resuming from \S+step_{stopped:06d} \(step {stopped} of {STEPS}\)", log)
     # each step ran once, in order, across the two attempts; the run folder holds them all
     assert [int(s) for s in re.findall(rf"\[sft\] step (\d+)/{STEPS}", log)] == list(range(1, STEPS + 1))
@@ -145,14 +122,15 @@ def test_recipe_stages_run_as_a_chain(slurm, tmp_path):
 
 
 PROBE = """
-import os, torch, torch.distributed as dist
+import os, socket, torch, torch.distributed as dist
 from nemo_lead.parallel.state import detect_launch
 launch = detect_launch(os.environ)
 dist.init_process_group("gloo", init_method=f"tcp://{launch.master_addr}:{launch.master_port}",
                         rank=launch.rank, world_size=launch.world_size)
 total = torch.tensor([launch.rank + 1.0])
 dist.all_reduce(total)
-print("RANK", launch.launcher, launch.rank, launch.world_size, launch.master_addr, int(total.item()), flush=True)
+print("RANK", launch.launcher, launch.rank, launch.world_size, launch.master_addr, socket.gethostname(),
+      int(total.item()), flush=True)
 dist.destroy_process_group()
 """
 
@@ -164,4 +142,6 @@ def test_plain_srun_without_the_wrapper(slurm):
                           capture_output=True, text=True, timeout=180)
     assert done.returncode == 0, done.stderr
     ranks = sorted(line.split()[1:] for line in done.stdout.splitlines() if line.startswith("RANK"))
-    assert ranks == [["slurm", "0", "2", "localhost", "3"], ["slurm", "1", "2", "localhost", "3"]]
+    # both tasks on one node (2 of its 4 CPUs), whose name is the rendezvous address
+    assert [r[:4] for r in ranks] == [["slurm", "0", "2", ranks[0][4]], ["slurm", "1", "2", ranks[0][4]]]
+    assert ranks[0][3] == ranks[0][4] == ranks[1][4] in slurm.nodes and [r[5] for r in ranks] == ["3", "3"]

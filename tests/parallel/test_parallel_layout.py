@@ -1,8 +1,17 @@
 """Layout checks and launcher detection: pure functions, no processes."""
 
+import socket
+
 import pytest
 
-from nemo_lead.parallel import LayoutError, check_layout, detect_launch, model_shape
+from nemo_lead.parallel import (
+    LayoutError,
+    check_layout,
+    describe_hosts,
+    detect_launch,
+    model_shape,
+    rank_hosts,
+)
 from nemo_lead.parallel.state import _first_slurm_host
 
 R1_7B = {"num_hidden_layers": 28, "num_attention_heads": 28, "num_key_value_heads": 4}
@@ -60,3 +69,12 @@ def test_slurm_node_lists():
     assert _first_slurm_host("node7") == "node7"
     assert _first_slurm_host("a,b") == "a"
     assert _first_slurm_host("gpu[12,15-16],cpu1") == "gpu12"
+
+
+def test_where_the_ranks_run():
+    """The line a job across nodes logs at start (the ranks' host names, gathered once)."""
+    assert describe_hosts(["n1", "n1", "n2", "n2"]) == "4 ranks on 2 nodes: n1 (ranks 0-1), n2 (ranks 2-3)"
+    assert describe_hosts(["a", "b"]) == "2 ranks on 2 nodes: a (rank 0), b (rank 1)"
+    assert describe_hosts(["a", "b", "a", "b"]) == "4 ranks on 2 nodes: a (ranks 0, 2), b (ranks 1, 3)"
+    assert describe_hosts(["x"]) == "1 rank on 1 node: x (rank 0)"
+    assert rank_hosts() == [socket.gethostname()]  # without torch.distributed: this process's host

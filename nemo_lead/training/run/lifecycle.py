@@ -35,7 +35,14 @@ from nemo_lead.data.traces import check_vocab_covers
 from nemo_lead.models import load_tokenizer
 from nemo_lead.models.source import ModelSource, model_source
 from nemo_lead.models.weights_checkpoint import load_checkpoint
-from nemo_lead.parallel import ParallelInfo, destroy_parallel, detect_launch, init_parallel
+from nemo_lead.parallel import (
+    ParallelInfo,
+    describe_hosts,
+    destroy_parallel,
+    detect_launch,
+    init_parallel,
+    rank_hosts,
+)
 from nemo_lead.parallel.local import JobError
 from nemo_lead.runtime.deadline import Deadline, requeue_or_advise, test_step_delay
 from nemo_lead.runtime.processes import die_with_parent
@@ -144,6 +151,7 @@ def start_run(cfg: SFTConfig | RLConfig, name: str, total_steps: int, log_names:
     if TORCHRUN_ENV in os.environ:
         die_with_parent()  # a killed torchrun agent leaves no rank writing the folder
     info = init_parallel(cfg.actor.tp, cfg.actor.pp, seed=cfg.seed, model_config=hf_config)
+    hosts = rank_hosts()  # collective; said below when the ranks span several nodes (a resumed job may move)
     folder = RunFolder(cfg.out, writer=info.rank == 0, tensorboard=cfg.tensorboard)
 
     choice = choose_resume_checkpoint(info, cfg.out, total_steps)
@@ -162,6 +170,8 @@ def start_run(cfg: SFTConfig | RLConfig, name: str, total_steps: int, log_names:
                             on_lost_output=lambda: stop.request("SIGPIPE"))
     if TORCHRUN_ENV in os.environ:
         progress.warn(TORCHRUN_ADVICE)
+    if len(set(hosts)) > 1:
+        progress.say(describe_hosts(hosts))
     for note in choice.notes:
         progress.say(f"note: {cfg.out}/checkpoints/{note}")
     for path, aside, problems in choice.damaged:
