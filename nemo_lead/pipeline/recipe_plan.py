@@ -1,11 +1,14 @@
 """`nemo-lead plan`: the memory and time plan of a recipe's SFT / RL stages, or of one command's config, on
 GPUs that need not be there; and the same plan checked before `nemo-lead run` starts its stages.
 
+    nemo-lead plan lead-32b                  # on the hardware the recipe names (hardware:, each stage's slurm:)
     nemo-lead plan lead-14b --stage stage1 --gpus 8 --gpu h100 paths.base_model=r1-distill-qwen-14b
     nemo-lead plan my-rl.yaml --command rl --gpus 16 --gpu-memory-gib 80 job.actor.tp=4 --json plan.json
     nemo-lead plan --command rl --gpus 8 --gpu h200 job.actor.model=r1-distill-qwen-14b job.rollout.max_tokens=14336
 
-A recipe is read the way `nemo-lead run` reads it (`RunConfig`, `resolve_stage`: `paths.*` and `stages.*`
+Without `--gpus` / `--gpu` a recipe is planned on what it names (`on_hardware`: `hardware.gpu`, each stage's
+`slurm:` nodes x GPUs per node, `presets:` for model folders not readable here), said in the output's first
+line; each flag overrides its part. A recipe is read the way `nemo-lead run` reads it (`RunConfig`, `resolve_stage`: `paths.*` and `stages.*`
 overrides, the kinds' defaults), so its stages are planned with exactly their settings. A stage whose model
 is an earlier stage's checkpoint gets that stage's model (the shape does not change in training); the model
 itself may be a HF folder (only its config.json is read), a checkpoint or a conf/model preset. The numbers:
@@ -46,7 +49,7 @@ SFT_ONLY_KEYS = {"global_batch", "epochs", "val_every"}
 
 @dataclass
 class PlanConfig:
-    """`nemo-lead plan TARGET --gpus N [--gpu NAME | --gpu-memory-gib G] [--stage NAME] [--json FILE] ...`."""
+    """`nemo-lead plan TARGET [--gpus N] [--gpu NAME | --gpu-memory-gib G] [--stage NAME] [--json FILE] ...`."""
 
     target: Optional[str] = None  # a recipe (file or name in recipes/), or a config file of `command`
     command: Optional[str] = None  # sft | rl: what a config-file target configures (None: from its keys)
