@@ -5,7 +5,9 @@ GPU (`--gpu`): the R1-Distill-Qwen-1.5B shape (random bf16 weights, local layer 
    exists) against the plan's weights + gradient buffer + optimizer state;
 2. update: the peak above that during a policy step (on-policy, entropy, temperature 0.8) of one micro-batch
    of 8 x 1,024 and of 2 x 4,096 tokens, without and with full recomputation, against the plan's activations +
-   logits (`torch.cuda.max_memory_allocated` after `reset_peak_memory_stats`);
+   logits for the same settings, the log-probs in the actor's chunks (actor.logprob_chunk_tokens; the record
+   of 2026-12-04 planned them unchunked, hence its 1.84x: bench/RESULTS.md `plan:gpu-replanned`)
+   (`torch.cuda.max_memory_allocated` after `reset_peak_memory_stats`);
 3. generation: the peak above the static memory while the megatron engine samples 64 prompts of 128 tokens
    x 4 samples, 512 new tokens without a stop token, against the plan's KV cache + temporaries (eager decode
    steps: CUDA graphs keep a memory pool of their own that the plan does not model);
