@@ -5,7 +5,9 @@ GPU (`--gpu`): the R1-Distill-Qwen-1.5B shape (random bf16 weights, local layer 
    exists) against the plan's weights + gradient buffer + optimizer state;
 2. update: the peak above that during a policy step (on-policy, entropy, temperature 0.8) of one micro-batch
    of 8 x 1,024 and of 2 x 4,096 tokens, without and with full recomputation, against the plan's activations +
-   logits (`torch.cuda.max_memory_allocated` after `reset_peak_memory_stats`);
+   logits for the same settings, the log-probs in the actor's chunks (actor.logprob_chunk_tokens; the record
+   of 2026-12-04 planned them unchunked, hence its 1.84x: bench/RESULTS.md `plan:gpu-replanned`)
+   (`torch.cuda.max_memory_allocated` after `reset_peak_memory_stats`);
 3. generation: the peak above the static memory while the megatron engine samples 64 prompts of 128 tokens
    x 4 samples, 512 new tokens without a stop token, against the plan's KV cache + temporaries (eager decode
    steps: CUDA graphs keep a memory pool of their own that the plan does not model);
@@ -75,14 +77,26 @@ def _row(name: str, planned: int, measured: int | None) -> dict:
             "ratio": None if measured is None else measured / planned}
 
 
+def planned_update(arch, count: int, length: int, e: int, recompute, chunk: int, largest: int, device: str):
+    """The plan of the measured policy step (one micro-batch of `count` x `length` tokens, TP1, on-policy with
+    the entropy, temperature 0.8, the log-probs in chunks of `chunk` tokens as the actor computes them)."""
+    from nemo_lead.models import padded_vocab_size
+    from nemo_lead.plan.activations import update_memory
+
+    return update_memory(arch, tp=1, pp=1, stage=0, tokens=count * length, longest=length, microbatches=1, e=e,
+                         sequence_parallel=False, recompute=recompute, vocab_local=padded_vocab_size(arch.vocab_size),
+                         padded=arch.vocab_size % 128 != 0, temperature=0.8, entropy=True, logprob_chunk_tokens=chunk,
+                         largest_weight=largest, device=device)
+
+
 def run(shape: dict, cuda: bool) -> list[dict]:
     import torch
 
     from nemo_lead.algorithms import LeadConfig
     from nemo_lead.generation import MegatronEngine, SamplingParams
-    from nemo_lead.models import arch_from_hf, padded_vocab_size, read_hf_config
+    from nemo_lead.models import arch_from_hf, read_hf_config
     from nemo_lead.parallel import init_parallel
-    from nemo_lead.plan.activations import Recompute, update_memory
+    from nemo_lead.plan.activations import Recompute
     from nemo_lead.plan.engine_memory import engine_memory
     from nemo_lead.plan.parameters import DTYPE_BYTES, stage_parameters, static_bytes
     from nemo_lead.training.actor.config import ActorConfig
@@ -120,10 +134,7 @@ def run(shape: dict, cuda: bool) -> list[dict]:
                 rows += generation_rows(actor, arch, shape, e, cuda, device, MegatronEngine, SamplingParams, engine_memory)
             with Meter(cuda) as m:
                 policy_train_step(actor, batch, lead, temperature=0.8, on_policy=True)
-            u = update_memory(arch, tp=1, pp=1, stage=0, tokens=count * length, longest=length, microbatches=1, e=e,
-                              sequence_parallel=False, recompute=recompute, vocab_local=padded_vocab_size(arch.vocab_size),
-                              padded=arch.vocab_size % 128 != 0, temperature=0.8, entropy=True, largest_weight=largest,
-                              device=device)
+            u = planned_update(arch, count, length, e, recompute, actor.cfg.logprob_chunk_tokens, largest, device)
             label = f"update: {count} x {length} tokens" + (", full recompute" if recompute.granularity else "")
             rows.append(_row(label, u.activations + u.logits, m.peak))
             del actor

@@ -25,12 +25,12 @@ from __future__ import annotations
 import dataclasses
 import math
 import sys
-from pathlib import Path
 from typing import Any
 
 from nemo_lead.config.loading import ConfigError
 from nemo_lead.launch.submit_config import SubmitConfig, time_seconds
 from nemo_lead.pipeline.config import RunConfig, load_recipe, resolve_stage
+from nemo_lead.pipeline.hardware import preset_paths
 from nemo_lead.pipeline.kinds import KINDS, PLANNED_KINDS
 from nemo_lead.pipeline.preflight import recipe_conflicts, report
 from nemo_lead.pipeline.recipe import find_recipe, read_recipe
@@ -52,26 +52,14 @@ def planned_config(cfg: SubmitConfig) -> tuple[SubmitConfig, list[str]]:
         recipe = read_recipe(find_recipe(cfg.target))
     except ConfigError:
         return cfg, []  # plan_jobs names what is wrong with the target
-    from nemo_lead.models.hf_config import preset_names  # (torch)
-
     notes, plan, job = [], cfg.plan, dict(cfg.job)
     gpu = recipe.hardware.get("gpu")
     if gpu and plan.gpu is None and plan.gpu_memory_gib is None:
         plan = dataclasses.replace(plan, gpu=gpu)
         notes.append(f"planned on the recipe's hardware, {recipe.hardware.get('gpus_per_node', '?')} x {gpu} per node "
                      f"(hardware.gpu in {recipe.path.name}; plan.gpu=NAME plans on other GPUs)")
-    paths = dict(job.get("paths") or {})
-    known = set(preset_names())
-    for key, preset in recipe.presets.items():
-        value = str(paths.get(key, recipe.paths.get(key)))
-        if preset not in known:
-            raise ConfigError(f"{recipe.path.name}: presets.{key}={preset!r} is not a conf/model preset; presets: "
-                              f"{', '.join(sorted(known))}")
-        if value in known or Path(value).expanduser().exists():
-            continue
-        paths[key] = preset
-        notes.append(f"paths.{key}={value} is not readable here: planned with the shape of preset {preset} "
-                     f"(presets.{key} in {recipe.path.name}); the job reads the folder")
+    paths, found = preset_paths(recipe, dict(job.get("paths") or {}))
+    notes += found
     if paths:
         job["paths"] = paths
     return dataclasses.replace(cfg, plan=plan, job=job), notes

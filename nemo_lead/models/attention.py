@@ -79,6 +79,10 @@ def block_causal_attention(q, k, v, block: int, **kwargs) -> torch.Tensor:
 
 
 class SDPAttention(MegatronModule):
+    # True: on a CPU too, SDPA takes megatron's views as it does on a GPU (no copies, no blocks), so that the
+    # tensors a GPU keeps for backward can be measured on a CPU (tests/plan/saved_activations.py)
+    views_on_cpu = False
+
     def __init__(self, config, layer_number: int, attn_mask_type, attention_type: str,
                  attention_dropout: float | None = None, softmax_scale: float | None = None, cp_comm_type=None,
                  pg_collection=None):
@@ -103,7 +107,8 @@ class SDPAttention(MegatronModule):
             raise NotImplementedError("packed sequences / attention bias need Transformer Engine's attention")
         sq, b = query.shape[:2]
         q, k, v = (t.permute(1, 2, 0, 3) for t in (query, key, value))  # [b, heads | groups, s, hn]
-        if q.device.type == "cpu":  # the CPU flash kernel reads the permuted views more slowly than it copies
+        cpu = q.device.type == "cpu" and not self.views_on_cpu
+        if cpu:  # the CPU flash kernel reads the permuted views more slowly than it copies
             q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
         kwargs = {"scale": self.scale}
         if self.heads != self.groups:
@@ -115,7 +120,7 @@ class SDPAttention(MegatronModule):
         if attention_mask is None:
             if key.shape[0] != sq:
                 raise ValueError(f"causal attention without a mask needs as many keys as queries ({key.shape[0]} vs {sq})")
-            if p == 0 and q.device.type == "cpu" and 2 * CAUSAL_BLOCK <= sq <= CAUSAL_BLOCK_MAX:
+            if p == 0 and cpu and 2 * CAUSAL_BLOCK <= sq <= CAUSAL_BLOCK_MAX:
                 return block_causal_attention(q, k, v, CAUSAL_BLOCK, **kwargs)
             kwargs["is_causal"] = True
         else:

@@ -1,11 +1,14 @@
 """`nemo-lead plan`: the memory and time plan of a recipe's SFT / RL stages, or of one command's config, on
 GPUs that need not be there; and the same plan checked before `nemo-lead run` starts its stages.
 
+    nemo-lead plan lead-32b                  # on the hardware the recipe names (hardware:, each stage's slurm:)
     nemo-lead plan lead-14b --stage stage1 --gpus 8 --gpu h100 paths.base_model=r1-distill-qwen-14b
     nemo-lead plan my-rl.yaml --command rl --gpus 16 --gpu-memory-gib 80 job.actor.tp=4 --json plan.json
     nemo-lead plan --command rl --gpus 8 --gpu h200 job.actor.model=r1-distill-qwen-14b job.rollout.max_tokens=14336
 
-A recipe is read the way `nemo-lead run` reads it (`RunConfig`, `resolve_stage`: `paths.*` and `stages.*`
+Without `--gpus` / `--gpu` a recipe is planned on what it names (`on_hardware`: `hardware.gpu`, each stage's
+`slurm:` nodes x GPUs per node, `presets:` for model folders not readable here), said in the output's first
+line; each flag overrides its part. A recipe is read the way `nemo-lead run` reads it (`RunConfig`, `resolve_stage`: `paths.*` and `stages.*`
 overrides, the kinds' defaults), so its stages are planned with exactly their settings. A stage whose model
 is an earlier stage's checkpoint gets that stage's model (the shape does not change in training); the model
 itself may be a HF folder (only its config.json is read), a checkpoint or a conf/model preset. The numbers:
@@ -20,6 +23,7 @@ them: one job's plan as an object with `layout`, `fits`, `gpu_memory_bytes`, `pe
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 import tempfile
@@ -32,9 +36,10 @@ import yaml
 from nemo_lead.config.loading import ConfigError, as_overrides, load_config
 from nemo_lead.data import DataError, load_problems
 from nemo_lead.pipeline.config import RunConfig, load_recipe, resolve_stage
+from nemo_lead.pipeline.hardware import preset_paths, stage_gpus
 from nemo_lead.pipeline.kinds import KINDS, PLANNED_KINDS, schema
 from nemo_lead.pipeline.preflight import recipe_conflicts, report
-from nemo_lead.pipeline.recipe import find_recipe
+from nemo_lead.pipeline.recipe import find_recipe, read_recipe
 from nemo_lead.plan.settings import PlanSettings
 
 RL_ONLY_KEYS = {"rollout", "engine", "lead", "prompts_per_step", "validation", "max_rounds", "ppo_epochs",
@@ -44,12 +49,13 @@ SFT_ONLY_KEYS = {"global_batch", "epochs", "val_every"}
 
 @dataclass
 class PlanConfig:
-    """`nemo-lead plan TARGET --gpus N [--gpu NAME | --gpu-memory-gib G] [--stage NAME] [--json FILE] ...`."""
+    """`nemo-lead plan TARGET [--gpus N] [--gpu NAME | --gpu-memory-gib G] [--stage NAME] [--json FILE] ...`."""
 
     target: Optional[str] = None  # a recipe (file or name in recipes/), or a config file of `command`
     command: Optional[str] = None  # sft | rl: what a config-file target configures (None: from its keys)
     stage: Optional[str] = None  # a recipe's SFT / RL stage (None: all of them)
-    gpus: Optional[int] = None  # GPUs the job runs on (tp x pp x dp)
+    # GPUs the job runs on (tp x pp x dp); None: a recipe's, each stage's `slurm:` nodes x GPUs per node
+    gpus: Optional[int] = None
     gpus_per_node: int = 8  # for the host side: ranks (one per GPU) on one node
     json: Optional[str] = None  # also write the plan to this JSON file
     fixes: int = 5  # ranked changes listed when a job does not fit
@@ -61,8 +67,8 @@ class PlanConfig:
     job: dict[str, Any] = field(default_factory=dict)  # a command config's settings (job.actor.tp=4)
 
     def __post_init__(self) -> None:
-        if self.gpus is None or self.gpus < 1:
-            raise ValueError("gpus must be given: the GPUs the job runs on (--gpus N)")
+        if self.gpus is not None and self.gpus < 1:
+            raise ValueError(f"gpus must be >= 1, got {self.gpus}")
         if self.command not in (None, *PLANNED_KINDS):
             raise ValueError(f"command must be sft or rl, got {self.command!r}")
         if self.target is None and self.command is None:
@@ -239,7 +245,7 @@ def _rounds_text(p: Any, c: Any, settings: PlanSettings) -> str:
     return text
 
 
-def plan_engine_job(job: Job, cfg: PlanConfig, gpu: Any) -> EngineJobResult:
+def plan_engine_job(job: Job, cfg: PlanConfig, gpu: Any, gpus: int) -> EngineJobResult:
     """A distill / eval stage: memory per GPU and time on the engine it runs on (engine.kind=auto: the faster
     that fits of vllm and megatron), from the same engine model as RL's generation."""
     from nemo_lead.models.hf_config import arch_from_hf
@@ -251,14 +257,14 @@ def plan_engine_job(job: Job, cfg: PlanConfig, gpu: Any) -> EngineJobResult:
     c = job.config
     settings = c.plan.merged(cfg.plan)
     models = list(job.extras.get("models", {}).values()) or [c.model]
-    if cfg.gpus % (c.tp * c.pp):
+    if gpus % (c.tp * c.pp):
         raise ConfigError(f"{job.prefix}tp, {job.prefix}pp: tp x pp = {c.tp * c.pp} does not divide the job's "
-                          f"{cfg.gpus} GPUs")
+                          f"{gpus} GPUs")
     problems = _dataset_rows(c, settings)
     head = (f"{job.name} ({job.kind}): {len(models)} model{'s' if len(models) > 1 else ''} x "
             f"{c.sampling.n} samples per problem{f' in rounds of {list(c.rounds)} then the rest' if c.rounds else ''}, "
-            f"tp {c.tp} pp {c.pp} dp {cfg.gpus // (c.tp * c.pp)} on {cfg.gpus} x {gpu.name}")
-    base = {"stage": job.name, "kind": job.kind, "gpus": cfg.gpus, "gpu": gpu.name, "models": len(models),
+            f"tp {c.tp} pp {c.pp} dp {gpus // (c.tp * c.pp)} on {gpus} x {gpu.name}")
+    base = {"stage": job.name, "kind": job.kind, "gpus": gpus, "gpu": gpu.name, "models": len(models),
             "samples": c.sampling.n, "max_tokens": c.sampling.max_tokens, "rounds": list(c.rounds),
             "mean_response_tokens": settings.mean_response_tokens,
             "mean_response_source": settings.mean_response_source,
@@ -276,7 +282,7 @@ def plan_engine_job(job: Job, cfg: PlanConfig, gpu: Any) -> EngineJobResult:
                                {**base, "fits": None, "problems": None if problems is None else list(problems),
                                 "stage_seconds": None, "stage_seconds_all_at_max": None, "no_time": why}, None, None)
     mean = settings.mean_response_tokens
-    shape = stage_shape(c, settings, gpus=cfg.gpus, problems=problems, models=len(models), divisible=divisible)
+    shape = stage_shape(c, settings, gpus=gpus, problems=problems, models=len(models), divisible=divisible)
     p, plans = plan_auto_engine(arch_from_hf(hf_config), gpu, shape, c.engine.kind)
     gib = 1 << 30
     memory = ", ".join(f"{k} {v / gib:.1f}" for k, v in p.per_gpu.items())
@@ -319,6 +325,38 @@ def plan_engine_job(job: Job, cfg: PlanConfig, gpu: Any) -> EngineJobResult:
     return EngineJobResult("\n".join(lines), data, p.seconds, p.worst_seconds)
 
 
+def on_hardware(cfg: PlanConfig, recipe: Path | None) -> tuple[PlanConfig, dict[str, int], list[str]]:
+    """`cfg` with what a recipe names where the command line names nothing: the GPU kind (`hardware.gpu`,
+    unless --gpu / plan.gpu_memory_gib), each stage's GPUs (its `slurm:` nodes x GPUs per node, unless --gpus)
+    and conf/model presets for model folders not readable here (`presets:`); the GPUs per stage; and the
+    lines that say so, the plan's first. A config file names no hardware: --gpus is needed."""
+    if recipe is None:
+        if cfg.gpus is None:
+            raise ConfigError("gpus must be given: the GPUs the job runs on (--gpus N); a recipe names them in its "
+                              "`hardware:` and its stages' `slurm:`")
+        return cfg, {}, []
+    r = read_recipe(recipe)
+    gpus = dict.fromkeys((s.name for s in r.stages), cfg.gpus) if cfg.gpus else stage_gpus(r)
+    paths, notes = preset_paths(r, cfg.paths)
+    named = []
+    gpu = r.hardware.get("gpu")
+    plan = cfg.plan
+    if gpu and plan.gpu is None and plan.gpu_memory_gib is None:
+        plan = dataclasses.replace(plan, gpu=gpu)
+        named.append(f"{gpu.upper()} GPUs (hardware.gpu)")
+    if cfg.gpus is None:
+        shown = [s.name for s in r.stages if s.kind in PLANNED_KINDS + ENGINE_KINDS and (not cfg.stage or s.name == cfg.stage)]
+        named.append("each stage on its slurm: nodes x GPUs per node (" + ", ".join(f"{n}: {gpus[n]}" for n in shown)
+                     + " GPUs)")
+    lines = []
+    if named:
+        flags = " / ".join(f for f, taken in (("--gpus N", cfg.gpus is None), ("--gpu NAME", plan is not cfg.plan))
+                           if taken)
+        lines.append(f"planned on the hardware {r.path.name} names: {', '.join(named)}; {flags} plan on others")
+    lines += notes
+    return dataclasses.replace(cfg, plan=plan, paths=paths), gpus, lines
+
+
 def run_plan(cfg: PlanConfig) -> int:
     """`nemo-lead plan`: print each job's plan (and write --json); exit 0 when all fit, 1 when one does not."""
     from nemo_lead.plan.check import hf_config_of
@@ -330,11 +368,13 @@ def run_plan(cfg: PlanConfig) -> int:
 
     try:
         recipe = _recipe_file(cfg.target) if cfg.command is None else None
+        cfg, stage_gpus_, head = on_hardware(cfg, recipe)
         jobs = jobs_of(cfg, kinds=PLANNED_KINDS + ENGINE_KINDS if recipe is not None else PLANNED_KINDS)
+        gpus_of = {j.name: stage_gpus_.get(j.name, cfg.gpus) for j in jobs}
         if recipe is not None:
             run = RunConfig(recipe=str(recipe), paths=dict(cfg.paths), stages=dict(cfg.stages), engine=dict(cfg.engine))
             planned = [j for j in jobs if j.kind in PLANNED_KINDS]
-            found = recipe_conflicts(run, world={j.name: cfg.gpus for j in planned},
+            found = recipe_conflicts(run, world={j.name: gpus_of[j.name] for j in planned},
                                      names=[cfg.stage] if cfg.stage else None, missing_ok=True)
             if report("plan", *found, sys.stderr):
                 return 2
@@ -342,7 +382,7 @@ def run_plan(cfg: PlanConfig) -> int:
         results, texts, times = [], [], []
         for job in jobs:
             if job.kind in ENGINE_KINDS:
-                r = plan_engine_job(job, cfg, gpu)
+                r = plan_engine_job(job, cfg, gpu, gpus_of[job.name])
                 texts.append(r.text)
                 results.append(r.json)
                 times.append((job.name, r.seconds, r.worst))
@@ -350,7 +390,8 @@ def run_plan(cfg: PlanConfig) -> int:
             settings = job.config.plan.merged(cfg.plan)
             hf_config, divisible = hf_config_of(job.config.actor.model)
             memory, reserve = settings.gpu_memory_gib, settings.value("reserve_gib")
-            shape = job_shape(job.config, job.kind, hf_config, gpus=cfg.gpus, settings=settings,
+            gpus = gpus_of[job.name]
+            shape = job_shape(job.config, job.kind, hf_config, gpus=gpus, settings=settings,
                               vocab_divisible_by=divisible, gpu=gpu, memory_gib=memory)
             plan = plan_job(shape, gpu, memory_gib=memory, reserve_gib=reserve)
             fixes = find_fixes(shape, gpu, memory_gib=memory, reserve_gib=reserve, limit=cfg.fixes)
@@ -358,17 +399,17 @@ def run_plan(cfg: PlanConfig) -> int:
                        if cfg.fastest or not plan.fits else None)
             first = ranking.fastest[0] if ranking is not None and ranking.fastest else None
             best = None if first is None else first.plan
-            host = host_needs(plan, job.config, min(cfg.gpus, cfg.gpus_per_node), fastest=best,
+            host = host_needs(plan, job.config, min(gpus, cfg.gpus_per_node), fastest=best,
                               fastest_name=None if first is None
                               else f"{layout_name(best)} ({overrides(first.changes, job.prefix)})")
             text = describe(job.name, plan, fixes, job.prefix, ranking if cfg.fastest else None,
                             source=settings.mean_response_source)
             lines = [text, *describe_host(host)]
-            paper = reported_step(recipe.stem if recipe is not None else None, job.name, gpu.name, cfg.gpus)
+            paper = reported_step(recipe.stem if recipe is not None else None, job.name, gpu.name, gpus)
             if paper is not None:
                 ours = plan if plan.fits else best
                 estimate = f"{step_text(ours)} ({layout_name(ours)})" if ours is not None else "none (nothing fits)"
-                lines.append(f"  the paper's step on {cfg.gpus} x {gpu.name.upper()}: ~{paper[0]:,.0f} s ({paper[1]}); "
+                lines.append(f"  the paper's step on {gpus} x {gpu.name.upper()}: ~{paper[0]:,.0f} s ({paper[1]}); "
                              f"this plan's estimate: {estimate}")
             texts.append("\n".join(lines))
             results.append({**as_json(job.name, plan, fixes, ranking if cfg.fastest else None,
@@ -380,12 +421,15 @@ def run_plan(cfg: PlanConfig) -> int:
         return 2
     if not cfg.plan.gpu:
         texts.insert(0, "(no --gpu given: the step times use the H100's figures)")
+    if head:
+        texts.insert(0, "\n".join(head))
     if len(results) > 1:
         texts.append(total_text(times, results))
     print("\n\n".join(texts))
     if cfg.json:
         data = results[0] if len(results) == 1 else {
             "stages": results, "fits": all(r["fits"] is not False for r in results), "gpus": cfg.gpus,
+            "gpus_per_stage": gpus_of,
             "total_seconds": _sum([t for _, t, _ in times]), "total_seconds_all_at_max": _sum([w for _, _, w in times]),
             "untimed_stages": [name for name, t, _ in times if t is None]}
         Path(cfg.json).write_text(json.dumps(data, indent=2) + "\n")

@@ -18,8 +18,9 @@ The job's configuration is read by attribute (an `SFTConfig` / `RLConfig`, or an
 sections), so this layer imports no training code.
 Worst cases taken: every response at max_tokens after a prompt of `plan.prompt_tokens`; a micro-batch of
 max(actor.micro_batch_tokens, the longest sequence) padded tokens; SFT rows at data.max_seq_len.
-Activation estimates follow the local layer spec (Transformer Engine's layers save about the same tensors;
-not measured here).
+Activation estimates follow the local layer spec as a GPU runs it (`nemo_lead.plan.activations`: measured on
+the CPU tensor by tensor, checked against an H200's peaks); actor.layer_spec=te adds Transformer Engine's one
+difference, its MLP's fifth [T, ffn] tensor (from TE's and megatron's code, not measured).
 """
 
 from __future__ import annotations
@@ -102,6 +103,9 @@ class JobShape:
     # with engine_tp1: the copy's TP (engine.tp=b engine.pp=1, b | tp), one replica per b GPUs; 1 = TP1 x PP1
     engine_tp: int = 1
     vllm_memory_fraction: float = 0.0  # engine.kind=vllm: engine.vllm.gpu_memory_utilization
+    # actor.layer_spec: te plans Transformer Engine's MLP term (`activations.mlp_saved_widths`); auto is planned
+    # as the local spec (which of the two a job gets depends on its container: TE's image takes TE)
+    layer_spec: str = "local"
 
     @property
     def dp(self) -> int:
@@ -128,6 +132,7 @@ def job_shape(cfg: Any, kind: str, hf_config: dict, *, gpus: int, settings: Plan
         recompute=Recompute(a.recompute_granularity, a.recompute_method, a.recompute_num_layers),
         micro_batch_tokens=a.micro_batch_tokens or GPU_MICRO_BATCH_TOKENS, logprob_chunk_tokens=a.logprob_chunk_tokens,
         offload=a.offload_during_generation, vocab_divisible_by=vocab_divisible_by,
+        layer_spec="te" if a.layer_spec == "te" else "local",
     )
     if kind == "sft":
         return JobShape(**common, longest=cfg.data.max_seq_len, sequences=cfg.global_batch)
@@ -306,7 +311,8 @@ def plan_job(s: JobShape, gpu: GPU, *, memory_gib: float | None = None, reserve_
         u = update_memory(s.arch, tp=s.tp, pp=s.pp, stage=stage, tokens=tokens, longest=s.longest, microbatches=mbs,
                           e=e, sequence_parallel=s.sequence_parallel, recompute=s.recompute, vocab_local=vocab_local,
                           padded=s.arch.vocab_size % (vocab_local * s.tp) != 0, temperature=s.temperature,
-                          entropy=s.entropy, logprob_chunk_tokens=s.logprob_chunk_tokens, largest_weight=largest)
+                          entropy=s.entropy, logprob_chunk_tokens=s.logprob_chunk_tokens, largest_weight=largest,
+                          layer_spec=s.layer_spec)
         found = {"update": {**static, "activations": u.activations, "logits": u.logits}}
         if s.kind == "rl":
             g = _generation(s, stage, e)

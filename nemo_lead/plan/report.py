@@ -12,9 +12,11 @@ from nemo_lead.plan.timing import (
     DECODE_BANDWIDTH_FRACTION,
     EAGER_HOST_S_PER_LAYER,
     HOST_LINK_FRACTION,
+    SOURCES,
     VLLM_DECODE_BANDWIDTH_FRACTION,
     VLLM_DECODE_SOURCE,
     VLLM_GRAPH_GIB,
+    cited,
     tail_share,
     update_fraction,
 )
@@ -138,6 +140,8 @@ def describe(name: str, plan: JobPlan, fixes: list[Fix], prefix: str = "", ranki
         lines.append(f"  step (estimate, {responses_text(s.mean_response_tokens, s.max_tokens, source)}): "
                      f"generation {t.generation:,.0f} s + update {t.update:,.0f} s + refit/offload {t.refit:,.0f} s "
                      f"= {t.total:,.0f} s; every response at max_tokens (the worst case): {w.total:,.0f} s")
+    if plan.time is not None and plan.fits:
+        lines.append(f"  efficiencies: {cited(s.engine)}")
     if plan.host_bytes_per_node:
         what = ("pinned optimizer copies" if s.engine != "vllm" else
                 "vLLM's sleeping weights" + (" and pinned optimizer copies" if s.offload else ""))
@@ -205,10 +209,10 @@ def as_json(name: str, plan: JobPlan, fixes: list[Fix], ranking: Ranking | None 
         "efficiencies": {"update_fraction_of_peak": update_fraction(plan.tokens_per_microbatch),
                          "decode_fraction_of_bandwidth": (VLLM_DECODE_BANDWIDTH_FRACTION if s.engine == "vllm"
                                                           else DECODE_BANDWIDTH_FRACTION),
-                         "decode_source": (VLLM_DECODE_SOURCE if s.engine == "vllm"
-                                           else "measured: bench/RESULTS.md, H200, 2026-11-30"),
+                         "decode_source": SOURCES["vllm_decode_fraction_of_bandwidth" if s.engine == "vllm"
+                                                  else "decode_fraction_of_bandwidth"],
                          "eager_decode_host_seconds_per_layer": EAGER_HOST_S_PER_LAYER,
-                         "host_link_fraction": HOST_LINK_FRACTION, "source": "bench/RESULTS.md, H200, 2026-11-30"},
+                         "host_link_fraction": HOST_LINK_FRACTION, "sources": dict(SOURCES)},
         "fixes": [{"changes": f.changes, **_phases(f.plan)} for f in fixes],
         "ranking": ranking_json(ranking),
         "recommended": {"changes": {}, **_phases(plan)} if plan.fits or best is None

@@ -15,16 +15,18 @@
                  x LINK_FRACTION (all-gather and broadcast within a node; not measured); offload adds the
                  copies of the optimizer state to the host and back at HOST_LINK_FRACTION of the nominal link
 
-The efficiencies are bench/RESULTS.md's figures of 2026-11-30 (one H200, local spec, bf16, TP1; its
-rollout:gpu and actor:gpu records now show a later run beside them, not yet taken into the plan):
-- UPDATE_PEAK_FRACTION: the actor's train step on the R1-Distill-Qwen-1.5B shape reached 409 TFLOP/s at
-  8,192 tokens per micro-batch and 337 at 4,096 (51.8% / 42.7% "MFU of 790" in RESULTS.md's actor:gpu), i.e.
-  41.3% / 34.1% of the H200's nominal 989 TFLOP/s; applied to each GPU's nominal dense bf16 peak,
-  interpolated in tokens per micro-batch. TP / PP communication was not measured (no multi-GPU run yet):
-  these estimates leave it out.
-- DECODE_BANDWIDTH_FRACTION: the engine's CUDA-graph decode at batch 256 moved 12.8% of the bandwidth
-  bound (rollout:gpu); EAGER_HOST_S_PER_LAYER: its eager steps took 77.71 ms against 8.10 ms for 28
-  layers, (77.71 - 8.10) / 28 = 2.49 ms of host time per layer and step. CUDA graphs are counted at TP = PP = 1
+One rule for measured constants: each efficiency is the latest run bench/RESULTS.md records for it, named
+beside it as a `Run` (date, commit, megatron-core, GPU, the RESULTS.md block) in `SOURCES`, which the plan's
+output prints (`cited`); an older run's figure stays in bench/RESULTS.md as history only. Now (one H200,
+local spec, bf16, TP1, megatron-core 0.19.2):
+- UPDATE_PEAK_FRACTION (actor:gpu, 2026-12-04): the actor's train step on the R1-Distill-Qwen-1.5B shape
+  reached 366 TFLOP/s at 4,096 tokens per micro-batch and 406 at 8,192, i.e. 37.0% / 41.1% of the H200's
+  nominal 989 TFLOP/s; applied to each GPU's nominal dense bf16 peak, interpolated in tokens per
+  micro-batch. TP / PP communication was not measured (no multi-GPU run yet): these estimates leave it out.
+- DECODE_BANDWIDTH_FRACTION (rollout:gpu, 2026-12-04): the engine's CUDA-graph decode at batch 256 read
+  3.09 GB of weights and 1.89 GB of KV cache (mean) per step in 10.58 ms against 4.8 TB/s: 9.8% of the
+  bandwidth bound; EAGER_HOST_S_PER_LAYER: its eager steps took 89.38 ms, (89.38 - 10.58) / 28 = 2.81 ms of
+  host time per layer and step. CUDA graphs are counted at TP = PP = 1
   (the engine's default there); at engine TP > 1 (one stage, `engine.cuda_graphs_tp`) only once a GPU run
   has measured them: TP_GRAPH_DECODE_BANDWIDTH_FRACTION, the fraction of the bandwidth bound the graph decode
   reaches at engine TP2 (bench/gpu_session.sh, step rollout_tp2), is None until bench/RESULTS.md records one,
@@ -48,9 +50,29 @@ from dataclasses import dataclass
 
 from nemo_lead.models.hf_config import Arch
 
-UPDATE_PEAK_FRACTION = {4096: 337 / 989, 8192: 409 / 989}  # tokens per micro-batch -> share of nominal peak
-DECODE_BANDWIDTH_FRACTION = 0.128
-EAGER_HOST_S_PER_LAYER = (77.71e-3 - 8.10e-3) / 28
+
+@dataclass(frozen=True)
+class Run:
+    """A measured run an efficiency comes from: its block in bench/RESULTS.md and what it ran on."""
+
+    record: str  # the bench/RESULTS.md block (`layer:name`)
+    date: str
+    commit: str
+    megatron_core: str
+    gpu: str
+
+    def cite(self) -> str:
+        return (f"measured: bench/RESULTS.md {self.record}, {self.gpu}, {self.date}, commit {self.commit}, "
+                f"megatron-core {self.megatron_core}")
+
+
+ACTOR_GPU_RUN = Run("actor:gpu", "2026-12-04", "c1eb4ee", "0.19.2", "NVIDIA H200")
+ROLLOUT_GPU_RUN = Run("rollout:gpu", "2026-12-04", "70fc3db", "0.19.2", "NVIDIA H200")
+# tokens per micro-batch -> share of the nominal bf16 peak (366 and 406 of 989 TFLOP/s)
+UPDATE_PEAK_FRACTION = {4096: 366 / 989, 8192: 406 / 989}
+# bytes read per decode step (weights + mean KV) / seconds per step / the H200's 4.8 TB/s
+DECODE_BANDWIDTH_FRACTION = (3.09e9 + 1.89e9) / 10.58e-3 / 4.8e12
+EAGER_HOST_S_PER_LAYER = (89.38e-3 - 10.58e-3) / 28
 # the CUDA-graph decode at engine TP > 1 as a fraction of the bandwidth bound: None = not measured yet
 TP_GRAPH_DECODE_BANDWIDTH_FRACTION: float | None = None
 HOST_LINK_FRACTION = 1.0  # nominal (not measured)
@@ -66,6 +88,29 @@ VLLM_DECODE_SOURCE = ("assumed, not measured by this project: InferenceBench con
                       "vLLM 0.21.0, 1 x H100 80GB, concurrency 1, TPOT 6.48 ms (2026-05-16)")
 VLLM_GRAPH_GIB = 1.0  # vllm on a GPU: its CUDA graphs' memory pool, assumed (vLLM's log prints the real figure)
 LINK_FRACTION = 1.0  # of the nominal NVLink bandwidth reached by the refit's collectives (not measured)
+
+# each efficiency the plan uses and where it comes from (`cited`: the plan's output prints these)
+SOURCES = {
+    "update_fraction_of_peak": ACTOR_GPU_RUN.cite(),
+    "decode_fraction_of_bandwidth": ROLLOUT_GPU_RUN.cite(),
+    "eager_decode_host_seconds_per_layer": ROLLOUT_GPU_RUN.cite(),
+    "vllm_decode_fraction_of_bandwidth": VLLM_DECODE_SOURCE,
+    "host_link_fraction": "assumed: the nominal PCIe figure (not measured)",
+    "link_fraction": "assumed: the nominal NVLink figure (not measured)",
+}
+
+
+def cited(engine: str = "megatron") -> str:
+    """The efficiencies a plan's step time rests on, each with its source (one line of the plan's output)."""
+    lo, hi = UPDATE_PEAK_FRACTION[4096], UPDATE_PEAK_FRACTION[8192]
+    update = f"update {lo:.1%}-{hi:.1%} of the bf16 peak ({SOURCES['update_fraction_of_peak']})"
+    if engine == "vllm":
+        decode = (f"vllm decode {VLLM_DECODE_BANDWIDTH_FRACTION:.0%} of the HBM bound "
+                  f"({SOURCES['vllm_decode_fraction_of_bandwidth']})")
+    else:
+        decode = (f"decode {DECODE_BANDWIDTH_FRACTION:.1%} of the HBM bound, {EAGER_HOST_S_PER_LAYER * 1e3:.2f} ms "
+                  f"of host time per layer in eager steps ({SOURCES['decode_fraction_of_bandwidth']})")
+    return f"{update}; {decode}; host and NVLink copies at nominal speed (assumed)"
 
 
 @dataclass(frozen=True)

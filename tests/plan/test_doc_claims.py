@@ -15,6 +15,8 @@ import pytest
 from nemo_lead.cli import main
 from nemo_lead.pipeline.recipe import find_recipe
 from nemo_lead.pipeline.sizing import (
+    CALIBRATION_BEGIN,
+    CALIBRATION_END,
     ROWS,
     TABLE_BEGIN,
     TABLE_END,
@@ -26,6 +28,8 @@ from nemo_lead.pipeline.sizing import (
     plan_whole,
     sizing_table,
     totals_table,
+    with_claims,
+    with_generated,
     with_sizing_table,
     with_totals_table,
 )
@@ -52,6 +56,10 @@ def test_the_sizing_table_is_the_plans(planned):
     table = sizing_table(planned)
     assert with_sizing_table(doc, table) == doc, "docs/sizing.md's table is stale: python bench/sizing_table.py --write"
     assert doc.count(TABLE_BEGIN) == doc.count(TABLE_END) == 1
+    # the calibration check (the paper's own setup) and the efficiencies with their runs
+    assert with_generated(doc, planned) == doc, "docs/sizing.md is stale: python bench/sizing_table.py --write"
+    check = doc.split(CALIBRATION_BEGIN)[1].split(CALIBRATION_END)[0]
+    assert "~864 s a step for stage 1 on 8 x H20" in check and "engine.kind=megatron" in check
     with pytest.raises(ValueError, match="markers are missing"):
         with_sizing_table("no table", table)
 
@@ -121,11 +129,20 @@ def test_the_docs_show_the_plans_output_and_no_other_step_time(capsys):
             shown += 1
         # outside the generated table and the checked blocks, no step or stage time
         free = CHECKED.sub("", text)
-        if TABLE_BEGIN in free:
-            free = free.split(TABLE_BEGIN)[0] + free.split(TABLE_END)[1]
+        for begin, end in ((TABLE_BEGIN, TABLE_END), (CALIBRATION_BEGIN, CALIBRATION_END)):
+            if begin in free:
+                free = free.split(begin)[0] + free.split(end)[1]
         free = free.replace("~864 s a step", "")
         assert not STEP_TIME.search(free), (doc.name, STEP_TIME.search(free))
     assert shown >= 2
+
+
+def test_the_recipes_sentences_are_rewritten_in_place():
+    text = "# head\n# - `nemo-lead plan` on 8 x H100, sft: 1 s\n#   more\n# - `nemo-lead plan` x\n# tail\nkey: 1\n"
+    assert with_claims(text, ["`nemo-lead plan` on 8 x H100, sft: 2 s a step"]) == (
+        "# head\n# - `nemo-lead plan` on 8 x H100, sft: 2 s a step\n# tail\nkey: 1\n")
+    with pytest.raises(ValueError, match="no `# - `nemo-lead plan`"):
+        with_claims("key: 1\n", ["x"])
 
 
 def test_the_excerpt_check_catches_a_changed_line():
@@ -134,3 +151,20 @@ def test_the_excerpt_check_catches_a_changed_line():
     assert missing_lines("a: 1,358 s ...\n  as configured: rank 9 of 118", out) == [
         "a: 1,358 s ...", "  as configured: rank 9 of 118"]
     assert STEP_TIME.search("takes 2,754 s") and STEP_TIME.search("474 s a step") and not STEP_TIME.search("0.1 s")
+
+
+PLAN_COMMAND = re.compile(r"^(nemo-lead plan [^#\n]*?)\s*(?:#.*)?$", re.M)
+BASH_BLOCK = re.compile(r"```bash\n(.*?)\n```", re.S)
+
+
+def test_the_plan_commands_the_docs_print_run_as_printed(tmp_path, monkeypatch, capsys):
+    """Every `nemo-lead plan ...` line of a bash block in README.md and docs/ runs (0: fits, 1: does not), from a
+    folder holding the config file a command names for the reader's own (my-rl.yaml)."""
+    commands = sorted({m.group(1).strip() for doc in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+                       for block in BASH_BLOCK.findall(doc.read_text()) for m in PLAN_COMMAND.finditer(block)})
+    assert "nemo-lead plan lead-32b" in commands and len(commands) >= 5
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "my-rl.yaml").write_text("actor: {model: r1-distill-qwen-7b}\n")
+    for command in commands:
+        assert main(shlex.split(command)[1:]) in (0, 1), command
+        capsys.readouterr()

@@ -88,9 +88,10 @@ def test_the_14b_job_on_8_h100_takes_the_tp1_replicas_the_plan_finds_faster(shap
     assert actor.fits and copy.fits
     # nemo-lead plan's figures at a 30 GB KV budget, every response at max_tokens: TP8 decodes 256 sequences in
     # 79 rows, TP1 x 8 replicas 32 each in 9 rows, both 4 waves of 14,336 steps; TP1's steps are CUDA graphs
-    # and read 1/8 of the model per replica, so it decodes ~1.6 x faster than TP8
+    # and read 1/8 of the model per replica, so it decodes ~1.4 x faster than TP8 (the decode figures of
+    # 2026-12-04: 9.8% of the bandwidth bound, 2.81 ms of host time per layer and eager step)
     assert (actor.engine_rows, copy.engine_rows) == (79, 9)
-    assert 9_000 < actor.time.generation < 9_150 and 5_600 < copy.time.generation < 5_750
+    assert 10_550 < actor.time.generation < 10_750 and 7_300 < copy.time.generation < 7_500
     assert auto_engine_layout(shape, [(False, 1), (True, 1)], H100, memory_gib=None, reserve_gib=3.0) == (True, 1)
     # memory for the actor's layout and 1 GiB more: the copy (29.6 GB of bf16 weights) does not fit
     tight = (max(actor.total(p) for p in actor.phases) + 3 * GIB) / GIB + 1

@@ -16,8 +16,9 @@ from nemo_lead.plan.settings import PlanSettings
 from nemo_lead.plan.timing import gpu_named
 
 R14B = "paths.base_model=r1-distill-qwen-14b"
-UNFIT = ["stages.stage1.actor.sequence_parallel=false", "stages.stage1.actor.offload_during_generation=false",
-         "stages.stage1.engine.kv_cache_gib=null"]
+# the update (TP8 without SP, the whole micro-batch's logits at once) and the generation (no KV budget) over 80 GB
+UNFIT = ["stages.stage1.actor.sequence_parallel=false", "stages.stage1.actor.logprob_chunk_tokens=0",
+         "stages.stage1.actor.offload_during_generation=false", "stages.stage1.engine.kv_cache_gib=null"]
 
 
 _plan = plan_json
@@ -53,15 +54,24 @@ def test_the_14b_recipe_fits_8_h100_and_its_numbers_are_the_hand_computed_ones(t
     assert q["per_gpu_bytes"]["generation"]["kv_cache"] == 128 * final * slot + 128 * previous * slot // 2
 
 
-def test_every_gpu_stage_of_the_14b_recipe_fits_8_h100_and_8_h200(tmp_path):
+def test_every_gpu_stage_of_the_14b_recipe_fits_8_h100_and_8_h200(tmp_path, capsys):
     for gpu in ("h100", "h200"):
         rc, p = _plan(tmp_path, "lead-14b", "--gpus", "8", "--gpu", gpu, R14B)
         assert rc == 0 and p["fits"]
         assert [s["stage"] for s in p["stages"]] == ["distill", "sft", "stage1", "stage2a", "stage2b", "eval"]
         assert all(s["layout"] == {"tp": 8, "pp": 1, "dp": 1} for s in p["stages"][1:5])
-        # the teacher (models/QwQ-32B) is not here: the distill stage has no time, and says why
-        assert p["stages"][0]["stage_seconds"] is None and "not readable here" in p["stages"][0]["no_time"]
-        assert p["untimed_stages"] == ["distill"] and p["stages"][0]["fits"] is None and p["stages"][-1]["fits"]
+        # the teacher (models/QwQ-32B) is not here: it is planned with its preset's shape (presets:), and said so
+        assert p["stages"][0]["stage_seconds"] > 0 and p["untimed_stages"] == [] and p["stages"][-1]["fits"]
+        assert "paths.teacher_model=models/QwQ-32B is not readable here: planned with the shape of preset " \
+               "r1-distill-qwen-32b" in capsys.readouterr().out
+
+
+def test_a_stage_whose_model_is_not_readable_and_has_no_preset_gets_no_time(tmp_path, capsys):
+    recipe = tmp_path / "teacher.yaml"
+    recipe.write_text("hardware: {gpu: h100}\nstages:\n  - name: distill\n    kind: distill\n"
+                      "    model: /nowhere/teacher\n    data: problems.jsonl\n    plan: {data_rows: 100}\n")
+    rc, p = _plan(tmp_path, str(recipe))
+    assert p["stage_seconds"] is None and "not readable here" in p["no_time"] and p["fits"] is None
 
 
 def test_a_layout_that_does_not_fit_gets_ranked_fixes_and_the_first_one_fits(tmp_path, capsys):
@@ -98,8 +108,6 @@ def test_the_plan_takes_the_actors_gpu_micro_batch_budget():
 
 
 def test_bad_plan_input_is_named(tmp_path, capsys):
-    assert main(["plan", "lead-14b", R14B]) == 2
-    assert "gpus must be given" in capsys.readouterr().err
     vague = tmp_path / "vague.yaml"
     vague.write_text("actor: {tp: 2}\n")
     assert main(["plan", str(vague), "--gpus", "2"]) == 2
@@ -134,14 +142,16 @@ def _rl_config(*overrides):
 def test_rl_and_sft_stop_before_starting_when_the_plan_does_not_fit(gpus, capsys):
     from nemo_lead.training.rl.loop import run_rl
 
-    assert run_rl(_rl_config()) == 2  # returns before any rank starts
+    # TP8 without SP and the whole micro-batch's logits at once: the update does not fit 80 GB
+    assert run_rl(_rl_config("actor.logprob_chunk_tokens=0")) == 2  # returns before any rank starts
     err = capsys.readouterr().err
     assert "the plan does not fit the GPUs" in err and "update:" in err and "actor.sequence_parallel=true" in err
     from nemo_lead.training.sft.config import SFTConfig
     from nemo_lead.training.sft.loop import run_sft
 
     sft = load_config(SFTConfig, [], ["out=x", "data.path=x", "actor.model=r1-distill-qwen-14b",
-                                                             "actor.tp=8", "data.max_seq_len=16384"])
+                                                             "actor.tp=8", "data.max_seq_len=16384",
+                                                             "actor.logprob_chunk_tokens=0"])
     assert run_sft(sft) == 2
     assert "sft (sft)" in capsys.readouterr().err
 
@@ -187,3 +197,35 @@ def test_submit_checks_each_jobs_plan_on_the_named_gpus(tmp_path, capsys):
     assert main([*base, "plan.gpu=h100"]) == 0  # the shipped recipe fits
     assert main([*base, *unfit]) == 2  # no GPUs named: the recipe's (hardware: {gpu: h100})
     assert "planned on the recipe's hardware, 8 x h100" in capsys.readouterr().err
+
+
+def test_a_recipe_without_gpu_flags_is_planned_on_the_hardware_it_names(tmp_path, capsys):
+    """lead-32b names H100s (hardware.gpu, from lead-14b) and two nodes of 8 for its SFT / RL stages (slurm:),
+    one for distill and eval; its model folder is not here, so its preset (the 32B shape) stands in."""
+    rc, p = _plan(tmp_path, "lead-32b", "--fastest", "0", megatron=False)
+    out = capsys.readouterr().out
+    first = out.splitlines()[0]
+    assert rc == 0 and first.startswith("planned on the hardware lead-32b.yaml names: H100 GPUs (hardware.gpu), "
+                                        "each stage on its slurm: nodes x GPUs per node (distill: 8, sft: 16, "
+                                        "stage1: 16, stage2a: 16, stage2b: 16, eval: 8 GPUs)")
+    assert p["gpus"] is None and p["gpus_per_stage"] == {"distill": 8, "sft": 16, "stage1": 16, "stage2a": 16,
+                                                          "stage2b": 16, "eval": 8}
+    assert [(s["gpus"], s["gpu"]) for s in p["stages"]] == [(8, "h100"), *[(16, "h100")] * 4, (8, "h100")]
+    assert 32e9 < p["stages"][1]["parameters"] < 33e9  # presets.base_model: the 32B shape, not lead-14b's 14B
+    assert "(no --gpu given" not in out
+    # flags override the recipe's hardware, each its own part
+    rc, q = _plan(tmp_path, "lead-32b", "--stage", "stage1", "--gpus", "8", "--gpu", "h200", "--fastest", "0",
+                  megatron=False)
+    assert q["gpus"] == 8 and q["gpu"] == "h200" and "planned on the hardware" not in capsys.readouterr().out
+    rc, q = _plan(tmp_path, "lead-14b-h200", "--stage", "stage1", "--gpus", "16", "--fastest", "0", megatron=False)
+    first = capsys.readouterr().out.splitlines()[0]
+    assert q["gpus"] == 16 and q["gpu"] == "h200"
+    assert first == ("planned on the hardware lead-14b-h200.yaml names: H200 GPUs (hardware.gpu); --gpu NAME plan on "
+                     "others")
+
+
+def test_a_config_file_needs_its_gpus(tmp_path, capsys):
+    config = tmp_path / "rl.yaml"
+    config.write_text("prompts_per_step: 8\n")
+    assert main(["plan", str(config), "job.actor.model=tiny-qwen2"]) == 2
+    assert "gpus must be given" in capsys.readouterr().err
