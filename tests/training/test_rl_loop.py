@@ -8,7 +8,8 @@
 - Dynamic sampling (DAPO preset): only groups with mixed outcomes train, extra rounds fill the batch.
 - A rerun with a changed setting is refused naming the key; a larger --steps extends the run.
 - Prompts render as the checkpoint was trained; all groups filtered: the step is logged as skipped; every end
-  token stops a response, and a run that cannot learn says why.
+  token stops a response, and a run that cannot learn says why (the no-signal warning, and the start check
+  of the first two steps: answers read, responses cut, mixed groups).
 """
 
 from __future__ import annotations
@@ -39,7 +40,9 @@ def test_rl_run_folder_and_metrics(rl_run):
                 "groups/kept_frac", "advantage/abs_mean", "loss", "clip_frac", "entropy", "grad_norm", "lr",
                 "mismatch/logprob_abs_mean", "time/generate", "time/verify", "time/logprobs", "time/train",
                 "time/refit", "time/step", "tokens_per_s", "groups/no_signal", "groups/no_signal_frac",
-                "answer_extracted_frac", "no_signal", "update/microbatches", "update/skipped_zero_advantage")
+                "answer_extracted_frac", "no_signal", "groups/all_correct_frac", "groups/all_wrong_frac",
+                "groups/mixed_frac", "response_length/correct_mean", "response_length/incorrect_mean",
+                "update/microbatches", "update/skipped_zero_advantage")
     for r in rows:
         assert list(r)[0] == "step" and all(k in r for k in required), sorted(set(required) - set(r))
         # the engine samples from the actor's own weights (None: a step whose advantages were all 0 forwarded
@@ -52,6 +55,11 @@ def test_rl_run_folder_and_metrics(rl_run):
     # the LEAD preset: an all-wrong group's responses (advantage 0) are not forwarded in the update
     assert all(r["update/skipped_zero_advantage"] == r["samples"] for r in rows if r["accuracy"] == 0)
     assert any(0 < r["update/skipped_zero_advantage"] < r["samples"] for r in rows)
+    for r in rows:  # every group is all right, all wrong or mixed; the LEAD preset trains all-wrong ones on nothing
+        assert r["groups/all_correct_frac"] + r["groups/all_wrong_frac"] + r["groups/mixed_frac"] == pytest.approx(1.0)
+        assert r["update/skipped_zero_advantage"] >= r["groups/all_wrong_frac"] * r["samples"] - 1e-9
+        lengths = [r[f"response_length/{k}_mean"] for k in ("correct", "incorrect")]
+        assert (lengths[0] is None) == (r["accuracy"] == 0) and (lengths[1] is None) == (r["accuracy"] == 1)
     val = read_lines(rl_run, "val.jsonl")
     assert [v["step"] for v in val] == [0, 3, 6] and all(v["problems"] == 6 and v["n"] == 2 for v in val)
     stats = read_lines(rl_run, "problem_stats.jsonl")
@@ -246,3 +254,7 @@ def test_rl_stops_at_every_end_token_and_warns_when_no_answer_is_extracted(data,
         assert r["answer_extracted_frac"] == 0.0 and r["accuracy"] == 0.0 and r["advantage/abs_mean"] == 0.0
     assert res.stderr.count("warning: step 1: no learning signal") == 1 and "warning: step 2" not in res.stderr
     assert "only 0% of the responses have an answer" in res.stderr
+    # the start check of the first two steps says the same in its own terms, at each of them
+    for step in (1, 2):
+        assert re.search(rf"start check, step {step}: an answer was read in 0% .*; 0% of the groups were mixed",
+                         res.stderr), res.stderr

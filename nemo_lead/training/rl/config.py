@@ -62,6 +62,25 @@ class ValidationConfig:
 
 
 @dataclass
+class StartCheckConfig:
+    """What the first steps of a run that can learn look like (`start_check.*`): checked after each of the first
+    `steps` steps, a warning naming every figure outside its bound (0 steps: no check;
+    `nemo_lead.training.rl.no_signal.start_check`)."""
+
+    steps: int = 2  # the first N steps are checked
+    min_answer_extracted: float = 0.9  # warns unless answer_extracted_frac > this
+    max_truncated: float = 0.1  # warns unless truncated_frac < this
+    min_mixed_groups: float = 0.4  # warns unless groups/mixed_frac >= this
+
+    def __post_init__(self) -> None:
+        if self.steps < 0:
+            raise ValueError(f"start_check.steps must be >= 0, got {self.steps}")
+        for key in ("min_answer_extracted", "max_truncated", "min_mixed_groups"):
+            if not 0.0 <= getattr(self, key) <= 1.0:
+                raise ValueError(f"start_check.{key} must be in [0, 1], got {getattr(self, key)}")
+
+
+@dataclass
 class RLConfig(RunSettings):
     steps: Optional[int] = setting(100, resume="free")
     save_every: int = setting(10, resume="flag", results=False)
@@ -71,6 +90,7 @@ class RLConfig(RunSettings):
     data: RLDataConfig = field(default_factory=RLDataConfig)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     validation: ValidationConfig = field(default_factory=ValidationConfig)
+    start_check: StartCheckConfig = setting(default_factory=StartCheckConfig, resume="free", results=False)
     prompt: PromptConfig = field(default_factory=PromptConfig)
     tokenizer: Optional[str] = None  # tokenizer folder; None: the model's
     prompts_per_step: int = 32  # groups per step (the paper's batch of 32 questions)

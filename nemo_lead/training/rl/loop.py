@@ -64,7 +64,7 @@ from nemo_lead.training.actor.microbatch import SequenceBatch
 from nemo_lead.training.actor.offload import offloaded
 from nemo_lead.training.rl.config import RLConfig
 from nemo_lead.training.rl.lag import PART, BatchQueue, lag_metrics, restored_batches
-from nemo_lead.training.rl.no_signal import signal_metrics
+from nemo_lead.training.rl.no_signal import signal_metrics, start_check
 from nemo_lead.training.rl.phases import RLState, rollout_context, rollout_params, step_seed
 from nemo_lead.training.rl.rollouts import (
     Group,
@@ -203,10 +203,14 @@ def step_metrics(step: int, seen: list[Group], selected: list[Group], rounds: in
     outcome, lengths, _ = flat_tensors(seen)
     rewards = torch.cat([g.rewards for g in seen])
     adv = torch.cat([g.advantages[g.keep] for g in selected]) if selected else torch.zeros(0)
+    right = outcome == Outcome.CORRECT
     return {
         "step": step, "reward/mean": float(rewards.mean()), "reward/std": float(rewards.std()) if len(rewards) > 1 else 0.0,
-        "accuracy": float((outcome == Outcome.CORRECT).float().mean()),
+        "accuracy": float(right.float().mean()),
         "response_length/mean": float(lengths.float().mean()), "response_length/max": int(lengths.max()),
+        # right and not-right answers apart (None where a step has none): where a length term acts, and on what
+        "response_length/correct_mean": float(lengths[right].float().mean()) if right.any() else None,
+        "response_length/incorrect_mean": float(lengths[~right].float().mean()) if (~right).any() else None,
         "truncated_frac": truncated_frac(seen),
         "repetition_frac": float((outcome == Outcome.REPETITION).float().mean()),
         "groups/kept_frac": len(selected) / len(seen), "groups/kept": len(selected), "rounds": rounds,
@@ -245,9 +249,9 @@ def rl_step(s: RLState, step: int) -> dict[str, Any]:
     seconds = time.monotonic() - t_step
     tokens = sum(sum(g.lengths) for g in seen)  # generated tokens
     metrics.update(times, **{"time/step": seconds, "tokens_per_s": tokens / max(seconds, 1e-9)})
-    warning = s.no_signal.check(step, metrics)
-    if warning:
-        s.run.warn(warning)
+    for warning in (s.no_signal.check(step, metrics), start_check(step, metrics, s.cfg.start_check)):
+        if warning:
+            s.run.warn(warning)
     if s.run.is_writer:                                                   # 10: metrics and logs
         s.run.folder.append(PROBLEM_STATS_FILE, problem_stats(step, seen))
         if s.cfg.log_rollouts:
