@@ -188,9 +188,9 @@ def test_rl_config_refuses_on_where_it_is_not_exact(tmp_path):
     from nemo_lead.training.rl.config import RLConfig, RLDataConfig
 
     base = {"actor": ActorConfig(model="tiny-qwen2"), "data": RLDataConfig(path="p.jsonl"), "out": str(tmp_path / "run")}
-    assert RLConfig(**base).skip_zero_advantage == "auto"
-    with pytest.raises(ValueError, match="skip_zero_advantage=on.*lead.entropy_coeff"):
-        RLConfig(**base, skip_zero_advantage="on", lead=LeadConfig.reference_code())
-    with pytest.raises(ValueError, match="skip_zero_advantage must be one of"):
+    assert RLConfig(**base).skip_zero_advantage is None  # auto: on where exact
+    with pytest.raises(ValueError, match="skip_zero_advantage=true.*lead.entropy_coeff"):
+        RLConfig(**base, skip_zero_advantage=True, lead=LeadConfig.reference_code())
+    with pytest.raises(ValueError, match="skip_zero_advantage must be null"):
         RLConfig(**base, skip_zero_advantage="yes")
-    RLConfig(**base, skip_zero_advantage="off", lead=LeadConfig.reference_code())  # off: anything goes
+    RLConfig(**base, skip_zero_advantage=False, lead=LeadConfig.reference_code())  # off: anything goes

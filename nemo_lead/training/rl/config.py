@@ -21,7 +21,6 @@ from nemo_lead.training.run.config import RunSettings
 from nemo_lead.verify import VerifyConfig, default_region
 
 OLD_LOGPROBS = ("auto", "recompute")
-SKIP_ZERO_ADVANTAGE = ("auto", "on", "off")
 
 
 @dataclass
@@ -102,9 +101,9 @@ class RLConfig(RunSettings):
     old_logprobs: str = setting("auto", choices=OLD_LOGPROBS)
     # responses whose advantage is exactly 0 (a group whose rewards are all equal) get no forward or backward
     # pass in the update, their gradient being exactly 0 (`policy_train_step`); the loss's denominator still
-    # counts them. auto: on where that is exact (no KL or entropy term, no dropout), off where not; on: refused
-    # where not exact; off: every response is forwarded
-    skip_zero_advantage: str = setting("auto", choices=SKIP_ZERO_ADVANTAGE, resume="flag")
+    # counts them. null (auto): on where that is exact (no KL or entropy term, no dropout), off where not;
+    # true: on, refused where not exact; false: every response is forwarded
+    skip_zero_advantage: Optional[bool] = setting(None, resume="flag")
     # grading; verify.answer_region None: the outcome rule's (`verify.verifier.default_region`: before_think
     # for reference_code*, after_think otherwise)
     verify: VerifyConfig = field(default_factory=VerifyConfig)
@@ -130,13 +129,12 @@ class RLConfig(RunSettings):
             raise ValueError("rollout.temperature must be > 0 (the policy-gradient ratio needs a sampling distribution)")
         if self.old_logprobs not in OLD_LOGPROBS:
             raise ValueError(f"old_logprobs must be one of {list(OLD_LOGPROBS)}, got {self.old_logprobs!r}")
-        if self.skip_zero_advantage not in SKIP_ZERO_ADVANTAGE:
-            raise ValueError(f"skip_zero_advantage must be one of {list(SKIP_ZERO_ADVANTAGE)}, got "
-                             f"{self.skip_zero_advantage!r}")
+        if self.skip_zero_advantage not in (None, True, False):
+            raise ValueError(f"skip_zero_advantage must be null (auto), true or false, got {self.skip_zero_advantage!r}")
         terms = zero_advantage_terms(self.lead)
-        if self.skip_zero_advantage == "on" and terms:
-            raise ValueError("skip_zero_advantage=on: a response with advantage 0 still has a gradient under "
-                             + " and ".join(terms) + ": set skip_zero_advantage=auto or off")
+        if self.skip_zero_advantage is True and terms:
+            raise ValueError("skip_zero_advantage=true: a response with advantage 0 still has a gradient under "
+                             + " and ".join(terms) + ": set skip_zero_advantage=null (auto) or false")
         if self.validation.every < 1 or self.validation.n < 1:
             raise ValueError(f"validation.every and validation.n must be >= 1, got {self.validation.every} and "
                              f"{self.validation.n}")

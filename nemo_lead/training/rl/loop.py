@@ -107,14 +107,14 @@ def update_keys(cfg: RLConfig) -> tuple[str, ...]:
 
 
 def zero_advantage_skip(cfg: RLConfig, actor) -> bool:
-    """Whether the update skips the responses with advantage 0 (`skip_zero_advantage`: auto is on where that
-    is exact, `zero_advantage_skip_blockers`); `on` where it is not exact is refused, naming why."""
-    if cfg.skip_zero_advantage == "off":
+    """Whether the update skips the responses with advantage 0 (`skip_zero_advantage`: null is on where that
+    is exact, `zero_advantage_skip_blockers`); true where it is not exact is refused, naming why."""
+    if cfg.skip_zero_advantage is False:
         return False
     blockers = zero_advantage_skip_blockers(actor, cfg.lead)
-    if blockers and cfg.skip_zero_advantage == "on":
-        raise ValueError("skip_zero_advantage=on: a response with advantage 0 still has a gradient under "
-                         + " and ".join(blockers) + ": set skip_zero_advantage=auto or off")
+    if blockers and cfg.skip_zero_advantage is True:
+        raise ValueError("skip_zero_advantage=true: a response with advantage 0 still has a gradient under "
+                         + " and ".join(blockers) + ": set skip_zero_advantage=null (auto) or false")
     return not blockers
 
 
@@ -322,8 +322,8 @@ def rl_job(cfg: RLConfig) -> None:
                           source.hf_config.get("max_position_embeddings"), "validation.data")
         s = RLState(run=run, ctx=ctx, problems=problems, order=order, val_problems=val, val_prompt_ids=val_ids,
                     end_tokens=ends)
-        if cfg.skip_zero_advantage != "off" and not zero_advantage_skip(cfg, run.actor):  # auto (on is refused)
-            run.say("note: the update forwards the responses with advantage 0 too (skip_zero_advantage=auto, not "
+        if cfg.skip_zero_advantage is not False and not zero_advantage_skip(cfg, run.actor):  # auto (true: refused)
+            run.say("note: the update forwards the responses with advantage 0 too (skip_zero_advantage=null, not "
                     "exact here: " + " and ".join(zero_advantage_skip_blockers(run.actor, cfg.lead)) + ")")
         queued = restored_batches(run, cfg.rollout.lag)
         s.batches = BatchQueue(cfg.rollout.lag, run.step + 1, queued) if link is None else link.trainer_queue(s, queued)
