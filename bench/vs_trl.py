@@ -175,7 +175,6 @@ def trl_worker(spec_path: str) -> None:
     from transformers import TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    from nemo_lead.algorithms import Outcome
     from nemo_lead.data import chat_messages, format_prompt, load_problems, prompt_token_ids
     from nemo_lead.data.demo_task import DEMO_PROMPT
     from nemo_lead.models import load_tokenizer
@@ -199,16 +198,7 @@ def trl_worker(spec_path: str) -> None:
     per_step: list[dict] = []
     checked = {"prompts": 0}
 
-    def correct(prompts, completions, completion_ids, answer, **_):
-        """1 for a correct answer, 0 otherwise: nemo-lead's decoding and MathVerifier (lead.preset=grpo)."""
-        finished = [bool(ids) and ids[-1] in stop_ids for ids in completion_ids]
-        texts = [tok.decode(ids[:-1] if f else ids, skip_special_tokens=False)
-                 for ids, f in zip(completion_ids, finished)]
-        grades = verifier.grade([think_prefix + t for t in texts], list(answer), finished)
-        rewards = [1.0 if g.outcome == Outcome.CORRECT else 0.0 for g in grades]
-        per_step[-1].update(accuracy=sum(rewards) / len(rewards),
-                            length=sum(len(ids) for ids in completion_ids) / len(completion_ids))
-        return rewards
+    correct = correctness_reward(tok, verifier, stop_ids, think_prefix, per_step)
 
     class Timed(GRPOTrainer):
         def _generate_single_turn(self, prompt_ids, *args, **kwargs):
@@ -253,18 +243,44 @@ def trl_worker(spec_path: str) -> None:
         adam_beta1=0.9, adam_beta2=0.999, adam_epsilon=1e-8, max_grad_norm=1.0,
         logging_steps=1, report_to="none", save_strategy="no", disable_tqdm=True,
     )
-    trainer = Timed(model=spec["start"], processing_class=tok, reward_funcs=[correct], args=config,
-                    train_dataset=dataset, callbacks=[Clock()])
-    try:
-        trainer.train()
-    finally:
-        verifier.close()
-    trainer.save_model(str(out / "final"))
-    tok.save_pretrained(str(out / "final"))
+    trainer = train_and_save(Timed, spec["start"], tok, correct, config, dataset, Clock(), verifier, out / "final")
     (out / "result.json").write_text(json.dumps({
         "steps": per_step, "prompts_checked": checked["prompts"], "trl": trl.__version__,
         "transformers": transformers.__version__, "optim": str(config.optim), "dtype": str(trainer.model.dtype),
     }))
+
+
+def correctness_reward(tok, verifier, stop_ids: set[int], think_prefix: str, per_step: list[dict]):
+    """TRL's reward function: 1 for a correct answer, 0 otherwise, by nemo-lead's decoding (special tokens kept,
+    the stop token dropped, `think_prefix` prepended) and `verifier` (lead.preset=grpo); the step's accuracy and
+    mean length go into per_step[-1]."""
+    from nemo_lead.algorithms import Outcome
+
+    def correct(prompts, completions, completion_ids, answer, **_):
+        finished = [bool(ids) and ids[-1] in stop_ids for ids in completion_ids]
+        texts = [tok.decode(ids[:-1] if f else ids, skip_special_tokens=False)
+                 for ids, f in zip(completion_ids, finished)]
+        grades = verifier.grade([think_prefix + t for t in texts], list(answer), finished)
+        rewards = [1.0 if g.outcome == Outcome.CORRECT else 0.0 for g in grades]
+        per_step[-1].update(accuracy=sum(rewards) / len(rewards),
+                            length=sum(len(ids) for ids in completion_ids) / len(completion_ids))
+        return rewards
+
+    return correct
+
+
+def train_and_save(trainer_cls, start: str, tok, reward, config, dataset, clock, verifier, final: Path):
+    """Build the trainer on the HF folder `start`, train (the verifier's workers closed however it ends) and
+    save the final model with the tokenizer into `final`; the trainer."""
+    trainer = trainer_cls(model=start, processing_class=tok, reward_funcs=[reward], args=config, train_dataset=dataset,
+                          callbacks=[clock])
+    try:
+        trainer.train()
+    finally:
+        verifier.close()
+    trainer.save_model(str(final))
+    tok.save_pretrained(str(final))
+    return trainer
 
 
 # ----------------------------------------------------------------------------- evaluation

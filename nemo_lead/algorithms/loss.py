@@ -154,6 +154,22 @@ def constant_norm(m: torch.Tensor, cfg: LossSettings) -> tuple[torch.Tensor, tor
     return m, _responses(m) * (cfg.max_response_len or m.shape[-1])
 
 
+def zero_advantage_terms(cfg: LossSettings) -> list[str]:
+    """The loss terms under `cfg` that give a response with A_i = 0 a gradient; empty when it has none.
+
+    Every other term of l_it is a product with A_i: the surrogate -A_i r_it and its clipped form, the dual
+    clip's bound -c A_i, and the rollout correction's weight w_it (which multiplies them). With A_i exactly 0
+    they are all exactly 0 (the ratio is clamped, so finite), and so is their gradient: the response adds
+    nothing to the update but its tokens (or itself) in the denominator. Only the KL and entropy terms do
+    not multiply A_i, so a response with A_i = 0 still moves the weights when either is on."""
+    terms = []
+    if cfg.kl_coeff > 0:
+        terms.append(f"lead.kl_coeff={cfg.kl_coeff} (the KL term)")
+    if cfg.entropy_coeff > 0:
+        terms.append(f"lead.entropy_coeff={cfg.entropy_coeff} (the entropy bonus)")
+    return terms
+
+
 def token_weights(mask: torch.Tensor, cfg: LossSettings, dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """Per-token weight before the global denominator: 1/|o_i| for seq_mean_token_mean, else 1."""
     return LOSS_AGGREGATIONS[cfg.loss_agg](mask.to(dtype), cfg)[0]

@@ -13,7 +13,10 @@ v1/executor/uniproc_executor.py, model_executor/model_loader/reload/) and checke
   the engine joins the job's world as vLLM's `external_launcher` (torchrun / srun SPMD: one engine per rank,
   vLLM's tensor-parallel groups over consecutive ranks), in process (`VLLM_ENABLE_V1_MULTIPROCESSING=0`, which
   `external_launcher` requires and which keeps the engine from outliving its rank). Arguments the engine sets
-  itself cannot be overridden through `engine.vllm.llm_kwargs` (`OWNED_LLM_ARGS`).
+  itself cannot be overridden through `engine.vllm.llm_kwargs` (`OWNED_LLM_ARGS`). On a CPU, chunked prefill
+  is off: vLLM rewinds a seeded request's generator when its prompt is split over scheduler steps, which the
+  CPU build cannot (`RuntimeError: CPU Generator does not use offset` once a batch's prompts pass its
+  `max_num_batched_tokens`); whole prompts are prefilled in one step instead.
 - KV cache: `engine.kv_cache_gib` becomes `kv_cache_memory_bytes` (GiB, 2^30 bytes), on CPU and GPU alike;
   without it a GPU engine takes `engine.vllm.gpu_memory_utilization` of the device and a CPU engine
   `CPU_DEFAULT_KV_GIB` (vLLM's own CPU default sizes the cache from the node's whole memory).
@@ -132,6 +135,10 @@ def llm_kwargs(*, model: str, dtype: str, tp: int, external_launcher: bool, cuda
         kwargs["distributed_executor_backend"] = "external_launcher"
     if cuda:
         kwargs["enable_sleep_mode"] = True
+    else:
+        # a prompt split over two scheduler steps makes vLLM rewind its seeded generator (`set_offset`), which a CPU
+        # torch.Generator does not have: the engine fails once a batch's prompts pass max_num_batched_tokens
+        kwargs["enable_chunked_prefill"] = False
     kv = kv_cache_memory_bytes(kv_cache_gib, cuda=cuda)
     if kv is not None:
         kwargs["kv_cache_memory_bytes"] = kv

@@ -80,6 +80,7 @@ ADDED_KEYS: tuple[tuple[str, str], ...] = (
     ("lead.cosine_rL_correct", "2026-12-04"),
     ("lead.cosine_r0_wrong", "2026-12-04"),
     ("lead.cosine_rL_wrong", "2026-12-04"),
+    ("skip_zero_advantage", "2026-12-06"),
 )
 
 

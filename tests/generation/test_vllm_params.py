@@ -121,10 +121,11 @@ def test_llm_arguments():
     assert cpu["distributed_executor_backend"] == "external_launcher" and cpu["tensor_parallel_size"] == 2
     assert cpu["enforce_eager"] is True and "enable_sleep_mode" not in cpu  # no compile, no sleep mode on CPU
     assert cpu["kv_cache_memory_bytes"] == int(CPU_DEFAULT_KV_GIB * GIB)
+    assert cpu["enable_chunked_prefill"] is False  # a split prompt rewinds a CPU generator vLLM cannot rewind
     gpu = llm_kwargs(external_launcher=False, cuda=True, **{**common, "kv_cache_gib": 1.5, "max_model_len": 4096})
     assert gpu["enforce_eager"] is False and gpu["enable_sleep_mode"] is True
     assert gpu["kv_cache_memory_bytes"] == int(1.5 * 2**30) and gpu["max_model_len"] == 4096
-    assert "distributed_executor_backend" not in gpu
+    assert "distributed_executor_backend" not in gpu and "enable_chunked_prefill" not in gpu
     assert "kv_cache_memory_bytes" not in llm_kwargs(external_launcher=False, cuda=True, **common)
     with pytest.raises(ValueError, match=r"may not set \['logprobs_mode', 'seed'\]"):
         llm_kwargs(external_launcher=False, cuda=False, **{**common, "extra": {"seed": 1, "logprobs_mode": "raw_logprobs"}})

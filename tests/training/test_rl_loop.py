@@ -8,7 +8,8 @@
 - Dynamic sampling (DAPO preset): only groups with mixed outcomes train, extra rounds fill the batch.
 - A rerun with a changed setting is refused naming the key; a larger --steps extends the run.
 - Prompts render as the checkpoint was trained; all groups filtered: the step is logged as skipped; every end
-  token stops a response, and a run that cannot learn says why.
+  token stops a response, and a run that cannot learn says why (the no-signal warning, and the start check
+  of the first two steps: answers read, responses cut, mixed groups).
 """
 
 from __future__ import annotations
@@ -39,13 +40,26 @@ def test_rl_run_folder_and_metrics(rl_run):
                 "groups/kept_frac", "advantage/abs_mean", "loss", "clip_frac", "entropy", "grad_norm", "lr",
                 "mismatch/logprob_abs_mean", "time/generate", "time/verify", "time/logprobs", "time/train",
                 "time/refit", "time/step", "tokens_per_s", "groups/no_signal", "groups/no_signal_frac",
-                "answer_extracted_frac", "no_signal")
+                "answer_extracted_frac", "no_signal", "groups/all_correct_frac", "groups/all_wrong_frac",
+                "groups/mixed_frac", "response_length/correct_mean", "response_length/incorrect_mean",
+                "update/microbatches", "update/skipped_zero_advantage")
     for r in rows:
         assert list(r)[0] == "step" and all(k in r for k in required), sorted(set(required) - set(r))
-        assert r["mismatch/logprob_abs_mean"] < 1e-4  # the engine samples from the actor's own weights
+        # the engine samples from the actor's own weights (None: a step whose advantages were all 0 forwarded
+        # nothing to compare)
+        assert r["mismatch/logprob_abs_mean"] is None or r["mismatch/logprob_abs_mean"] < 1e-4
+    assert any(r["mismatch/logprob_abs_mean"] is not None for r in rows)
     # the SFT checkpoint answers some problems and misses others: groups carry signal, updates happen
     assert 0 < sum(r["accuracy"] for r in rows) / len(rows) < 1
     assert any(r["advantage/abs_mean"] > 0 and r["grad_norm"] > 0 for r in rows)
+    # the LEAD preset: an all-wrong group's responses (advantage 0) are not forwarded in the update
+    assert all(r["update/skipped_zero_advantage"] == r["samples"] for r in rows if r["accuracy"] == 0)
+    assert any(0 < r["update/skipped_zero_advantage"] < r["samples"] for r in rows)
+    for r in rows:  # every group is all right, all wrong or mixed; the LEAD preset trains all-wrong ones on nothing
+        assert r["groups/all_correct_frac"] + r["groups/all_wrong_frac"] + r["groups/mixed_frac"] == pytest.approx(1.0)
+        assert r["update/skipped_zero_advantage"] >= r["groups/all_wrong_frac"] * r["samples"] - 1e-9
+        lengths = [r[f"response_length/{k}_mean"] for k in ("correct", "incorrect")]
+        assert (lengths[0] is None) == (r["accuracy"] == 0) and (lengths[1] is None) == (r["accuracy"] == 1)
     val = read_lines(rl_run, "val.jsonl")
     assert [v["step"] for v in val] == [0, 3, 6] and all(v["problems"] == 6 and v["n"] == 2 for v in val)
     stats = read_lines(rl_run, "problem_stats.jsonl")
@@ -77,7 +91,9 @@ def test_rl_old_logprobs_from_the_update_equal_a_pass_of_their_own(data, sft_run
     assert res.returncode == 0, res.stderr
     for a, b in zip(strip_timing(read_lines(out)), strip_timing(read_lines(rl_run))):
         assert close_to(a, b, 1e-5), (a, b)
-    assert all(r["time/logprobs"] > 0.001 for r in read_lines(out) if not r["skipped"])
+    # a pass of their own, over the responses the update forwards (none in a step whose advantages are all 0)
+    assert all(r["time/logprobs"] > 0.001 for r in read_lines(out)
+               if not r["skipped"] and r["update/skipped_zero_advantage"] < r["samples"])
 
 
 def test_rl_rollout_correction_runs_and_logs_its_metrics(data, sft_run, rl_run, tmp_path):
@@ -90,7 +106,9 @@ def test_rl_rollout_correction_runs_and_logs_its_metrics(data, sft_run, rl_run, 
     rows = read_lines(out)
     keys = ("rollout_correction/token_frac", "rollout_correction/seq_frac", "rollout_correction/weight_mean")
     assert all(set(keys) <= set(r) for r in rows)
-    trained = [r for r in rows if not r["skipped"]]
+    # steps that forwarded some response (in one whose advantages are all 0 the means are over nothing: None)
+    trained = [r for r in rows if not r["skipped"] and r["update/skipped_zero_advantage"] < r["samples"]]
+    assert all(r[k] is None for r in rows if r not in trained for k in keys)
     assert trained and all(r[keys[0]] == 0.0 and r[keys[1]] == 0.0 and abs(r[keys[2]] - 1.0) < 1e-4 for r in trained)
     assert close_to(strip_timing(rows)[0], {**strip_timing(read_lines(rl_run))[0], **{k: rows[0][k] for k in keys}}, 1e-4)
     assert not any(k.startswith("rollout_correction/") for k in read_lines(rl_run)[0])  # off by default
@@ -236,3 +254,7 @@ def test_rl_stops_at_every_end_token_and_warns_when_no_answer_is_extracted(data,
         assert r["answer_extracted_frac"] == 0.0 and r["accuracy"] == 0.0 and r["advantage/abs_mean"] == 0.0
     assert res.stderr.count("warning: step 1: no learning signal") == 1 and "warning: step 2" not in res.stderr
     assert "only 0% of the responses have an answer" in res.stderr
+    # the start check of the first two steps says the same in its own terms, at each of them
+    for step in (1, 2):
+        assert re.search(rf"start check, step {step}: an answer was read in 0% .*; 0% of the groups were mixed",
+                         res.stderr), res.stderr

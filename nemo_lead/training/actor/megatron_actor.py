@@ -55,7 +55,7 @@ import torch
 import torch.distributed as dist
 
 from nemo_lead.algorithms import LeadConfig, loss_denominator, policy_loss
-from nemo_lead.algorithms.loss import METRIC_REDUCTIONS, WEIGHTS, metric_keys
+from nemo_lead.algorithms.loss import METRIC_REDUCTIONS, WEIGHTS, metric_keys, zero_advantage_terms
 from nemo_lead.checkpoint.meta import read_checkpoint_meta
 from nemo_lead.mcore.compat import forward_final_hidden
 from nemo_lead.models import build_gpt, eval_mode, load_hf_weights, model_info
@@ -216,10 +216,16 @@ class _Plan:
     shares: list[list[int]] | None  # every DP rank's indices (when the batch was split here)
 
 
-def _plan(actor: Actor, batch: SequenceBatch, split_over_dp: bool) -> _Plan:
+def _plan(actor: Actor, batch: SequenceBatch, split_over_dp: bool, only: list[int] | None = None) -> _Plan:
+    """This rank's plan over `batch`, or over its sequences `only` (positions into `batch`; balanced over DP
+    as a batch of their own, so each rank gets its share of what is left)."""
     dp, dp_rank, _ = data_parallel()
-    shares = balance_over_dp(batch.lengths, dp) if split_over_dp else None
-    indices = shares[dp_rank] if split_over_dp else list(range(len(batch)))
+    pool = list(range(len(batch))) if only is None else list(only)
+    if split_over_dp:
+        shares = [[pool[j] for j in s] for s in balance_over_dp([batch.lengths[i] for i in pool], dp)]
+        indices = shares[dp_rank]
+    else:
+        shares, indices = None, pool
     mine = batch.select(indices) if indices else dummy_like(batch)
     groups = plan_microbatches(mine.lengths, actor.cfg.micro_batch_tokens, actor.cfg.micro_batch_overhead_tokens)
     return _Plan(mine, indices, groups, shares)
@@ -372,6 +378,18 @@ def _train(actor: Actor, plan: _Plan, loss_fn: Callable, sums: list[str], maxes:
     return metrics
 
 
+def zero_advantage_skip_blockers(actor: Actor, lead_cfg: LeadConfig) -> list[str]:
+    """What makes skipping the responses with advantage exactly 0 change the update (empty: it is exact).
+
+    The loss terms that give such a response a gradient (`nemo_lead.algorithms.loss.zero_advantage_terms`:
+    KL, entropy), and dropout: the model trains with dropout masks drawn in micro-batch order from one
+    random stream, so leaving sequences out would change the masks the others get."""
+    config = actor.gpt.config
+    dropout = [f"the model's {k}={getattr(config, k)}" for k in ("attention_dropout", "hidden_dropout")
+               if getattr(config, k, 0.0)]
+    return zero_advantage_terms(lead_cfg) + dropout
+
+
 def policy_train_step(
     actor: Actor,
     batch: SequenceBatch,
@@ -380,6 +398,7 @@ def policy_train_step(
     temperature: float = 1.0,
     split_over_dp: bool = True,
     on_policy: bool = False,
+    skip_zero_advantage: bool = False,
 ) -> dict[str, float]:
     """One optimizer step of the clipped policy-gradient loss (`nemo_lead.algorithms.policy_loss`) over
     `batch`, which needs `advantages` and `old_logprobs` (and `ref_logprobs` when lead_cfg.kl_coeff > 0).
@@ -394,6 +413,16 @@ def policy_train_step(
     each token by the correction (`nemo_lead.algorithms.rollout_correction`, against the old log-probs
     above), and the step reports its `rollout_correction/...` metrics over the global batch.
 
+    `skip_zero_advantage=True`: the sequences whose advantage is exactly 0 (every group whose rewards are all
+    equal, under GRPO) get no forward or backward pass: their gradient is exactly 0 (`zero_advantage_skip_blockers`
+    lists what would make it not so, and the step refuses then). They still count in the loss's denominator
+    (computed over the whole batch, before they are left out), and L_max of `constant_norm` is the whole
+    batch's, so the update is the one without the skip; the micro-batches (and the DP shares) are planned
+    over the sequences left. The gradient is the same up to float rounding where the micro-batches' shapes
+    change, and bit for bit where they do not (tests/training/test_zero_advantage_skip.py). The loss's
+    token-mean metrics (`pg_loss`, `entropy`, the mismatch, ...) are then over the forwarded tokens, and left
+    out of the result when no token was forwarded.
+
     `temperature`: the sampling temperature; log-probs are of softmax(logits / T), as the rollout engine's.
     Entropy (for lead_cfg.entropy_coeff > 0) is computed from the vocab-parallel logits (TP all-reduces).
     `split_over_dp`: as in `compute_logprobs`. Collective over all ranks.
@@ -401,8 +430,8 @@ def policy_train_step(
     Returns (the same on every rank): `loss` (the global loss), the metrics of `policy_loss` over the global
     batch (`nemo_lead.algorithms.loss.metric_keys`, reduced as `METRIC_REDUCTIONS` says), `tokens` (trained
     tokens), `grad_norm` (before clipping), `update_skipped`, `lr`, `sequences`,
-    `padding_fraction` (padded tokens that are padding, over all micro-batches and DP ranks) and
-    `microbatches` (summed over DP ranks).
+    `padding_fraction` (padded tokens that are padding, over all micro-batches and DP ranks),
+    `microbatches` (summed over DP ranks) and `skipped_sequences` (zero-advantage sequences not forwarded).
     """
     if batch.advantages is None:
         raise ValueError("policy_train_step needs batch.advantages")
@@ -416,13 +445,26 @@ def policy_train_step(
     if lead_cfg.rollout_correction.enabled and batch.rollout_logprobs is None:
         raise ValueError(f"lead.rollout_correction.mode={lead_cfg.rollout_correction.mode} needs "
                          "batch.rollout_logprobs (the rollout engine's log-probs)")
-    plan = _plan(actor, batch, split_over_dp)
+    if skip_zero_advantage:
+        blockers = zero_advantage_skip_blockers(actor, lead_cfg)
+        if blockers:
+            raise ValueError("skip_zero_advantage: a response with advantage 0 still has a gradient under "
+                             + " and ".join(blockers) + ", so skipping it would change the update")
+    whole = _plan(actor, batch, split_over_dp)  # the whole batch: the denominator and L_max are over it
     cfg = lead_cfg
     if cfg.loss_agg == "constant_norm" and not cfg.max_response_len:
         # Dr. GRPO's L_max defaults to the longest response of the (global) batch, not a padded width
-        cfg = cfg.replace(max_response_len=int(dp_max(max(plan.batch.response_lens))))
-    local = sum(float(loss_denominator(collate(plan.batch, g).loss_mask, cfg)) for g in plan.groups)
+        cfg = cfg.replace(max_response_len=int(dp_max(max(whole.batch.response_lens))))
+    local = sum(float(loss_denominator(collate(whole.batch, g).loss_mask, cfg)) for g in whole.groups)
     denominator = torch.tensor(dp_sum([local])[0], dtype=torch.float64)
+    plan, skipped = whole, 0
+    if skip_zero_advantage:
+        nonzero = torch.nonzero(batch.advantages != 0).flatten().tolist()
+        skipped = len(batch) - len(nonzero)  # this rank's batch: the global one, or its own (summed below)
+        if skipped:
+            plan = _plan(actor, batch, split_over_dp, only=nonzero)
+        if not split_over_dp:
+            skipped = int(dp_sum([skipped])[0])
     with_entropy = cfg.entropy_coeff > 0 or on_policy  # on-policy: the old policy's entropy, as a metric
     with_rollout = batch.rollout_logprobs is not None
     keys = metric_keys(cfg, entropy=with_entropy, ref=batch.ref_logprobs is not None, rollout=with_rollout)
@@ -441,10 +483,15 @@ def policy_train_step(
     counts = sorted(set(WEIGHTS.values()))
     metrics = _train(actor, plan, loss_fn, ["loss", *[f"count/{w}" for w in counts], *means],
                      [k for k in keys if k not in means])
-    for k in means:
-        metrics[k] /= max(metrics[f"count/{WEIGHTS[METRIC_REDUCTIONS[k]]}"], 1.0)
+    for k in means:  # a mean over nothing (every response skipped, or every token masked) is left out
+        count = metrics[f"count/{WEIGHTS[METRIC_REDUCTIONS[k]]}"]
+        if count > 0:
+            metrics[k] /= count
+        else:
+            del metrics[k]
     metrics["tokens"] = metrics.pop("count/tokens")
     metrics.pop("count/sequences")  # `sequences` (from _train) counts every sequence, trained tokens or not
+    metrics["skipped_sequences"] = float(skipped)
     return metrics
 
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from nemo_lead.algorithms import LeadConfig
+from nemo_lead.algorithms.loss import zero_advantage_terms
 from nemo_lead.config.loading import setting
 from nemo_lead.data import PromptConfig
 from nemo_lead.generation import EngineConfig, check_engine_layout, has_own_layout
@@ -60,6 +61,25 @@ class ValidationConfig:
 
 
 @dataclass
+class StartCheckConfig:
+    """What the first steps of a run that can learn look like (`start_check.*`): checked after each of the first
+    `steps` steps, a warning naming every figure outside its bound (0 steps: no check;
+    `nemo_lead.training.rl.no_signal.start_check`)."""
+
+    steps: int = 2  # the first N steps are checked
+    min_answer_extracted: float = 0.9  # warns unless answer_extracted_frac > this
+    max_truncated: float = 0.1  # warns unless truncated_frac < this
+    min_mixed_groups: float = 0.4  # warns unless groups/mixed_frac >= this
+
+    def __post_init__(self) -> None:
+        if self.steps < 0:
+            raise ValueError(f"start_check.steps must be >= 0, got {self.steps}")
+        for key in ("min_answer_extracted", "max_truncated", "min_mixed_groups"):
+            if not 0.0 <= getattr(self, key) <= 1.0:
+                raise ValueError(f"start_check.{key} must be in [0, 1], got {getattr(self, key)}")
+
+
+@dataclass
 class RLConfig(RunSettings):
     steps: Optional[int] = setting(100, resume="free")
     save_every: int = setting(10, resume="flag", results=False)
@@ -69,6 +89,7 @@ class RLConfig(RunSettings):
     data: RLDataConfig = field(default_factory=RLDataConfig)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     validation: ValidationConfig = field(default_factory=ValidationConfig)
+    start_check: StartCheckConfig = setting(default_factory=StartCheckConfig, resume="free", results=False)
     prompt: PromptConfig = field(default_factory=PromptConfig)
     tokenizer: Optional[str] = None  # tokenizer folder; None: the model's
     prompts_per_step: int = 32  # groups per step (the paper's batch of 32 questions)
@@ -78,6 +99,11 @@ class RLConfig(RunSettings):
     # auto: with one optimizer step on freshly sampled data (ppo_epochs = minibatches = 1) the old log-probs
     # are the update's own (detached), so no forward pass of their own; recompute: always a pass of their own
     old_logprobs: str = setting("auto", choices=OLD_LOGPROBS)
+    # responses whose advantage is exactly 0 (a group whose rewards are all equal) get no forward or backward
+    # pass in the update, their gradient being exactly 0 (`policy_train_step`); the loss's denominator still
+    # counts them. null (auto): on where that is exact (no KL or entropy term, no dropout), off where not;
+    # true: on, refused where not exact; false: every response is forwarded
+    skip_zero_advantage: Optional[bool] = setting(None, resume="flag")
     # grading; verify.answer_region None: the outcome rule's (`verify.verifier.default_region`: before_think
     # for reference_code*, after_think otherwise)
     verify: VerifyConfig = field(default_factory=VerifyConfig)
@@ -103,6 +129,12 @@ class RLConfig(RunSettings):
             raise ValueError("rollout.temperature must be > 0 (the policy-gradient ratio needs a sampling distribution)")
         if self.old_logprobs not in OLD_LOGPROBS:
             raise ValueError(f"old_logprobs must be one of {list(OLD_LOGPROBS)}, got {self.old_logprobs!r}")
+        if self.skip_zero_advantage not in (None, True, False):
+            raise ValueError(f"skip_zero_advantage must be null (auto), true or false, got {self.skip_zero_advantage!r}")
+        terms = zero_advantage_terms(self.lead)
+        if self.skip_zero_advantage is True and terms:
+            raise ValueError("skip_zero_advantage=true: a response with advantage 0 still has a gradient under "
+                             + " and ".join(terms) + ": set skip_zero_advantage=null (auto) or false")
         if self.validation.every < 1 or self.validation.n < 1:
             raise ValueError(f"validation.every and validation.n must be >= 1, got {self.validation.every} and "
                              f"{self.validation.n}")

@@ -55,12 +55,16 @@ from nemo_lead.eval.metrics import CONS_AT_K, MEAN_LENGTH, PASS_AT_1, cons_at_k,
 from nemo_lead.generation import SamplingParams, resolve_engine_kind
 from nemo_lead.parallel.local import relaunches, run_command
 from nemo_lead.plan.check import check_before_start, resolve_engine_auto
-from nemo_lead.training.actor.megatron_actor import compute_logprobs, policy_train_step
+from nemo_lead.training.actor.megatron_actor import (
+    compute_logprobs,
+    policy_train_step,
+    zero_advantage_skip_blockers,
+)
 from nemo_lead.training.actor.microbatch import SequenceBatch
 from nemo_lead.training.actor.offload import offloaded
 from nemo_lead.training.rl.config import RLConfig
 from nemo_lead.training.rl.lag import PART, BatchQueue, lag_metrics, restored_batches
-from nemo_lead.training.rl.no_signal import signal_metrics
+from nemo_lead.training.rl.no_signal import signal_metrics, start_check
 from nemo_lead.training.rl.phases import RLState, rollout_context, rollout_params, step_seed
 from nemo_lead.training.rl.rollouts import (
     Group,
@@ -90,10 +94,28 @@ LOGS = (PROBLEM_STATS_FILE, VALIDATION_FILE)  # per-step logs cut back on resume
 FINITE_KEYS = ("loss", "grad_norm")  # a NaN / inf here stops the run
 
 
+# the update's counts in metrics.jsonl (summed over its optimizer steps): `policy_train_step`'s key -> the line's
+UPDATE_COUNTS = {"microbatches": "update/microbatches", "skipped_sequences": "update/skipped_zero_advantage"}
+
+
 def update_keys(cfg: RLConfig) -> tuple[str, ...]:
-    """The update's metrics in every line of metrics.jsonl: the loss, the gradient norm and what the policy
-    loss reports (`nemo_lead.algorithms.loss.metric_keys`; None where a step has none of a metric)."""
-    return ("loss", "grad_norm", *metric_keys(cfg.lead, entropy=True, ref=cfg.lead.kl_coeff > 0, rollout=True))
+    """The update's metrics in every line of metrics.jsonl: the loss, the gradient norm, what the policy
+    loss reports (`nemo_lead.algorithms.loss.metric_keys`) and the update's counts (`UPDATE_COUNTS`: its
+    micro-batches, the responses with advantage 0 it did not forward); None where a step has none of them."""
+    return ("loss", "grad_norm", *metric_keys(cfg.lead, entropy=True, ref=cfg.lead.kl_coeff > 0, rollout=True),
+            *UPDATE_COUNTS.values())
+
+
+def zero_advantage_skip(cfg: RLConfig, actor) -> bool:
+    """Whether the update skips the responses with advantage 0 (`skip_zero_advantage`: null is on where that
+    is exact, `zero_advantage_skip_blockers`); true where it is not exact is refused, naming why."""
+    if cfg.skip_zero_advantage is False:
+        return False
+    blockers = zero_advantage_skip_blockers(actor, cfg.lead)
+    if blockers and cfg.skip_zero_advantage is True:
+        raise ValueError("skip_zero_advantage=true: a response with advantage 0 still has a gradient under "
+                         + " and ".join(blockers) + ": set skip_zero_advantage=null (auto) or false")
+    return not blockers
 
 
 # ----------------------------------------------------------------------------- phases 6-10 (1-5: sampling.py)
@@ -123,16 +145,27 @@ def old_logprobs(s: RLState, batch: SequenceBatch, engine_logp: list[list[float]
     From the update's forward pass (`old_logprobs_from_update`): nothing to compute here; the update reports
     the entropy. Otherwise a forward pass of their own, here, which also gives the old policy's entropy.
     Either way the batch carries the engine's log-probs (when the engine reported them): the update reports
-    the train / inference mismatch against the old log-probs, and a rollout correction weights with them."""
+    the train / inference mismatch against the old log-probs, and a rollout correction weights with them.
+    When the update skips the responses with advantage 0 (`zero_advantage_skip`), so does this pass: their
+    old log-probs are never read (zeros stand in), and the entropy is over the forwarded responses, as the
+    update's own would be."""
     # an engine that cannot report untruncated log-probs marks them NaN (vllm / trtllm with top-p < 1): no metric
     # then. A rollout correction needs them: RLConfig refuses that combination before the start (the one check)
     known = all(not any(math.isnan(x) for x in lp) for lp in engine_logp)
     with_engine = engine_logp if known else None  # the policy loss reports the mismatch against them
     if old_logprobs_from_update(s.cfg):
         return dataclasses.replace(batch, rollout_logprobs=with_engine), {}
-    logp, entropy = compute_logprobs(s.run.actor, batch, s.cfg.rollout.temperature, entropy=True)
-    ent = torch.cat(entropy)
-    metrics = {"entropy": float(ent.mean()) if ent.numel() else 0.0}  # the old policy's, not the update's
+    forwarded = list(range(len(batch)))
+    if zero_advantage_skip(s.cfg, s.run.actor):
+        forwarded = torch.nonzero(batch.advantages != 0).flatten().tolist()
+    logp = [torch.zeros(n) for n in batch.response_lens]
+    ent = torch.zeros(0)
+    if forwarded:
+        part, entropy = compute_logprobs(s.run.actor, batch.select(forwarded), s.cfg.rollout.temperature, entropy=True)
+        for i, lp in zip(forwarded, part):
+            logp[i] = lp
+        ent = torch.cat(entropy)
+    metrics = {"entropy": float(ent.mean()) if ent.numel() else None}  # the old policy's, not the update's
     return dataclasses.replace(batch, old_logprobs=logp, rollout_logprobs=with_engine), metrics
 
 
@@ -142,8 +175,9 @@ def update_policy(s: RLState, batch: SequenceBatch, on_policy: bool) -> dict[str
     the old log-probs are this update's own (7 left them to it)."""
     n = len(batch)
     parts = [list(range(n))[i::s.cfg.minibatches] for i in range(s.cfg.minibatches)]
+    skip = zero_advantage_skip(s.cfg, s.run.actor)
     runs = [policy_train_step(s.run.actor, batch.select(p), s.cfg.lead, temperature=s.cfg.rollout.temperature,
-                              on_policy=on_policy)
+                              on_policy=on_policy, skip_zero_advantage=skip)
             for _ in range(s.cfg.ppo_epochs) for p in parts if p]
     keys = update_keys(s.cfg)
     out: dict[str, float | None] = {**dict.fromkeys(keys), "lr": runs[-1]["lr"]}  # None: no value this step
@@ -151,6 +185,8 @@ def update_policy(s: RLState, batch: SequenceBatch, on_policy: bool) -> dict[str
         values = [m[k] for m in runs if k in m]
         if values:
             out[k] = max(values) if METRIC_REDUCTIONS.get(k) == MAX else sum(values) / len(values)
+    for k, name in UPDATE_COUNTS.items():
+        out[name] = sum(m[k] for m in runs)
     return out
 
 
@@ -167,10 +203,14 @@ def step_metrics(step: int, seen: list[Group], selected: list[Group], rounds: in
     outcome, lengths, _ = flat_tensors(seen)
     rewards = torch.cat([g.rewards for g in seen])
     adv = torch.cat([g.advantages[g.keep] for g in selected]) if selected else torch.zeros(0)
+    right = outcome == Outcome.CORRECT
     return {
         "step": step, "reward/mean": float(rewards.mean()), "reward/std": float(rewards.std()) if len(rewards) > 1 else 0.0,
-        "accuracy": float((outcome == Outcome.CORRECT).float().mean()),
+        "accuracy": float(right.float().mean()),
         "response_length/mean": float(lengths.float().mean()), "response_length/max": int(lengths.max()),
+        # right and not-right answers apart (None where a step has none): where a length term acts, and on what
+        "response_length/correct_mean": float(lengths[right].float().mean()) if right.any() else None,
+        "response_length/incorrect_mean": float(lengths[~right].float().mean()) if (~right).any() else None,
         "truncated_frac": truncated_frac(seen),
         "repetition_frac": float((outcome == Outcome.REPETITION).float().mean()),
         "groups/kept_frac": len(selected) / len(seen), "groups/kept": len(selected), "rounds": rounds,
@@ -209,9 +249,9 @@ def rl_step(s: RLState, step: int) -> dict[str, Any]:
     seconds = time.monotonic() - t_step
     tokens = sum(sum(g.lengths) for g in seen)  # generated tokens
     metrics.update(times, **{"time/step": seconds, "tokens_per_s": tokens / max(seconds, 1e-9)})
-    warning = s.no_signal.check(step, metrics)
-    if warning:
-        s.run.warn(warning)
+    for warning in (s.no_signal.check(step, metrics), start_check(step, metrics, s.cfg.start_check)):
+        if warning:
+            s.run.warn(warning)
     if s.run.is_writer:                                                   # 10: metrics and logs
         s.run.folder.append(PROBLEM_STATS_FILE, problem_stats(step, seen))
         if s.cfg.log_rollouts:
@@ -282,6 +322,9 @@ def rl_job(cfg: RLConfig) -> None:
                           source.hf_config.get("max_position_embeddings"), "validation.data")
         s = RLState(run=run, ctx=ctx, problems=problems, order=order, val_problems=val, val_prompt_ids=val_ids,
                     end_tokens=ends)
+        if cfg.skip_zero_advantage is not False and not zero_advantage_skip(cfg, run.actor):  # auto (true: refused)
+            run.say("note: the update forwards the responses with advantage 0 too (skip_zero_advantage=null, not "
+                    "exact here: " + " and ".join(zero_advantage_skip_blockers(run.actor, cfg.lead)) + ")")
         queued = restored_batches(run, cfg.rollout.lag)
         s.batches = BatchQueue(cfg.rollout.lag, run.step + 1, queued) if link is None else link.trainer_queue(s, queued)
         run.parts[PART] = s.batches.write_part
