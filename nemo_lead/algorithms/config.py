@@ -25,7 +25,9 @@ The settings that choose an implementation by name (`advantage_estimator`, `rewe
 are defined (`registry.Registry`, filled by `@REGISTRY.register(name)` in advantages.py, filters.py, loss.py
 and rewards.py). This module imports those modules, so their registries are complete before the choices
 below are read from them; they never import this one (they type the settings they read with a `Protocol` of
-their own), so a new entry needs no edit here unless it brings a setting of its own (a field below).
+their own), so a new entry needs no edit here unless it brings a setting of its own (a field below, with
+`since=` the day it came: finished pipeline stages stay done while it is at its default,
+`nemo_lead.config.fields.added_keys`).
 `length_reward` stays the switch of the length term (false: `none`, whatever `length_shaping` says), so
 the presets and existing configs keep their meaning.
 
@@ -42,6 +44,7 @@ from typing import Optional
 
 from nemo_lead.algorithms import advantages, filters, loss, rewards
 from nemo_lead.algorithms.rollout_correction import RolloutCorrectionConfig
+from nemo_lead.config.fields import setting
 
 # names accepted for the settings with a registry of implementations: read from it, never written twice (the
 # modules imported above fill their registries when imported, before these lines run)
@@ -76,7 +79,7 @@ class LeadConfig:
     length_reward: bool = True  # the length term on (false: no length term, whatever length_shaping says)
     # which length term: exp_z (the paper's R = exp(-alpha z) for correct responses) or another of
     # rewards.SHAPINGS (see rewards.py); none = no length term, as length_reward=false
-    length_shaping: str = field(default="exp_z", metadata={"choices": LENGTH_SHAPINGS})
+    length_shaping: str = setting("exp_z", choices=LENGTH_SHAPINGS, since="2026-12-04")
     alpha: float = 0.05
     length_eps: float = 1e-6  # eps in z = (|o| - mu) / (sigma + eps)
     length_std: str = field(default="population", metadata={"choices": STD_ESTIMATORS})  # sigma of correct lengths: population (paper) or sample (code, n-1)
@@ -88,10 +91,10 @@ class LeadConfig:
     overlong_penalty_factor: float = 1.0
     overlong_filter: bool = False  # DAPO overlong filtering: truncated responses take no part in the loss
     # --- length_shaping=cosine (Yeo et al. 2025, rewards.py; L_max = max_response_len, r_e = truncated_reward) ---
-    cosine_r0_correct: float = 2.0  # cosine: reward of a correct answer of length 0 (r_0^c)
-    cosine_rL_correct: float = 1.0  # cosine: reward of a correct answer of length L_max (r_L^c)
-    cosine_r0_wrong: float = -10.0  # cosine: reward of a wrong answer of length 0 (r_0^w)
-    cosine_rL_wrong: float = 0.0  # cosine: reward of a wrong answer of length L_max (r_L^w)
+    cosine_r0_correct: float = setting(2.0, since="2026-12-04")  # cosine: reward of a correct answer of length 0 (r_0^c)
+    cosine_rL_correct: float = setting(1.0, since="2026-12-04")  # cosine: reward of a correct answer of length L_max (r_L^c)
+    cosine_r0_wrong: float = setting(-10.0, since="2026-12-04")  # cosine: reward of a wrong answer of length 0 (r_0^w)
+    cosine_rL_wrong: float = setting(0.0, since="2026-12-04")  # cosine: reward of a wrong answer of length L_max (r_L^w)
 
     # --- advantages (advantages.py) ---
     advantage_estimator: str = field(default="grpo", metadata={"choices": ADVANTAGE_ESTIMATORS})  # one of advantages.ESTIMATORS

@@ -13,8 +13,8 @@ decision 2). What it adds over plain `OmegaConf.merge`:
 Order of precedence (later wins): dataclass defaults < preset values < YAML files in the order given
 < command-line overrides.
 
-What a key means for reruns is declared once, on its field (`setting(..., resume=, results=)`), and read by
-`key_rules`: whether a run folder may continue with a changed value (`free`: always, e.g. `steps`;
+What a key means for reruns is declared once, on its field (`setting(..., resume=, results=, since=)`,
+`nemo_lead.config.fields`), and read by `key_rules`: whether a run folder may continue with a changed value (`free`: always, e.g. `steps`;
 `flag`: when the user says so with `--allow-change KEY`, e.g. the learning rate; `fixed`: never) and whether
 the value changes what a run computes (`results=False`: progress output, TensorBoard, grader processes,
 checkpoint cadence), which the pipeline's stage fingerprints and the reproduce commands leave out.
@@ -28,7 +28,6 @@ import importlib.resources
 import json
 import os
 import re
-import typing
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
@@ -59,7 +58,6 @@ class ConfigError(ValueError):
 
 
 # ----------------------------------------------------------------------------- what a key is for
-RESUME_RULES = ("fixed", "free", "flag")
 # keys users type from other frameworks, and the key each means here (the first that the schema has)
 COMMON_KEYS = {
     "lr": ("actor.optim.lr",), "learning_rate": ("actor.optim.lr",), "lr_warmup": ("actor.optim.lr_warmup_steps",),
@@ -92,59 +90,6 @@ RENAMED_KEYS = {
     "gpu_memory_gb": ("gpu_memory_gib", "GiB (2^30 bytes) as before: the same number, named for its unit"),
     "reserve_gb": ("reserve_gib", "GiB (2^30 bytes) as before: the same number, named for its unit"),
 }
-
-
-def setting(default: Any = dataclasses.MISSING, *, default_factory: Any = dataclasses.MISSING,
-            resume: str | None = None, results: bool | None = None, choices: Sequence[Any] = (),
-            help: str | None = None) -> Any:
-    """A config field with its rules for reruns (see the module docstring): `resume` is fixed | free | flag,
-    `results=False` marks a key that does not change what a run computes; a rule not given is the section's
-    (at the top: fixed, changes results). `choices`: the values the field's check accepts, and `help` a
-    description instead of the field's comment, both for the config reference (`nemo_lead.config.reference`)."""
-    if resume is not None and resume not in RESUME_RULES:
-        raise ValueError(f"resume must be one of {RESUME_RULES}, got {resume!r}")
-    metadata: dict[str, Any] = {}
-    if resume is not None:
-        metadata["resume"] = resume
-    if results is not None:
-        metadata["results"] = results
-    if choices:
-        metadata["choices"] = tuple(choices)
-    if help:
-        metadata["help"] = help
-    return dataclasses.field(default=default, default_factory=default_factory, metadata=metadata)
-
-
-def field_type(cls: type, f: dataclasses.Field) -> Any:
-    try:
-        hints = typing.get_type_hints(cls)
-    except Exception:  # noqa: BLE001 - unresolvable annotations: fall back to the default's type
-        hints = {}
-    typ = hints.get(f.name, f.type)
-    if not isinstance(typ, type) and f.default_factory is not dataclasses.MISSING:
-        typ = type(f.default_factory())
-    return typ
-
-
-def key_rules(schema: type, prefix: str = "", inherited: dict | None = None) -> dict[str, dict[str, Any]]:
-    """{dotted key: {"resume": fixed|free|flag, "results": bool}} for every field of `schema` and its nested
-    sections (a section's rule applies to its keys unless they declare their own)."""
-    inherited = inherited or {"resume": "fixed", "results": True}
-    out: dict[str, dict[str, Any]] = {}
-    for f in dataclasses.fields(schema):
-        rule = {**inherited, **{k: v for k, v in f.metadata.items() if k in ("resume", "results")}}
-        key = f"{prefix}{f.name}"
-        out[key] = rule
-        typ = field_type(schema, f)
-        if isinstance(typ, type) and dataclasses.is_dataclass(typ):
-            out.update(key_rules(typ, key + ".", rule))
-    return out
-
-
-def keys_where(schema: type, *, resume: str | None = None, results: bool | None = None) -> tuple[str, ...]:
-    """The dotted keys of `schema` whose rule matches (see `key_rules`)."""
-    return tuple(k for k, r in key_rules(schema).items()
-                 if (resume is None or r["resume"] == resume) and (results is None or r["results"] == results))
 
 
 def drop_keys(data: dict, keys: Iterable[str]) -> dict:

@@ -31,7 +31,7 @@ from typing import Any, Optional
 from omegaconf import OmegaConf
 
 from nemo_lead.config.dotted import lookup
-from nemo_lead.config.loading import field_type, key_rules
+from nemo_lead.config.fields import field_type, key_rules
 
 REGENERATE = "nemo-lead config --markdown --out docs/config.md"
 

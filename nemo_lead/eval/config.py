@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from nemo_lead.config.loading import setting
+from nemo_lead.config.fields import setting
 from nemo_lead.data import PromptConfig
 from nemo_lead.eval.calls import round_ranges
 from nemo_lead.generation import EngineConfig, SamplingParams, check_engine_layout

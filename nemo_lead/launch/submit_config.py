@@ -22,7 +22,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from nemo_lead.config.loading import setting
+from nemo_lead.config.fields import setting
 from nemo_lead.plan.settings import PlanSettings
 
 COMMANDS = ("sft", "rl", "eval", "generate", "convert", "run")

@@ -19,7 +19,8 @@ from typing import Any
 import yaml
 
 from nemo_lead.config.dotted import flatten
-from nemo_lead.config.loading import keys_where, load_config, to_yaml
+from nemo_lead.config.fields import keys_where
+from nemo_lead.config.loading import load_config, to_yaml
 from nemo_lead.eval.calls import dataset_name
 from nemo_lead.eval.metrics import CONS_AT_K, MEAN_LENGTH, PASS_AT_1
 from nemo_lead.eval.report import markdown_table, read_summary

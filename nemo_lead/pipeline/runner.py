@@ -33,9 +33,10 @@ from typing import Any
 
 from nemo_lead.checkpoint.manifest import MANIFEST_FILE, file_entry
 from nemo_lead.config.dotted import lookup
-from nemo_lead.config.loading import ConfigError, drop_keys, keys_where, to_yaml
+from nemo_lead.config.fields import added_keys, keys_where
+from nemo_lead.config.loading import ConfigError, drop_keys, to_yaml
 from nemo_lead.pipeline.config import RunConfig, Stage, eval_row_config, load_recipe, resolve_stage
-from nemo_lead.pipeline.kinds import KINDS, run_function
+from nemo_lead.pipeline.kinds import KINDS, run_function, schema
 from nemo_lead.pipeline.preflight import recipe_conflicts, report
 from nemo_lead.pipeline.recipe import Recipe
 from nemo_lead.pipeline.recipe_plan import check_recipe
@@ -71,19 +72,6 @@ def is_writer() -> bool:
     return int(os.environ.get("RANK", os.environ.get("SLURM_PROCID", "0"))) == 0
 
 
-# Settings added to the stage kinds after pipeline state files existed, oldest first, with the date they came.
-# A stage recorded before a key existed was fingerprinted without it: while the key is at its default the
-# stage is the same one, and a finished RL stage of many GPU hours is not run again because a knob appeared.
-ADDED_KEYS: tuple[tuple[str, str], ...] = (
-    ("lead.length_shaping", "2026-12-04"),
-    ("lead.cosine_r0_correct", "2026-12-04"),
-    ("lead.cosine_rL_correct", "2026-12-04"),
-    ("lead.cosine_r0_wrong", "2026-12-04"),
-    ("lead.cosine_rL_wrong", "2026-12-04"),
-    ("skip_zero_advantage", "2026-12-06"),
-)
-
-
 def fingerprint(stage: Stage, without: tuple[str, ...] = ()) -> str:
     """A short hash of the stage's resolved settings (its inputs' paths included), without the keys that do
     not change its results (progress output, grader processes, checkpoint cadence, ...: the fields marked
@@ -109,17 +97,28 @@ _NO_DEFAULT = object()
 
 def same_settings(stage: Stage, recorded: str | None) -> bool:
     """Whether `recorded` (a state file's fingerprint) is the stage's at today's settings: the fingerprint
-    itself, or one taken before some of `ADDED_KEYS` existed, those keys being at their defaults now."""
+    itself, or one taken before some of the keys its schema declares with `since=` existed
+    (`nemo_lead.config.fields.added_keys`, oldest first), those keys being at their defaults now. A finished RL
+    stage of many GPU hours is not run again because a knob appeared."""
     if recorded == fingerprint(stage):
         return True
     if not dataclasses.is_dataclass(stage.config):
         return False
     settings = stage.as_dict()
-    at_default = [key for key, _ in ADDED_KEYS
+    at_default = [key for key, _ in added_keys(type(stage.config))
                   if (value := lookup(settings, key, _NO_DEFAULT)) is not _NO_DEFAULT
                   and value == _field_default(type(stage.config), key)]
     # a record taken between two additions lacks the later keys only: drop the newest ones, more and more
     return any(recorded == fingerprint(stage, tuple(at_default[i:])) for i in range(len(at_default)))
+
+
+def __getattr__(name: str) -> Any:
+    """`ADDED_KEYS`: every stage kind's keys declared with `since=` ((key, date), oldest first), derived from
+    the fields when asked for (it imports the kinds' schemas, which reading a recipe does not)."""
+    if name == "ADDED_KEYS":
+        found = {kd for kind in KINDS if dataclasses.is_dataclass(cls := schema(kind)) for kd in added_keys(cls)}
+        return tuple(sorted(found, key=lambda kd: (kd[1], kd[0])))
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 _HASHED_FILE_BYTES = 1 << 28  # data files up to 256 MB are hashed; larger ones (and folders) go by size and time

@@ -24,7 +24,7 @@ from typing import Any, Optional
 
 from omegaconf import OmegaConf
 
-from nemo_lead.config.loading import setting
+from nemo_lead.config.fields import setting
 from nemo_lead.runtime.files import write_json
 
 ID_FILE = "wandb.json"  # in the run folder: {"id", "project", "entity"} of its W&B run

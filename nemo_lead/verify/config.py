@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-from nemo_lead.config.loading import setting
+from nemo_lead.config.fields import setting
 from nemo_lead.verify.extract import REGIONS
 from nemo_lead.verify.verifier import MathVerifier, default_region
 

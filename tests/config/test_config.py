@@ -95,9 +95,37 @@ def test_save_round_trip(tmp_path):
 def test_every_common_key_points_at_a_key_some_command_has():
     """The aliases users type from other frameworks (`lr`, `epsilon`, ...) each name keys that exist."""
     from nemo_lead.cli import COMMANDS, _load_attr
-    from nemo_lead.config.loading import COMMON_KEYS, key_rules
+    from nemo_lead.config.fields import key_rules
+    from nemo_lead.config.loading import COMMON_KEYS
 
     keys = set().union(*(key_rules(_load_attr(cmd.schema)) for cmd in COMMANDS.values()))
     missing = {alias: target for alias, targets in COMMON_KEYS.items() for target in targets if target not in keys}
     assert not missing, f"COMMON_KEYS targets that no command's config has: {missing}"
     assert COMMON_KEYS["epsilon"] == ("lead.clip_eps_low",) and "lead.clip_eps_low" in keys
+
+
+def test_a_key_added_later_says_so_on_its_field_and_added_keys_reads_it_oldest_first():
+    """`setting(..., since=DATE)` is the one record of a key added after run folders existed: `added_keys`
+    finds it in nested sections, oldest first (fields of one date in the schema's order)."""
+    from dataclasses import dataclass, field
+
+    from nemo_lead.config.fields import added_keys, setting
+
+    @dataclass
+    class Section:
+        old: int = 1
+        newer: int = setting(2, since="2026-12-06")
+        new: int = setting(3, since="2026-12-04")
+
+    @dataclass
+    class Schema:
+        first: float = setting(0.5, since="2026-12-06")
+        section: Section = field(default_factory=Section)
+        plain: str = "x"
+
+    assert added_keys(Schema) == (("section.new", "2026-12-04"), ("first", "2026-12-06"),
+                                  ("section.newer", "2026-12-06"))
+    with pytest.raises(ValueError, match="since must be a date YYYY-MM-DD, got '6 Dec'"):
+        setting(1, since="6 Dec")
+    with pytest.raises(ValueError, match="results=False keys need none"):
+        setting(1, results=False, since="2026-12-06")

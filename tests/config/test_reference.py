@@ -12,7 +12,7 @@ from omegaconf import MISSING
 from nemo_lead.algorithms import LeadConfig
 from nemo_lead.algorithms.config import ADVANTAGE_ESTIMATORS
 from nemo_lead.cli import command_schemas, main
-from nemo_lead.config.loading import setting
+from nemo_lead.config.fields import setting
 from nemo_lead.config.reference import (
     REGENERATE,
     class_field_help,

@@ -340,7 +340,7 @@ def test_every_setting_added_since_2026_12_04_is_listed_as_added(kind):
     import yaml
 
     from nemo_lead.config.dotted import flatten
-    from nemo_lead.config.loading import key_rules
+    from nemo_lead.config.fields import key_rules
     from nemo_lead.pipeline.runner import ADDED_KEYS
     from nemo_lead.training.rl.config import RLConfig
     from nemo_lead.training.sft.config import SFTConfig

@@ -11,7 +11,7 @@ from typing import Any, Optional
 
 import torch
 
-from nemo_lead.config.loading import setting
+from nemo_lead.config.fields import setting
 from nemo_lead.models.source import PRECISION_CHOICES
 
 RECOMPUTE_GRANULARITIES = ("full", "selective")

@@ -13,7 +13,7 @@ from typing import Optional
 
 from nemo_lead.algorithms import LeadConfig
 from nemo_lead.algorithms.loss import zero_advantage_terms
-from nemo_lead.config.loading import setting
+from nemo_lead.config.fields import setting
 from nemo_lead.data import PromptConfig
 from nemo_lead.generation import EngineConfig, check_engine_layout, has_own_layout
 from nemo_lead.training.actor.config import ActorConfig
@@ -103,7 +103,7 @@ class RLConfig(RunSettings):
     # pass in the update, their gradient being exactly 0 (`policy_train_step`); the loss's denominator still
     # counts them. null (auto): on where that is exact (no KL or entropy term, no dropout), off where not;
     # true: on, refused where not exact; false: every response is forwarded
-    skip_zero_advantage: Optional[bool] = setting(None, resume="flag")
+    skip_zero_advantage: Optional[bool] = setting(None, resume="flag", since="2026-12-06")
     # grading; verify.answer_region None: the outcome rule's (`verify.verifier.default_region`: before_think
     # for reference_code*, after_think otherwise)
     verify: VerifyConfig = field(default_factory=VerifyConfig)

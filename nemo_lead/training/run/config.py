@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-from nemo_lead.config.loading import setting
+from nemo_lead.config.fields import setting
 from nemo_lead.plan.settings import PlanSettings
 from nemo_lead.runtime.progress import PROGRESS_MODES, check_progress_mode
 from nemo_lead.runtime.tracking import WandbSettings

@@ -48,7 +48,8 @@ from omegaconf import OmegaConf
 
 from nemo_lead.checkpoint.meta import list_checkpoints
 from nemo_lead.config.dotted import flatten
-from nemo_lead.config.loading import key_rules, to_yaml
+from nemo_lead.config.fields import key_rules
+from nemo_lead.config.loading import to_yaml
 from nemo_lead.runtime.files import (
     append_jsonl,
     cut_jsonl,

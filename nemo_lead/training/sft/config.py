@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional
 
-from nemo_lead.config.loading import setting
+from nemo_lead.config.fields import setting
 from nemo_lead.data import PromptConfig
 from nemo_lead.training.actor.config import ActorConfig, ActorOptimConfig
 from nemo_lead.training.run.config import RunSettings
