@@ -1,16 +1,22 @@
 """Settings every training run shares (`nemo-lead sft` and `nemo-lead rl`): where the run folder is, how often
 to checkpoint and how many checkpoints to keep, the seed, logging, and which settings a continued run may
-change. Each field declares its rule for reruns (`nemo_lead.config.loading.setting`)."""
+change. Each field declares its rule for reruns (`nemo_lead.config.fields.setting`).
+
+`TrainingSettings` is what a run's life (`nemo_lead.training.run.lifecycle`) reads of a command's config:
+these settings, the actor, the prompt format, the tokenizer and whether a non-finite loss stops the run.
+`SFTConfig` and `RLConfig` satisfy it; `training/run/` imports neither."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import Optional, Protocol, runtime_checkable
 
 from nemo_lead.config.fields import setting
+from nemo_lead.data.prompts import PromptConfig
 from nemo_lead.plan.settings import PlanSettings
 from nemo_lead.runtime.progress import PROGRESS_MODES, check_progress_mode
 from nemo_lead.runtime.tracking import WandbSettings
+from nemo_lead.training.actor.config import ActorConfig
 
 
 @dataclass
@@ -56,3 +62,26 @@ class RunSettings:
         check_progress_mode(self.progress)
         if self.final_checkpoint not in ("full", "weights"):
             raise ValueError(f"final_checkpoint must be full or weights, got {self.final_checkpoint!r}")
+
+
+@runtime_checkable
+class TrainingSettings(Protocol):
+    """What a training run's life reads of its command's config (module docstring): `RunSettings`' keys, the
+    actor's section, the prompt format, the tokenizer folder, and `stop_on_nonfinite` (a field of RLConfig;
+    SFTConfig's is a constant: a NaN / inf loss always stops an SFT run)."""
+
+    out: Optional[str]
+    steps: Optional[int]
+    save_every: int
+    save_every_minutes: float
+    keep_last: int
+    final_checkpoint: str
+    seed: int
+    progress: str
+    tensorboard: bool
+    wandb: WandbSettings
+    allow_change: list[str]
+    actor: ActorConfig
+    prompt: PromptConfig
+    tokenizer: Optional[str]
+    stop_on_nonfinite: bool

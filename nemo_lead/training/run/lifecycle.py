@@ -51,18 +51,17 @@ from nemo_lead.runtime.quiet import backend_note, hide_import_noise
 from nemo_lead.runtime.signals import StopRequest, install_stop_handlers
 from nemo_lead.runtime.tracking import open_tracker
 from nemo_lead.training.actor.megatron_actor import Actor, build_actor
-from nemo_lead.training.rl.config import RLConfig
+from nemo_lead.training.run.config import TrainingSettings
 from nemo_lead.training.run.folder import RunFolder
 from nemo_lead.training.run.lock import FolderInUse, lock_folder
 from nemo_lead.training.run.resume import choose_resume_checkpoint, on_writer_then_share
 from nemo_lead.training.run.train_state import load_actor_state, save_actor_state
-from nemo_lead.training.sft.config import SFTConfig
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase  # transformers loads when the tokenizer does
 
 LoopState = Union[dict[str, Any], Callable[[], dict[str, Any]]]  # or a function giving it, called when a save is due
-RunConfig = TypeVar("RunConfig", SFTConfig, RLConfig)  # the two loops' configs
+Settings = TypeVar("Settings", bound=TrainingSettings)  # SFTConfig or RLConfig
 
 
 TORCHRUN_ENV = "TORCHELASTIC_RUN_ID"  # set by torchrun for its ranks
@@ -77,7 +76,7 @@ class NonFiniteError(JobError):
 
 @dataclass
 class Run:
-    cfg: SFTConfig | RLConfig
+    cfg: TrainingSettings  # the loop's SFTConfig or RLConfig
     name: str  # "sft" | "rl"
     info: ParallelInfo
     actor: Actor
@@ -109,7 +108,7 @@ class Run:
         self.progress.warn(message)
 
 
-def model_and_prompt(cfg: RunConfig) -> tuple[RunConfig, ModelSource]:
+def model_and_prompt(cfg: Settings) -> tuple[Settings, ModelSource]:
     """(`cfg` with the prompt the run uses, the `ModelSource` of its `actor.model`): a checkpoint's training
     prompt replaces `prompt` while its keys are at their defaults (`nemo_lead.data.resolve_prompt`, the rule
     of every command)."""
@@ -123,7 +122,7 @@ def content_digest(rows: list) -> str:
     return hashlib.sha256(json.dumps(rows, sort_keys=True, default=str).encode()).hexdigest()[:24]
 
 
-def start_run(cfg: SFTConfig | RLConfig, name: str, total_steps: int, log_names: tuple[str, ...] = (), *,
+def start_run(cfg: TrainingSettings, name: str, total_steps: int, log_names: tuple[str, ...] = (), *,
               source: ModelSource, tokenizer: PreTrainedTokenizerBase | None = None,
               inputs: dict[str, str] | None = None, layer_spec: str | None = None) -> Run:
     """Collective: set up the parallel state and the actor, open the run folder, resume from its latest
@@ -160,7 +159,7 @@ def start_run(cfg: SFTConfig | RLConfig, name: str, total_steps: int, log_names:
     def open_folder():  # the folder as the resumed step left it: its settings checked, its logs cut back to it
         folder.prepare(cfg, inputs, resumed_step=choice.step if latest is not None else None)
         folder.rewind(choice.step if latest is not None else -1, log_names)
-        folder.tracker = open_tracker(getattr(cfg, "wandb", None), cfg.out, cfg, job_type=name)
+        folder.tracker = open_tracker(cfg.wandb, cfg.out, cfg, job_type=name)
 
     on_writer_then_share(info, open_folder)
     actor_cfg = dataclasses.replace(cfg.actor, optim=cfg.actor.optim.for_run(total_steps),
@@ -191,13 +190,13 @@ def start_run(cfg: SFTConfig | RLConfig, name: str, total_steps: int, log_names:
     progress.restart_at(step)
     return Run(cfg=cfg, name=name, info=info, actor=actor, folder=folder, tokenizer=tokenizer, tokenizer_dir=tok_dir,
                stop=stop, progress=progress, step=step, loop_state=loop_state,
-               last_saved=choice.saved_step(getattr(cfg, "final_checkpoint", "full"), total_steps),
+               last_saved=choice.saved_step(cfg.final_checkpoint, total_steps),
                total_steps=total_steps,
                resumed_from=latest)
 
 
 def _final_weights_only(run: Run) -> bool:
-    return getattr(run.cfg, "final_checkpoint", "full") == "weights" and run.step >= run.total_steps
+    return run.cfg.final_checkpoint == "weights" and run.step >= run.total_steps
 
 
 def save(run: Run, loop_state: LoopState, weights_only: bool = False) -> Path:
@@ -274,7 +273,7 @@ def _gb(n: int) -> str:
 def stop_if_not_finite(run: Run, metrics: dict[str, Any], keys: tuple[str, ...]) -> None:
     """Stop the run (NonFiniteError) when one of `keys` is NaN / inf; nothing more is saved."""
     bad = [k for k in keys if isinstance(metrics.get(k), float) and not math.isfinite(metrics[k])]
-    if bad and getattr(run.cfg, "stop_on_nonfinite", True):
+    if bad and run.cfg.stop_on_nonfinite:
         last = f"step {run.last_saved}" if run.last_saved >= 0 else "none yet"
         lr = run.cfg.actor.optim.lr
         raise NonFiniteError(f"step {run.step}: {', '.join(f'{k} = {metrics[k]}' for k in bad)}; stopping. The last "

@@ -8,7 +8,7 @@ however they are packed (see `nemo_lead.data.traces`).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import ClassVar, Optional
 
 from nemo_lead.config.fields import setting
 from nemo_lead.data import PromptConfig
@@ -50,6 +50,8 @@ class SFTConfig(RunSettings):
     global_batch: int = 32  # traces per optimizer step
     # validation loss every N steps (0: only at the end when there is a held-out set)
     val_every: int = setting(0, resume="flag")
+    # a NaN / inf loss or gradient norm always stops an SFT run (last good checkpoint kept); not a setting
+    stop_on_nonfinite: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
         self.check_run_settings()
