@@ -269,13 +269,17 @@ def test_a_name_read_from_the_importing_package_itself_stays_in_the_function(tmp
 DESIGN_DOC = PACKAGE_ROOT.parent / "docs" / "design.md"
 
 
-def _module_edges(graph: _Graph) -> dict[str, set[str]]:
-    """module -> the package modules it imports, function-level imports included. `from pkg import sub`
-    points at the submodule; a name read from a package points at its `__init__`."""
+def _module_edges(graph: _Graph, type_only: bool = False) -> dict[str, set[str]]:
+    """module -> the package modules it imports, function-level imports included (and with `type_only`, the
+    imports under `if TYPE_CHECKING` too). `from pkg import sub` points at the submodule; a name read from a
+    package points at its `__init__`."""
     edges = {}
     for module, (top, inner) in graph.split.items():
         out = set()
-        for node in top + inner:
+        nodes = top + inner
+        if type_only:
+            nodes = [n for n in ast.walk(graph.trees[module]) if isinstance(n, (ast.Import, ast.ImportFrom))]
+        for node in nodes:
             if isinstance(node, ast.Import):
                 out |= {a.name for a in node.names if a.name in graph.files}
                 continue
@@ -322,6 +326,33 @@ def _cycles(edges: dict[str, set[str]]) -> list[list[str]]:
 def test_no_import_cycle_between_the_package_modules():
     cycles = _cycles(_module_edges(_Graph(PACKAGE_ROOT)))
     assert not cycles, "import cycles (function-level imports included):\n" + "\n".join(" <-> ".join(c) for c in cycles)
+
+
+def _package_edges(graph: _Graph, edges: dict[str, set[str]]) -> dict[str, set[str]]:
+    """package -> the packages its modules import (a module's package: its folder), leaving out imports of a
+    package's own sub-packages and parents (`training.rl` importing `training`, or the reverse, is no circle
+    between two concerns)."""
+    def package(module: str) -> str:
+        return module if graph.files[module].name == "__init__.py" else module.rpartition(".")[0]
+
+    out: dict[str, set[str]] = {}
+    for module, targets in edges.items():
+        for target in targets:
+            a, b = package(module), package(target)
+            if a != b and not b.startswith(a + ".") and not a.startswith(b + "."):
+                out.setdefault(a, set()).add(b)
+    return out
+
+
+def test_no_import_cycle_of_any_kind():
+    """No circle through imports made only for type checking, and none between packages (folders): a package
+    whose modules import another's while that one's import it back is one concern split in two."""
+    graph = _Graph(PACKAGE_ROOT)
+    edges = _module_edges(graph, type_only=True)
+    typed = _cycles(edges)
+    assert not typed, "import cycles (imports under TYPE_CHECKING included):\n" + "\n".join(" <-> ".join(c) for c in typed)
+    packages = _cycles(_package_edges(graph, edges))
+    assert not packages, "cycles between packages:\n" + "\n".join(" <-> ".join(c) for c in packages)
 
 
 def _layers(doc: Path = DESIGN_DOC) -> dict[str, int]:
@@ -381,6 +412,20 @@ def test_the_cycle_and_layer_checks_find_what_they_should(tmp_path):
     edges = _module_edges(graph)
     assert edges["pkg.low"] == {"pkg.high"} and edges["pkg.high"] == {"pkg.low"} and edges["pkg.other"] == set()
     assert _cycles(edges) == [["pkg.high", "pkg.low"]]
+    typed = {"__init__.py": "", "a/__init__.py": "", "a/x.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+             "    from pkg.b.y import Y\n", "b/__init__.py": "", "b/y.py": "from pkg.a.x import X\n",
+             "b/z.py": "import json\n", "c/__init__.py": "", "c/w.py": "from pkg.d import v\n", "d/__init__.py": "",
+             "d/v.py": "from pkg.c.w import W\n", "d/u.py": "", "e/__init__.py": "", "e/s.py": "from pkg.f import t\n",
+             "f/__init__.py": "", "f/t.py": "", "f/r.py": "from pkg.e import s\n"}
+    root2 = tmp_path / "typed" / "pkg"
+    for name, text in typed.items():
+        (root2 / name).parent.mkdir(parents=True, exist_ok=True)
+        (root2 / name).write_text(text)
+    g2 = _Graph(root2)
+    assert _cycles(_module_edges(g2)) == [["pkg.c.w", "pkg.d.v"]]  # a run-time circle
+    assert _cycles(_module_edges(g2, type_only=True)) == [["pkg.a.x", "pkg.b.y"], ["pkg.c.w", "pkg.d.v"]]
+    assert _cycles(_package_edges(g2, _module_edges(g2, type_only=True))) == [["pkg.a", "pkg.b"], ["pkg.c", "pkg.d"],
+                                                                             ["pkg.e", "pkg.f"]]
     doc = tmp_path / "design.md"
     doc.write_text("## Layers\n\n| level | modules | holds |\n| --- | --- | --- |\n| 0 | `nemo_lead/runtime/files.py`, `nemo_lead/runtime/processes.py` | x |\n"
                    "| 1 | `nemo_lead/algorithms/` | y |\n\ntext\n\n| other | table |\n| --- | --- |\n| 5 | z |\n")

@@ -74,8 +74,7 @@ class _OnPolicy:
         pass
 
     def take(self, s, step):
-        from nemo_lead.training.rl.lag import Batch
-        from nemo_lead.training.rl.phases import select_groups
+        from nemo_lead.training.rl.phases import Batch, select_groups
 
         times = {"time/generate": 0.0, "time/verify": 0.0}
         seen, selected, rounds = select_groups(s, step, times)

@@ -21,7 +21,8 @@ import pytest
 import torch
 from distributed import run_distributed
 
-from nemo_lead.training.rl.lag import Batch, BatchQueue, batch_from_data, batch_to_data
+from nemo_lead.training.rl.lag import BatchQueue, batch_from_data, batch_to_data
+from nemo_lead.training.rl.phases import Batch
 from nemo_lead.training.rl.split import generator_version, last_batch_made, weights_needed
 
 

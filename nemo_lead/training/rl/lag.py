@@ -2,7 +2,7 @@
 batches sampled ahead, and the queue's place in the checkpoint.
 
 Weights W_s are the actor's after s optimizer steps (W_0 the starting ones). Step t (t = 1, 2, ...) trains on
-batch B_t: its prompts, responses, grades, rewards and keep mask (`rl.select_groups`, phases 1-5). The rule,
+batch B_t (`phases.Batch`): its prompts, responses, grades, rewards and keep mask (`phases.select_groups`, phases 1-5). The rule,
 one line: at the start of step t, every batch up to B_min(t+k, steps) that does not exist yet is sampled
 with the current weights W_(t-1). So B_t comes from W_max(0, t-1-k): at most k steps old, by a rule that
 reads nothing but t and k (never "the newest weights available"), so what a run computes does not depend
@@ -19,7 +19,7 @@ Two layouts fill the queue the same way:
 
 The loss for lagged samples is decoupled PPO: the clipped ratio is taken against the proximal policy
 pi_prox (the actor's log-probs before the update: the old-log-prob pass, which a lag always recomputes,
-`rl.old_logprobs_from_update`), and each token's term is weighted by pi_prox / mu, mu being the engine's
+`loop.old_logprobs_from_update`), and each token's term is weighted by pi_prox / mu, mu being the engine's
 log-probs of the weights that sampled it, truncated or masked as `lead.rollout_correction` says (a lag
 requires a mode other than none). The mismatch metric (`mismatch/logprob_abs_mean`) then measures the
 policy's drift over the lag plus the engine / actor numeric gap; `rollout_correction/token_frac` the share
@@ -39,7 +39,6 @@ from __future__ import annotations
 import dataclasses
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -48,26 +47,13 @@ import torch
 from nemo_lead.data import Problem
 from nemo_lead.generation import Rollout
 from nemo_lead.parallel.ranks import dist_rank
-from nemo_lead.training.rl.phases import RLState, select_groups
+from nemo_lead.training.rl.phases import Batch, RLState, select_groups
 from nemo_lead.training.rl.rollouts import Group
 from nemo_lead.training.run.lifecycle import Run
 
 PART = "lag"  # the checkpoint part (folder) holding the queued batches
 BATCHES_FILE = "batches.pt"
 SAMPLE_TIMES = ("time/generate", "time/verify")  # what sampling a batch reports; they travel with it
-
-
-@dataclass
-class Batch:
-    """B_step: what phases 1-5 of `rl_step` produced for `step`, sampled with the weights W_version."""
-
-    step: int
-    version: int  # optimizer steps behind the weights that sampled it
-    seen: list[Group]  # every group sampled for the step
-    selected: list[Group]  # the groups that train (a sub-list of `seen`, the same objects)
-    rounds: int
-    times: dict[str, float] = field(default_factory=dict)  # seconds spent sampling it (SAMPLE_TIMES, waits)
-    order: dict[str, int] = field(default_factory=dict)  # the data order's state right after sampling it
 
 
 def sample_batch(s: RLState, step: int, version: int) -> Batch:

@@ -9,7 +9,8 @@
 
 `loop.py` runs the step (phases 6-11) and picks where these phases run (`s.batches`, a `StepBatches`): in
 the step itself, k steps ahead (`lag.py`), or on generator ranks (`split.py`); all three call the functions
-here, so this module imports none of them (two of their names only for type checking).
+here, so this module imports none of them: what the phases produce (`Batch`) and what they read on a
+generator rank (`GeneratorRun`) are defined here.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import torch
 
@@ -34,9 +35,27 @@ from nemo_lead.training.rl.rollouts import Group, RolloutContext, flat_tensors, 
 from nemo_lead.training.run.data_order import DataOrder
 from nemo_lead.training.run.lifecycle import Run
 
-if TYPE_CHECKING:  # both import this module: at run time these names would close a cycle
-    from nemo_lead.training.rl.lag import Batch
-    from nemo_lead.training.rl.split import GeneratorRun
+
+@dataclass
+class Batch:
+    """B_step: what phases 1-5 of `rl_step` produced for `step`, sampled with the weights W_version."""
+
+    step: int
+    version: int  # optimizer steps behind the weights that sampled it
+    seen: list[Group]  # every group sampled for the step
+    selected: list[Group]  # the groups that train (a sub-list of `seen`, the same objects)
+    rounds: int
+    times: dict[str, float] = field(default_factory=dict)  # seconds spent sampling it (`lag.SAMPLE_TIMES`, waits)
+    order: dict[str, int] = field(default_factory=dict)  # the data order's state right after sampling it
+
+
+@dataclass
+class GeneratorRun:
+    """The part of `Run` (`nemo_lead.training.run.lifecycle`) the sampling phases read on a generator rank of
+    the split layout (no actor: no optimizer state to offload during generation)."""
+
+    cfg: RLConfig
+    actor: None = None  # never offloaded: generator_job turns actor.offload_during_generation off
 
 
 @runtime_checkable

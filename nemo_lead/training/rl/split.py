@@ -64,8 +64,8 @@ from nemo_lead.parallel.bridge import (
 )
 from nemo_lead.runtime.signals import install_stop_handlers
 from nemo_lead.training.rl.config import RLConfig
-from nemo_lead.training.rl.lag import Batch, BatchQueue, batch_from_data, batch_to_data, sample_batch
-from nemo_lead.training.rl.phases import RLState, rollout_context
+from nemo_lead.training.rl.lag import BatchQueue, batch_from_data, batch_to_data, sample_batch
+from nemo_lead.training.rl.phases import Batch, GeneratorRun, RLState, rollout_context
 from nemo_lead.training.run.data_order import DataOrder
 from nemo_lead.training.run.lifecycle import model_and_prompt
 
@@ -194,15 +194,6 @@ class SplitQueue(BatchQueue):
 
 
 # ----------------------------------------------------------------------------- generator side
-@dataclass
-class GeneratorRun:
-    """The part of `loop.Run` the sampling phases read on a generator rank (no actor: no optimizer state to
-    offload during generation)."""
-
-    cfg: RLConfig
-    actor: None = None  # never offloaded: generator_job turns actor.offload_during_generation off
-
-
 def _generator_model(cfg: RLConfig, source: ModelSource, info: ParallelInfo):
     """The actor's GPTModel without optimizer or weights of its own (they come from the trainers)."""
     divisible = {"vocab_divisible_by": read_checkpoint_meta(source.path)["vocab_divisible_by"]} \
