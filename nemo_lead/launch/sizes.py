@@ -31,7 +31,7 @@ from nemo_lead.config.loading import ConfigError
 from nemo_lead.launch.submit_config import SubmitConfig, time_seconds
 from nemo_lead.pipeline.config import RunConfig, load_recipe, resolve_stage
 from nemo_lead.pipeline.hardware import preset_paths
-from nemo_lead.pipeline.kinds import KINDS, PLANNED_KINDS
+from nemo_lead.pipeline.kinds import KINDS, PLANNED_KINDS, models_of
 from nemo_lead.pipeline.preflight import recipe_conflicts, report
 from nemo_lead.pipeline.recipe import find_recipe, read_recipe
 from nemo_lead.pipeline.recipe_plan import PlanConfig, command_job, recipe_jobs
@@ -93,7 +93,7 @@ def _rl_sft(p: Any, job: Any, cfg: SubmitConfig) -> Any:
     hf_config, divisible = _hf_config(job.config.actor.model)
     gpu = _gpu(settings)
     configs = [job.config]
-    if job.kind == "rl" and job.config.engine.kind == "auto":
+    if KINDS[job.kind].engine_keys and job.config.engine.kind == "auto":
         # the job picks its engine on the node (vllm where installed and it fits, else megatron): its host
         # memory, warning and runs are sized for the slower of the two, so neither outruns the sbatch file
         configs = [dataclasses.replace(job.config, engine=dataclasses.replace(job.config.engine, kind=k))
@@ -164,20 +164,21 @@ def _generation_job(p: Any, cfg: Any, models: list[str], submit: SubmitConfig) -
 
 
 def _stage_configs(run: RunConfig) -> dict[str, tuple[Any, list[str]]]:
-    """Eval / distill stage -> (its config, the models it generates with), an earlier SFT / RL stage's
-    checkpoint standing for the model it trains (the same shape)."""
+    """A stage that generates (eval, distill: `StageKind.generates`) -> (its config, the models it generates
+    with), an earlier training stage's checkpoint standing for the model it trains (the same shape)."""
     recipe = load_recipe(run)
     outputs: dict[str, dict[str, Any]] = {}
     out: dict[str, tuple[Any, list[str]]] = {}
     for spec in recipe.stages:
-        outputs[spec.name] = {o: f"<stage {spec.name}: {o}>" for o in KINDS[spec.kind].outputs}
-        if spec.kind not in (*PLANNED_KINDS, "eval", "distill"):
+        kind = KINDS[spec.kind]
+        outputs[spec.name] = {o: f"<stage {spec.name}: {o}>" for o in kind.outputs}
+        if not (kind.planned or kind.generates):
             continue
         stage = resolve_stage(spec, recipe, run, outputs)
-        if spec.kind in PLANNED_KINDS:
-            outputs[spec.name]["checkpoint"] = stage.config.actor.model
+        models = list(models_of(spec.kind, stage.config, stage.extras).values())
+        if kind.planned:  # its checkpoint: the shape of the model it trains
+            (outputs[spec.name]["checkpoint"],) = models
         else:
-            models = list(stage.models.values()) if spec.kind == "eval" else [stage.config.model]
             out[spec.name] = (stage.config, [m for m in models if "<stage " not in str(m)])
     return out
 

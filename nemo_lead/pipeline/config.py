@@ -241,9 +241,8 @@ def resolve_stage(spec: StageSpec, recipe: Recipe, run: RunConfig, outputs: Opti
     cli_keys = set(flatten(cli, keep_empty=True))
     settings = dict(spec.settings)
     lookup = _stage_lookup(spec, recipe, run, outputs)
-    engine = {f"engine.{k}": v for k, v in flatten(run.engine or {}, keep_empty=True).items()}
-    if spec.kind not in ("rl", "eval", "distill"):
-        engine = {}
+    kind = KINDS[spec.kind]
+    engine = {f"engine.{k}": v for k, v in flatten(run.engine or {}, keep_empty=True).items()} if kind.engine_keys else {}
     cli_keys |= set(engine)
     items = []
     for key, value in [*flatten(settings, keep_empty=True).items(), *engine.items(), *flatten(cli, keep_empty=True).items()]:
@@ -252,7 +251,6 @@ def resolve_stage(spec: StageSpec, recipe: Recipe, run: RunConfig, outputs: Opti
         except ConfigError as e:
             where = "command line" if key in cli_keys else spec.location(key)
             raise ConfigError(f"{where}: stage {spec.name!r}, key {key!r}: {e}") from None
-    kind = KINDS[spec.kind]
     for key, _ in items:
         if key in kind.pipeline_keys:
             where = "command line" if key in cli_keys else spec.location(key)
@@ -272,7 +270,7 @@ def resolve_stage(spec: StageSpec, recipe: Recipe, run: RunConfig, outputs: Opti
         raise ConfigError(_relocate(e, spec, cli_keys)) from None
     if kind.planned:  # `nemo-lead run ... plan.check=warn` applies to every stage's start-up check
         config.plan = config.plan.merged(run.plan)
-    if spec.kind in ("sft", "rl", "eval"):  # `nemo-lead run ... wandb.enabled=true`: every stage logs to W&B
+    if kind.tracked:  # `nemo-lead run ... wandb.enabled=true`: every stage that logs scalars logs to W&B
         config.wandb = config.wandb.merged(run.wandb)
         if config.wandb.enabled and config.wandb.group is None:
             config.wandb = dataclasses.replace(config.wandb, group=Path(run.out or "runs/_").name)

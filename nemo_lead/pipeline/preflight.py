@@ -3,7 +3,8 @@
 
     errors, warnings = recipe_conflicts(run_config, world={"rl1": 8}, prefix="stages.")
 
-What is checked, per stage (a value that is an earlier stage's output is not known yet and is skipped):
+What is checked, per stage, by its kind's `check` (`nemo_lead.pipeline.kinds`; a value that is an earlier
+stage's output is not known yet and is skipped):
 - problem and evaluation data (select, rl, distill, eval): the files exist and every row has the fields the
   stage reads (problem, answer; the difficulty a `difficulty:` bound reads);
 - models (sft, rl: actor.model; distill: the teacher; eval: each row's model): a folder holds config.json (a
@@ -29,7 +30,7 @@ from nemo_lead.data.filters import filter_by_bound
 from nemo_lead.data.problems import BUILTIN_DATASETS, load_problems
 from nemo_lead.data.readers import DataError
 from nemo_lead.pipeline.config import RunConfig, load_recipe, resolve_stage
-from nemo_lead.pipeline.kinds import KINDS
+from nemo_lead.pipeline.kinds import KINDS, models_of, preflight_check
 
 PENDING = "<stage "  # the placeholder of an output a stage has not written yet
 
@@ -131,46 +132,66 @@ def _ranks_fit_layout(f: _Findings, stage: str, tp: int, pp: int, world: int | N
         f.add(stage, keys, f"tp x pp = {replica} does not divide the job's {world} ranks")
 
 
-def _check_stage(f: _Findings, stage: Any, world: int | None) -> None:
+# ----------------------------------------------------------------------------- each kind's checks
+# (named by the kind's entry, `nemo_lead.pipeline.kinds.StageKind.check`: (findings, stage, ranks of its job))
+def check_select(f: _Findings, stage: Any, world: int | None) -> None:
+    """Its problem sets load, and a `difficulty:` bound finds its field on every problem."""
+    name, cfg = stage.name, stage.config
+    for key in ("problems", "extra"):
+        for i, spec in enumerate(getattr(cfg, key)):
+            problems = f.problems(name, f"{key}[{i}]", spec, cfg.split, cfg.fields)
+            if problems is not None and key == "problems" and cfg.difficulty is not None:
+                try:
+                    filter_by_bound(problems, cfg.difficulty_key, cfg.difficulty)
+                except DataError as e:
+                    f.add(name, f"difficulty, difficulty_key, problems[{i}]",
+                          f"{spec}: {e}; `difficulty: {cfg.difficulty!r}` needs the field on every problem "
+                          f"(nemo-lead prepare deepscaler writes it; for data without ratings set "
+                          f"difficulty=null)")
+
+
+def _check_actor(f: _Findings, stage: Any, world: int | None, generators: int = 0) -> None:
+    """A training stage's model, its TP against the heads and its layout against the job's ranks."""
+    name, cfg = stage.name, stage.config
+    hf = _model_config(f, name, "actor.model", cfg.actor.model)
+    _tp_divides_heads(f, name, "actor.tp, actor.model", hf, cfg.actor.tp)
+    _ranks_fit_layout(f, name, cfg.actor.tp, cfg.actor.pp, world, generators)
+
+
+def check_sft(f: _Findings, stage: Any, world: int | None) -> None:
+    """The actor (`_check_actor`), the traces file, and what `actor.layer_spec=auto` means for packed traces."""
+    name, cfg = stage.name, stage.config
+    _check_actor(f, stage, world)
+    if PENDING not in str(cfg.data.path) and not Path(cfg.data.path).expanduser().exists():
+        f.missing(name, "data.path", cfg.data.path)
+    _, note = cfg.packing_layer_spec()
+    if note:
+        f.warnings.append(f"stage {name}: {note}")
+
+
+def check_rl(f: _Findings, stage: Any, world: int | None) -> None:
+    """The actor with its generator ranks (`_check_actor`), the problems and the validation sets."""
     from nemo_lead.eval.config import dataset_specs  # (nemo_lead.eval loads torch)
 
     name, cfg = stage.name, stage.config
-    if stage.kind == "select":
-        for key in ("problems", "extra"):
-            for i, spec in enumerate(getattr(cfg, key)):
-                problems = f.problems(name, f"{key}[{i}]", spec, cfg.split, cfg.fields)
-                if problems is not None and key == "problems" and cfg.difficulty is not None:
-                    try:
-                        filter_by_bound(problems, cfg.difficulty_key, cfg.difficulty)
-                    except DataError as e:
-                        f.add(name, f"difficulty, difficulty_key, problems[{i}]",
-                              f"{spec}: {e}; `difficulty: {cfg.difficulty!r}` needs the field on every problem "
-                              f"(nemo-lead prepare deepscaler writes it; for data without ratings set "
-                              f"difficulty=null)")
-    elif stage.kind in ("sft", "rl"):
-        hf = _model_config(f, name, "actor.model", cfg.actor.model)
-        _tp_divides_heads(f, name, "actor.tp, actor.model", hf, cfg.actor.tp)
-        generators = cfg.rollout.generator_ranks if stage.kind == "rl" else 0
-        _ranks_fit_layout(f, name, cfg.actor.tp, cfg.actor.pp, world, generators)
-        if stage.kind == "rl":
-            f.problems(name, "data.path", cfg.data.path, cfg.data.split, cfg.data.fields)
-            for spec in dataset_specs(cfg.validation.data or ""):
-                f.problems(name, "validation.data", spec, None, {})
-        elif PENDING not in str(cfg.data.path) and not Path(cfg.data.path).expanduser().exists():
-            f.missing(name, "data.path", cfg.data.path)
-        if stage.kind == "sft":
-            _, note = cfg.packing_layer_spec()
-            if note:
-                f.warnings.append(f"stage {name}: {note}")
-    elif stage.kind in ("distill", "eval"):
-        models = stage.models if stage.kind == "eval" else {"model": cfg.model}
-        for row, model in models.items():
-            key = "model" if stage.kind == "distill" else f"models.{row}"
-            hf = _model_config(f, name, key, model)
-            _tp_divides_heads(f, name, f"tp, {key}", hf, cfg.tp)
-        _ranks_fit_layout(f, name, cfg.tp, cfg.pp, world, keys="tp, pp")
-        for spec in dataset_specs(cfg.data):
-            f.problems(name, "data", spec, cfg.split, cfg.fields)
+    _check_actor(f, stage, world, cfg.rollout.generator_ranks)
+    f.problems(name, "data.path", cfg.data.path, cfg.data.split, cfg.data.fields)
+    for spec in dataset_specs(cfg.validation.data or ""):
+        f.problems(name, "validation.data", spec, None, {})
+
+
+def check_generation(f: _Findings, stage: Any, world: int | None) -> None:
+    """A stage that generates with its models (distill's teacher, eval's rows): each model, the TP against its
+    heads, the layout against the job's ranks, the problem sets."""
+    from nemo_lead.eval.config import dataset_specs  # (nemo_lead.eval loads torch)
+
+    name, cfg = stage.name, stage.config
+    for key, model in models_of(stage.kind, cfg, stage.extras).items():
+        hf = _model_config(f, name, key, model)
+        _tp_divides_heads(f, name, f"tp, {key}", hf, cfg.tp)
+    _ranks_fit_layout(f, name, cfg.tp, cfg.pp, world, keys="tp, pp")
+    for spec in dataset_specs(cfg.data):
+        f.problems(name, "data", spec, cfg.split, cfg.fields)
 
 
 def recipe_conflicts(run: RunConfig, *, world: Mapping[str, int] | int | None = None, names: list[str] | None = None,
@@ -191,13 +212,15 @@ def recipe_conflicts(run: RunConfig, *, world: Mapping[str, int] | int | None = 
         except ConfigError as e:
             f.errors.append(str(e))
             continue
-        if spec.kind in ("sft", "rl"):
-            model = stage.config.actor.model
+        if KINDS[spec.kind].planned:  # its checkpoint has the shape of the model it trains
+            (model,) = models_of(spec.kind, stage.config, stage.extras).values()
             f.stands_for[outputs[spec.name]["checkpoint"]] = f.stands_for.get(model, model)
         if spec.name in done or (names is not None and spec.name not in names):
             continue
         ranks = world.get(spec.name) if isinstance(world, Mapping) else world
-        _check_stage(f, stage, ranks)
+        check = preflight_check(spec.kind)
+        if check is not None:
+            check(f, stage, ranks)
     return f.errors, f.warnings
 
 

@@ -37,7 +37,7 @@ from nemo_lead.config.loading import ConfigError, as_overrides, load_config
 from nemo_lead.data import DataError, load_problems
 from nemo_lead.pipeline.config import RunConfig, load_recipe, resolve_stage
 from nemo_lead.pipeline.hardware import preset_paths, stage_gpus
-from nemo_lead.pipeline.kinds import KINDS, PLANNED_KINDS, schema
+from nemo_lead.pipeline.kinds import GENERATING_KINDS, KINDS, PLANNED_KINDS, models_of, schema
 from nemo_lead.pipeline.preflight import recipe_conflicts, report
 from nemo_lead.pipeline.recipe import find_recipe, read_recipe
 from nemo_lead.plan.settings import PlanSettings
@@ -89,9 +89,6 @@ class Job:
     extras: dict[str, Any] = field(default_factory=dict)  # the kind's own keys (an eval stage's `models`)
 
 
-ENGINE_KINDS = ("distill", "eval")  # stages that only generate: `nemo-lead plan` times them too (engine_stage.py)
-
-
 def recipe_jobs(run: RunConfig, names: list[str] | None = None, done: dict[str, dict] | None = None,
                 kinds: tuple[str, ...] = PLANNED_KINDS) -> list[Job]:
     """The recipe's stages of `kinds` (SFT / RL by default; `names`: only these), resolved. An earlier stage's
@@ -108,8 +105,8 @@ def recipe_jobs(run: RunConfig, names: list[str] | None = None, done: dict[str, 
         else:
             outputs[spec.name] = {o: f"<stage {spec.name}: {o}>" for o in KINDS[spec.kind].outputs}
             stage = resolve_stage(spec, recipe, run, outputs) if wanted else None
-            if stage is not None and spec.kind in PLANNED_KINDS:
-                outputs[spec.name]["checkpoint"] = stage.config.actor.model
+            if stage is not None and spec.kind in PLANNED_KINDS:  # its checkpoint: the shape of the model it trains
+                (outputs[spec.name]["checkpoint"],) = models_of(spec.kind, stage.config, stage.extras).values()
         if stage is not None and spec.kind in kinds and (names is None or spec.name in names):
             jobs.append(Job(spec.name, spec.kind, stage.config, f"stages.{spec.name}.", dict(stage.extras)))
     return jobs
@@ -256,7 +253,7 @@ def plan_engine_job(job: Job, cfg: PlanConfig, gpu: Any, gpus: int) -> EngineJob
 
     c = job.config
     settings = c.plan.merged(cfg.plan)
-    models = list(job.extras.get("models", {}).values()) or [c.model]
+    models = list(models_of(job.kind, c, job.extras).values())
     if gpus % (c.tp * c.pp):
         raise ConfigError(f"{job.prefix}tp, {job.prefix}pp: tp x pp = {c.tp * c.pp} does not divide the job's "
                           f"{gpus} GPUs")
@@ -345,7 +342,7 @@ def on_hardware(cfg: PlanConfig, recipe: Path | None) -> tuple[PlanConfig, dict[
         plan = dataclasses.replace(plan, gpu=gpu)
         named.append(f"{gpu.upper()} GPUs (hardware.gpu)")
     if cfg.gpus is None:
-        shown = [s.name for s in r.stages if s.kind in PLANNED_KINDS + ENGINE_KINDS and (not cfg.stage or s.name == cfg.stage)]
+        shown = [s.name for s in r.stages if s.kind in PLANNED_KINDS + GENERATING_KINDS and (not cfg.stage or s.name == cfg.stage)]
         named.append("each stage on its slurm: nodes x GPUs per node (" + ", ".join(f"{n}: {gpus[n]}" for n in shown)
                      + " GPUs)")
     lines = []
@@ -369,7 +366,7 @@ def run_plan(cfg: PlanConfig) -> int:
     try:
         recipe = _recipe_file(cfg.target) if cfg.command is None else None
         cfg, stage_gpus_, head = on_hardware(cfg, recipe)
-        jobs = jobs_of(cfg, kinds=PLANNED_KINDS + ENGINE_KINDS if recipe is not None else PLANNED_KINDS)
+        jobs = jobs_of(cfg, kinds=PLANNED_KINDS + GENERATING_KINDS if recipe is not None else PLANNED_KINDS)
         gpus_of = {j.name: stage_gpus_.get(j.name, cfg.gpus) for j in jobs}
         if recipe is not None:
             run = RunConfig(recipe=str(recipe), paths=dict(cfg.paths), stages=dict(cfg.stages), engine=dict(cfg.engine))
@@ -381,7 +378,7 @@ def run_plan(cfg: PlanConfig) -> int:
         gpu = _gpu(cfg.plan)
         results, texts, times = [], [], []
         for job in jobs:
-            if job.kind in ENGINE_KINDS:
+            if job.kind in GENERATING_KINDS:
                 r = plan_engine_job(job, cfg, gpu, gpus_of[job.name])
                 texts.append(r.text)
                 results.append(r.json)

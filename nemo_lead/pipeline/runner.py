@@ -160,8 +160,8 @@ def input_fingerprints(stage: Stage) -> dict[str, str]:
 
     # the config's fields as they are (Stage.as_dict renders YAML: slow, and the paths are the same)
     settings = dataclasses.asdict(stage.config) if dataclasses.is_dataclass(stage.config) else stage.as_dict()
-    if stage.kind == "eval":
-        settings["models"] = dict(stage.models)
+    for key in KINDS[stage.kind].input_keys:  # the kind's own keys that name inputs (an eval stage's models)
+        settings[key] = dict(stage.extras[key])
     visit("", settings)
     return found
 
