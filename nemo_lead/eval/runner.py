@@ -339,8 +339,7 @@ def _generate_pending(cfg, prep: Prepared, info, store, grader, progress: EvalPr
                 return True
         return False
     finally:
-        if hasattr(engine, "close"):  # vllm: before the job's process groups go
-            engine.close()
+        engine.close()  # vllm: before the job's process groups go
 
 
 def _generate_calls(engine, prep: Prepared, info, calls: list[Call], ids, store, grader, progress: EvalProgress,

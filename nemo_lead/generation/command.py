@@ -107,8 +107,7 @@ def generate_rank(cfg: GenerateConfig) -> None:
         try:
             rollouts = engine.generate(ids, params)
         finally:
-            if hasattr(engine, "close"):  # vllm: before the job's process groups go
-                engine.close()
+            engine.close()  # vllm: before the job's process groups go
         tokens = sum(r.num_tokens for r in rollouts)
         progress.step(1, {"samples": str(len(rollouts)), "tokens": f"{tokens:,}"})
         progress.close()

@@ -83,31 +83,49 @@ class Rollout:
 
 @runtime_checkable
 class RolloutEngine(Protocol):
-    """The interface the RL loop and the evaluation runner use (engines: `megatron`, `trtllm`).
+    """The interface the RL loop, the split layout's generators, the evaluation runner and `nemo-lead generate`
+    use, and all they use (engines: `megatron`, `vllm`, `trtllm`; `nemo_lead.generation.kinds`).
 
     Under torch.distributed every rank of a model-parallel group (TP x PP) calls each method with the same
     arguments and gets the same result; data-parallel replicas generate their own prompts independently.
     """
 
-    def generate(self, prompt_token_ids: list[list[int]], params: SamplingParams, *,
+    # (engine replicas inside one actor replica, this rank's replica) when the engine decodes on copies of its
+    # own smaller than the actor's model-parallel group (the megatron engine at engine.tp=b < actor TP x PP,
+    # vllm at engine.tp < actor.tp): the caller splits each data-parallel share over them
+    # (`nemo_lead.training.rl.rollouts`); None: one engine per actor replica
+    replicas: Optional[tuple[int, int]]
+    # the optimizer step whose weights the engine holds, for an engine that keeps it (vllm: set by `refit`,
+    # stamped on its outputs; a batch sampled with other weights is an error, `nemo_lead.training.rl.lag`); None
+    # for one that does not (the megatron engine decodes whatever the actor's modules hold; trtllm)
+    weight_version: Optional[int]
+
+    def generate(self, prompt_token_ids: list[list[int]], params: SamplingParams, prompt_offset: int = 0, *,
                  prompt_seeds: Optional[list[int]] = None, first_sample: int = 0) -> list[Rollout]:
-        """n samples of each prompt. `prompt_seeds` (one per prompt): sample s of prompt i draws from the stream
-        of (prompt_seeds[i], first_sample + s) and is returned as sample first_sample + s, so a call may hold
-        any samples of any problems and each comes out as it would in any other call
-        (`nemo_lead.generation.streams.sample_key`); without them the call's own streams (`params.seed`)."""
+        """n samples of each prompt. `prompt_offset`: these prompts are prompts `prompt_offset` .. of a larger
+        call (a replica's share), each sample drawing from that call's stream for it. `prompt_seeds` (one per
+        prompt): sample s of prompt i draws from the stream of (prompt_seeds[i], first_sample + s) and is
+        returned as sample first_sample + s, so a call may hold any samples of any problems and each comes out
+        as it would in any other call (`nemo_lead.generation.streams.sample_key`); without them the call's own
+        streams (`params.seed`)."""
 
     def concurrency(self, positions: int) -> int:
         """Sequences of `positions` prompt + response tokens the engine decodes at once (its KV budget and batch
         limit): how large a call keeps it full (evaluation sizes its calls from it)."""
 
-    def refit(self, actor: Any) -> None:
-        """Take the actor's current weights (in memory; see each engine for what `actor` may be)."""
+    def refit(self, actor: Any, version: Optional[int] = None) -> None:
+        """Take the actor's current weights (in memory; see each engine for what `actor` may be), those of
+        optimizer step `version` (None: the next after the ones it holds)."""
 
     def sleep(self) -> None:
         """Free the engine's device memory before the training step."""
 
     def wake(self) -> None:
         """Restore what `sleep` freed, before the next `generate`."""
+
+    def close(self) -> None:
+        """Release what the engine holds (vllm: its memory and process groups, before the job's own go); called
+        once, after the last `generate`."""
 
 
 def refuse(engine: str, reasons: list[str]) -> None:

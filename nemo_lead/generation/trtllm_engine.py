@@ -129,13 +129,15 @@ class TrtllmEngine:
                                      f"TensorRT-LLM >= {SUPPORTED_VERSIONS[0]}, < {SUPPORTED_VERSIONS[1]}")
         check_worker_devices(self.llm._collective_rpc("report_device_id"), self.device_uuid, _rank())
         self._asleep = False
+        self.replicas = None  # one engine per actor replica: it splits a call over its ranks itself
+        self.weight_version: int | None = None  # not kept: each refit streams the actor's weights (`RolloutEngine`)
         self.refit(actor)
 
     # ----------------------------------------------------------------------------- RolloutEngine
-    def refit(self, actor: Any) -> None:
+    def refit(self, actor: Any, version: int | None = None) -> None:
         """Stream the actor's weights (HF names, gathered over TP/PP) into the engine, bucket by bucket,
         then finalise (`trtllm_plan.issue_refit`). Collective: every rank of the job calls it. Wakes the
-        engine first if it sleeps."""
+        engine first if it sleeps. `version` is not kept (`weight_version` stays None)."""
         if self._asleep:
             self.wake()
         finish_param_gather(actor)
@@ -154,6 +156,10 @@ class TrtllmEngine:
                     RefitChecker(hf_shapes(model_info(self.model).arch)), pack)
         staged.clear()
 
+    def close(self) -> None:
+        """Nothing to release before the job's process groups go: TensorRT-LLM's LLM and its local Ray cluster
+        end with the process."""
+
     def concurrency(self, positions: int) -> int:
         """Sequences decoding at once: trtllm.max_batch_size (TensorRT-LLM sizes its pool from a memory fraction;
         its scheduler admits up to this many)."""
@@ -169,9 +175,13 @@ class TrtllmEngine:
             self.llm._collective_rpc("wakeup", args=(list(SLEEP_TAGS),))
             self._asleep = False
 
-    def generate(self, prompt_token_ids: list[list[int]], params: SamplingParams, *,
+    def generate(self, prompt_token_ids: list[list[int]], params: SamplingParams, prompt_offset: int = 0, *,
                  prompt_seeds: list[int] | None = None, first_sample: int = 0) -> list[Rollout]:
-        """`prompt_seeds` / `first_sample`: per-prompt streams, samples first_sample .. (`RolloutEngine.generate`)."""
+        """`prompt_seeds` / `first_sample`: per-prompt streams, samples first_sample .. (`RolloutEngine.generate`).
+        `prompt_offset` must be 0: this engine splits a call over its ranks itself (`replicas` is None)."""
+        if prompt_offset:
+            raise ValueError("the trtllm engine splits a call over its ranks itself: prompt_offset (a share of a "
+                             "larger call) must be 0")
         check_prompts(prompt_token_ids, model_info(self.model).arch.vocab_size)
         group, size, rank = None, 1, 0
         if dist.is_initialized():

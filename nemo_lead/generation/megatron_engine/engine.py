@@ -185,15 +185,17 @@ class MegatronEngine:
         self.engine_tp, self._engine_group = engine_tp, None
         self.refit_bucket_bytes = refit_bucket_mb * 1e6
         self.replicas: tuple[int, int] | None = None  # own_copy: (engine replicas per actor replica, this one's)
+        self.weight_version: int | None = None  # it decodes whatever the actor's modules hold (`RolloutEngine`)
         self.refit_stats: dict[str, Any] = {}  # own_copy: the last rebuild's bytes, buckets, seconds, copy_bytes
         self._actor = self._table = None
         self.model = None
         self.refit(model)
 
     # ----------------------------------------------------------------------------- RolloutEngine
-    def refit(self, actor: Any) -> None:
+    def refit(self, actor: Any, version: int | None = None) -> None:
         """Point the engine at the actor's live modules (no copy; see the module docstring); `own_copy`:
-        rebuild the TP1 copy from them (collective), or with `release_copy` at the next `wake`."""
+        rebuild the TP1 copy from them (collective), or with `release_copy` at the next `wake`. `version` is
+        not kept: the engine holds whatever the actor's modules hold."""
         finish_param_gather(actor)
         if not self.own_copy:
             self._point_at(resolve_model(actor))
@@ -228,6 +230,10 @@ class MegatronEngine:
         arch = info.arch if info is not None else None
         self.vocab_size = self._vocab_size or (arch.vocab_size if arch is not None else self.model.vocab_size)
         self.max_positions = getattr(self.model, "max_sequence_length", None)
+
+    def close(self) -> None:
+        """Drop the copy and the references to the actor's modules (their memory is the actor's)."""
+        self.model = self.runner = self._actor = None
 
     def sleep(self) -> None:
         """The cache is freed when `generate` returns (`release_copy`: the copy too); hand the allocator's

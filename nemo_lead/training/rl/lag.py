@@ -59,7 +59,7 @@ SAMPLE_TIMES = ("time/generate", "time/verify")  # what sampling a batch reports
 def sample_batch(s: RLState, step: int, version: int) -> Batch:
     """Phases 1-5 for `step` with the engine's current weights (which are W_version). Collective. An engine
     that keeps a weight version (vllm) must hold W_version: stale weights would be an error, not a silent lag."""
-    held = getattr(s.ctx.engine, "weight_version", None)
+    held = s.ctx.engine.weight_version
     if held is not None and held != version:
         raise RuntimeError(f"step {step}: the rollout engine holds the weights of step {held}, the batch needs those "
                            f"of step {version}")

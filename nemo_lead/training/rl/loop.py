@@ -118,7 +118,7 @@ def zero_advantage_skip(cfg: RLConfig, actor) -> bool:
     return not blockers
 
 
-# ----------------------------------------------------------------------------- phases 6-10 (1-5: sampling.py)
+# ----------------------------------------------------------------------------- phases 6-10 (1-5: phases.py)
 def assign_advantages(s: RLState, selected: list[Group], seen: list[Group]) -> None:
     """6. advantages over the selected groups together (DGPO's question weights are batch-relative)."""
     for g in seen:
@@ -192,10 +192,7 @@ def update_policy(s: RLState, batch: SequenceBatch, on_policy: bool) -> dict[str
 
 def refit(s: RLState, step: int) -> None:
     """9. refit: the engine takes W_step (an engine that keeps a weight version records `step`)."""
-    if hasattr(s.ctx.engine, "weight_version"):
-        s.ctx.engine.refit(s.run.actor, version=step)
-    else:
-        s.ctx.engine.refit(s.run.actor)
+    s.ctx.engine.refit(s.run.actor, version=step)
 
 
 def step_metrics(step: int, seen: list[Group], selected: list[Group], rounds: int) -> dict[str, Any]:
@@ -306,55 +303,76 @@ def rl_job(cfg: RLConfig) -> None:
               "validation.data": content_digest([(p.id, p.problem, p.answer) for p in val])}
     run = start_run(cfg, "rl", cfg.steps, LOGS, source=source, inputs=inputs)
     ctx = None
-    stopped = False
     try:
         ctx, ends = rollout_context(cfg, source, run.info, run.actor, run.tokenizer, run.tokenizer_dir, run.step)
-        if cfg.prompts_per_step > len(problems):
-            run.say(f"note: prompts_per_step={cfg.prompts_per_step} is more than the {len(problems)} problems of "
-                    f"data.path: every step samples some problems twice (their groups are trained twice)")
-        order = DataOrder(len(problems), cfg.seed, shuffle=d.shuffle)
-        if run.loop_state.get("data"):
-            order.load_state_dict(run.loop_state["data"])
-        # validation's prompts are the same at every validation: tokenized once, and refused now (naming the
-        # problem) when one cannot fit with its max_tokens, rather than at the first validation of a resumed run
-        val_ids = prompt_token_ids(run.tokenizer, val, cfg.prompt)
-        check_prompts_fit(val, val_ids, cfg.validation.max_tokens or cfg.rollout.max_tokens,
-                          source.hf_config.get("max_position_embeddings"), "validation.data")
-        s = RLState(run=run, ctx=ctx, problems=problems, order=order, val_problems=val, val_prompt_ids=val_ids,
-                    end_tokens=ends)
-        if cfg.skip_zero_advantage is not False and not zero_advantage_skip(cfg, run.actor):  # auto (true: refused)
-            run.say("note: the update forwards the responses with advantage 0 too (skip_zero_advantage=null, not "
-                    "exact here: " + " and ".join(zero_advantage_skip_blockers(run.actor, cfg.lead)) + ")")
-        queued = restored_batches(run, cfg.rollout.lag)
-        s.batches = BatchQueue(cfg.rollout.lag, run.step + 1, queued) if link is None else link.trainer_queue(s, queued)
-        run.parts[PART] = s.batches.write_part
-        if run.step == 0 and val:
-            validate(s, 0)
-        while run.step < cfg.steps:
-            metrics = rl_step(s, run.step + 1)
-            run.step += 1
-            stop_if_not_finite(run, metrics, FINITE_KEYS)
-            if _validation_due(s, run.step, cfg.steps):
-                v = validate(s, run.step)
-                metrics.update({f"val/{k}": v[k] for k in (PASS_AT_1, CONS_AT_K, MEAN_LENGTH)})
-            run.folder.log_metrics(metrics)
-            run.progress.step(run.step, {"reward": f"{metrics['reward/mean']:+.3f}", "acc": f"{metrics['accuracy']:.3f}",
-                                         "len": f"{metrics['response_length/mean']:.0f}"})
-            if end_of_step(run, s.loop_state):
-                stopped = True
-                break
-        if hasattr(ctx.engine, "close"):  # vllm: its memory and groups go before the final save and teardown
-            ctx.engine.close()
+        s = _loop_state(run, ctx, ends, problems, val, source, link)
+        stopped = _train(s)
+    except BaseException:
+        _close_rollouts(ctx)
+        abort_run(run)
+        raise
+    _close_rollouts(ctx)  # vllm: its memory and groups go before the final save and teardown
+    try:
         finish_run(run, s.loop_state, stopped)
         s.batches.close()
     except BaseException:
         abort_run(run)
         raise
-    finally:
-        if ctx is not None and ctx.verifier is not None:
-            ctx.verifier.close()
-        if ctx is not None and hasattr(ctx.engine, "close"):  # vllm: before the job's process groups go
-            ctx.engine.close()
+
+
+def _loop_state(run, ctx, ends: list[int], problems: list, val: list, source, link) -> RLState:
+    """The loop's state at the run's step: the data order (resumed), validation's prompts (tokenized once,
+    refused now, naming the problem, when one cannot fit), the batches queued by a lag (restored) or the split
+    layout's queue; notes for what the user should know before the first step."""
+    cfg = run.cfg
+    if cfg.prompts_per_step > len(problems):
+        run.say(f"note: prompts_per_step={cfg.prompts_per_step} is more than the {len(problems)} problems of "
+                f"data.path: every step samples some problems twice (their groups are trained twice)")
+    order = DataOrder(len(problems), cfg.seed, shuffle=cfg.data.shuffle)
+    if run.loop_state.get("data"):
+        order.load_state_dict(run.loop_state["data"])
+    val_ids = prompt_token_ids(run.tokenizer, val, cfg.prompt)
+    check_prompts_fit(val, val_ids, cfg.validation.max_tokens or cfg.rollout.max_tokens,
+                      source.hf_config.get("max_position_embeddings"), "validation.data")
+    s = RLState(run=run, ctx=ctx, problems=problems, order=order, val_problems=val, val_prompt_ids=val_ids,
+                end_tokens=ends)
+    if cfg.skip_zero_advantage is not False and not zero_advantage_skip(cfg, run.actor):  # auto (true: refused)
+        run.say("note: the update forwards the responses with advantage 0 too (skip_zero_advantage=null, not "
+                "exact here: " + " and ".join(zero_advantage_skip_blockers(run.actor, cfg.lead)) + ")")
+    queued = restored_batches(run, cfg.rollout.lag)
+    s.batches = BatchQueue(cfg.rollout.lag, run.step + 1, queued) if link is None else link.trainer_queue(s, queued)
+    run.parts[PART] = s.batches.write_part
+    return s
+
+
+def _train(s: RLState) -> bool:
+    """Validation at step 0, then the steps up to `steps`; True when a stop signal or the job's end stopped
+    them (checkpointed)."""
+    run, cfg = s.run, s.cfg
+    if run.step == 0 and s.val_problems:
+        validate(s, 0)
+    while run.step < cfg.steps:
+        metrics = rl_step(s, run.step + 1)
+        run.step += 1
+        stop_if_not_finite(run, metrics, FINITE_KEYS)
+        if _validation_due(s, run.step, cfg.steps):
+            v = validate(s, run.step)
+            metrics.update({f"val/{k}": v[k] for k in (PASS_AT_1, CONS_AT_K, MEAN_LENGTH)})
+        run.folder.log_metrics(metrics)
+        run.progress.step(run.step, {"reward": f"{metrics['reward/mean']:+.3f}", "acc": f"{metrics['accuracy']:.3f}",
+                                     "len": f"{metrics['response_length/mean']:.0f}"})
+        if end_of_step(run, s.loop_state):
+            return True
+    return False
+
+
+def _close_rollouts(ctx) -> None:
+    """The engine (vllm: before the job's process groups go) and the grader pool, once."""
+    if ctx is None:
+        return
+    if ctx.verifier is not None:
+        ctx.verifier.close()
+    ctx.engine.close()
 
 
 def _preflight(cfg: RLConfig) -> None:

@@ -120,7 +120,7 @@ def generate_all(ctx: RolloutContext, prompt_ids: list[list[int]], params: Sampl
     seed = params.seed if info.dp == 1 or one else (params.seed * 1_000_003 + info.dp_rank) % (2**63)
     params = dataclasses.replace(params, seed=seed)
     offset = share.start if one else 0
-    if getattr(ctx.engine, "replicas", None):
+    if ctx.engine.replicas:
         mine = _replica_share(ctx, prompt_ids, share, params, offset)
     else:
         mine = [[] for _ in share]

@@ -241,11 +241,10 @@ def generator_job(cfg: RLConfig, link: Link) -> None:
                 version = _receive_weights(link, params, plan, peer)
             if version is None:  # the trainers stopped early
                 break
-            if hasattr(ctx.engine, "weight_version"):  # vllm: loads W_version in place (once), and records it
-                if ctx.engine.weight_version != version:
-                    ctx.engine.refit(model, version=version)
-            else:
-                ctx.engine.refit(model)  # the megatron engine runs on `model` itself: this costs nothing
+            # vllm: loads W_version in place (once), and records it; an engine that keeps no version (None) takes
+            # it each time (the megatron engine runs on `model` itself: this costs nothing)
+            if ctx.engine.weight_version != version:
+                ctx.engine.refit(model, version=version)
             waited = time.monotonic() - t0
             batch = sample_batch(s, j, version)
             batch.times["time/wait_weights"] = waited  # the generator idle, waiting for weights
