@@ -97,12 +97,9 @@ def cpu_bench(args) -> None:
     from nemo_lead.models import write_tiny_model
     from nemo_lead.parallel import cpu, destroy_parallel, init_parallel, seed_model_parallel_rng
     from nemo_lead.training.actor.config import ActorConfig
-    from nemo_lead.training.actor.megatron_actor import (
-        build_actor,
-        compute_logprobs,
-        policy_train_step,
-        sft_train_step,
-    )
+    from nemo_lead.training.actor.megatron_actor import build_actor, compute_logprobs
+    from nemo_lead.training.actor.rl_update import policy_train_step
+    from nemo_lead.training.actor.sft_update import sft_train_step
 
     torch.set_num_threads(args.threads)
     load_start = os.getloadavg()
@@ -227,7 +224,8 @@ def gpu_bench(args) -> dict:
     from nemo_lead.models import read_hf_config
     from nemo_lead.parallel import destroy_parallel, init_parallel
     from nemo_lead.training.actor.config import ActorConfig
-    from nemo_lead.training.actor.megatron_actor import build_actor, sft_train_step
+    from nemo_lead.training.actor.megatron_actor import build_actor
+    from nemo_lead.training.actor.sft_update import sft_train_step
 
     require_gpu(args)
     if args.dry_run:  # a small random HF folder, fp32 on the CPU

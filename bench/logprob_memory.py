@@ -96,7 +96,8 @@ def measure(hf_dir: str, vocab: int, tokens: int, chunk: int, precision: str = "
     from nemo_lead.algorithms import LeadConfig
     from nemo_lead.parallel import init_parallel
     from nemo_lead.training.actor.config import ActorConfig
-    from nemo_lead.training.actor.megatron_actor import build_actor, policy_train_step
+    from nemo_lead.training.actor.megatron_actor import build_actor
+    from nemo_lead.training.actor.rl_update import policy_train_step
 
     info = init_parallel(1, 1)
     actor = build_actor(ActorConfig(model=hf_dir, micro_batch_tokens=tokens, logprob_chunk_tokens=chunk,

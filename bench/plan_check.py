@@ -100,9 +100,10 @@ def run(shape: dict, cuda: bool) -> list[dict]:
     from nemo_lead.plan.engine_memory import engine_memory
     from nemo_lead.plan.parameters import DTYPE_BYTES, stage_parameters, static_bytes
     from nemo_lead.training.actor.config import ActorConfig
-    from nemo_lead.training.actor.megatron_actor import build_actor, policy_train_step
+    from nemo_lead.training.actor.megatron_actor import build_actor
     from nemo_lead.training.actor.microbatch import SequenceBatch
     from nemo_lead.training.actor.offload import offloaded
+    from nemo_lead.training.actor.rl_update import policy_train_step
 
     arch = arch_from_hf(read_hf_config(shape["model"]))
     e = DTYPE_BYTES[shape["precision"]]

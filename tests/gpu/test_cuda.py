@@ -111,12 +111,9 @@ def test_actor_logprobs_and_steps_on_cuda(parallel, hf_dir):
     from nemo_lead.algorithms import LeadConfig
     from nemo_lead.algorithms.rollout_correction import RolloutCorrectionConfig
     from nemo_lead.training.actor.config import ActorConfig
-    from nemo_lead.training.actor.megatron_actor import (
-        build_actor,
-        compute_logprobs,
-        policy_train_step,
-        sft_train_step,
-    )
+    from nemo_lead.training.actor.megatron_actor import build_actor, compute_logprobs
+    from nemo_lead.training.actor.rl_update import policy_train_step
+    from nemo_lead.training.actor.sft_update import sft_train_step
 
     batch = _sequence_batch()
     ref_loss, ref_norm, ref_logps = _hf_sft_reference(hf_dir, batch)

@@ -49,8 +49,10 @@ def _measure(hf_dir, cases):
     from nemo_lead.algorithms import LeadConfig
     from nemo_lead.parallel import destroy_parallel, init_parallel
     from nemo_lead.training.actor.config import ActorConfig
-    from nemo_lead.training.actor.megatron_actor import build_actor, policy_train_step, sft_train_step
+    from nemo_lead.training.actor.megatron_actor import build_actor
     from nemo_lead.training.actor.microbatch import SequenceBatch
+    from nemo_lead.training.actor.rl_update import policy_train_step
+    from nemo_lead.training.actor.sft_update import sft_train_step
 
     lead = LeadConfig.paper().replace(entropy_coeff=0.01)
     out = {}

@@ -53,8 +53,9 @@ def _job(hf_dir, layouts):
 
     from nemo_lead.parallel import destroy_parallel, init_parallel
     from nemo_lead.training.actor.config import ActorConfig
-    from nemo_lead.training.actor.megatron_actor import build_actor, sft_train_step
+    from nemo_lead.training.actor.megatron_actor import build_actor
     from nemo_lead.training.actor.microbatch import SequenceBatch
+    from nemo_lead.training.actor.sft_update import sft_train_step
 
     out = {}
     for name, (tp, pp, precision, distributed) in layouts.items():

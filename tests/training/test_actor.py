@@ -135,7 +135,8 @@ def _layout_step(hf_dir, batch, tp, pp, budget, lead=LEAD, actor_options=None, *
 
     from nemo_lead.models import export_hf_weights
     from nemo_lead.parallel import destroy_parallel, init_parallel
-    from nemo_lead.training.actor.megatron_actor import build_actor, compute_logprobs, policy_train_step
+    from nemo_lead.training.actor.megatron_actor import build_actor, compute_logprobs
+    from nemo_lead.training.actor.rl_update import policy_train_step
 
     info = init_parallel(tp, pp)
     actor = build_actor(ActorConfig(model=hf_dir, tp=tp, pp=pp, micro_batch_tokens=budget,
@@ -150,7 +151,8 @@ def _layout_step(hf_dir, batch, tp, pp, budget, lead=LEAD, actor_options=None, *
 
 def _one_rank_job(hf_dir, batch, sft_batch):
     from nemo_lead.parallel import destroy_parallel, init_parallel
-    from nemo_lead.training.actor.megatron_actor import build_actor, sft_train_step
+    from nemo_lead.training.actor.megatron_actor import build_actor
+    from nemo_lead.training.actor.sft_update import sft_train_step
 
     out = {"tp1": _layout_step(hf_dir, batch, 1, 1, budget=10**6)}
     # token budgets: the normalisation must not depend on how the batch is cut (paper's seq-mean-token-mean
@@ -162,7 +164,8 @@ def _one_rank_job(hf_dir, batch, sft_batch):
     # on-policy: no old log-probs given, the ratio is taken against the step's own; the engine's log-probs
     # (here the actor's plus 0.01 x (i + 1) for sequence i) only feed the mismatch metric
     from nemo_lead.models import export_hf_weights
-    from nemo_lead.training.actor.megatron_actor import compute_logprobs, policy_train_step
+    from nemo_lead.training.actor.megatron_actor import compute_logprobs
+    from nemo_lead.training.actor.rl_update import policy_train_step
 
     actor = build_actor(ActorConfig(model=hf_dir, micro_batch_tokens=SMALL_BUDGET, optim=OPTIM), info)
     rollout = [lp + 0.01 * (i + 1) for i, lp in enumerate(compute_logprobs(actor, batch, TEMPERATURE))]
@@ -203,7 +206,9 @@ def _two_rank_job(hf_dir, batch, sft_batch):
     import torch.distributed as dist
 
     from nemo_lead.parallel import destroy_parallel, init_parallel
-    from nemo_lead.training.actor.megatron_actor import build_actor, policy_train_step, sft_train_step
+    from nemo_lead.training.actor.megatron_actor import build_actor
+    from nemo_lead.training.actor.rl_update import policy_train_step
+    from nemo_lead.training.actor.sft_update import sft_train_step
 
     out = {(tp, pp): _layout_step(hf_dir, batch, tp, pp, SMALL_BUDGET) for tp, pp in ((2, 1), (1, 2), (1, 1))}
     out["dp2_distopt"] = _layout_step(hf_dir, batch, 1, 1, SMALL_BUDGET, use_distributed_optimizer=True)
@@ -335,13 +340,13 @@ def test_rollout_correction_step_matches_transformers(hf_dir, batches, one_rank)
         assert m["rollout_correction/seq_frac"] == pytest.approx(int(seq_hit.sum()) / int(mask.any(1).sum()), abs=1e-9), key
         assert m["rollout_correction/weight_mean"] == pytest.approx(float((w * mask).sum() / mask.sum()), abs=1e-6)
     with pytest.raises(ValueError, match="needs batch.rollout_logprobs"):
-        from nemo_lead.training.actor.megatron_actor import policy_train_step
+        from nemo_lead.training.actor.rl_update import policy_train_step
 
         policy_train_step(None, batch, TIS)
 
 
 def test_policy_step_needs_old_logprobs_or_on_policy(hf_dir, batches):
-    from nemo_lead.training.actor.megatron_actor import policy_train_step
+    from nemo_lead.training.actor.rl_update import policy_train_step
 
     batch = batches[0]
     with pytest.raises(ValueError, match="batch.old_logprobs must be None"):

@@ -63,12 +63,9 @@ def _chunks_and_not(hf_dir, batch, tp, pp, **options):
 
 def _one_rank_job(models, batch, sft_batch):
     from nemo_lead.parallel import destroy_parallel, init_parallel
-    from nemo_lead.training.actor.megatron_actor import (
-        build_actor,
-        policy_train_step,
-        sft_eval_loss,
-        sft_train_step,
-    )
+    from nemo_lead.training.actor.megatron_actor import build_actor
+    from nemo_lead.training.actor.rl_update import policy_train_step
+    from nemo_lead.training.actor.sft_update import sft_eval_loss, sft_train_step
 
     out = {tied: _chunks_and_not(hf_dir, batch, 1, 1) for tied, hf_dir in models.items()}
     out["bf16"] = _chunks_and_not(models[True], batch, 1, 1, precision="bf16")

@@ -29,9 +29,10 @@ def _job(hf_dir, layouts):
 
     from nemo_lead.parallel import destroy_parallel, init_parallel
     from nemo_lead.training.actor.config import ActorConfig
-    from nemo_lead.training.actor.megatron_actor import build_actor, sft_train_step
+    from nemo_lead.training.actor.megatron_actor import build_actor
     from nemo_lead.training.actor.microbatch import SequenceBatch
     from nemo_lead.training.actor.offload import _grad_buffers, _optimizer_tensors, offloaded
+    from nemo_lead.training.actor.sft_update import sft_train_step
 
     g = torch.Generator().manual_seed(0)
     batch = SequenceBatch(tokens=[torch.randint(1, 100, (14,), generator=g) for _ in range(4)], prompt_lens=[3] * 4)

@@ -105,12 +105,8 @@ def _job(hf_dir, traces):
     from nemo_lead.models import export_hf_weights
     from nemo_lead.parallel import destroy_parallel, init_parallel
     from nemo_lead.training.actor.config import ActorConfig
-    from nemo_lead.training.actor.megatron_actor import (
-        build_actor,
-        compute_logprobs,
-        sft_eval_loss,
-        sft_train_step,
-    )
+    from nemo_lead.training.actor.megatron_actor import build_actor, compute_logprobs
+    from nemo_lead.training.actor.sft_update import sft_eval_loss, sft_train_step
 
     info = init_parallel(1, 1)
     packed, single = pack_traces(traces, MAX_LEN), pack_traces(traces, MAX_LEN, pack=False)

@@ -42,7 +42,8 @@ def _batch(step=None):
 
 def _rl_step(actor, batch):
     from nemo_lead.algorithms import LeadConfig
-    from nemo_lead.training.actor.megatron_actor import compute_logprobs, policy_train_step
+    from nemo_lead.training.actor.megatron_actor import compute_logprobs
+    from nemo_lead.training.actor.rl_update import policy_train_step
 
     old = compute_logprobs(actor, batch)
     m = policy_train_step(actor, dataclasses.replace(batch, old_logprobs=old), LeadConfig())

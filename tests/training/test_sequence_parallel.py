@@ -52,12 +52,9 @@ def _job(hf_dir):
     from nemo_lead.generation import MegatronEngine, SamplingParams
     from nemo_lead.models import export_hf_weights
     from nemo_lead.parallel import destroy_parallel, init_parallel
-    from nemo_lead.training.actor.megatron_actor import (
-        build_actor,
-        compute_logprobs,
-        policy_train_step,
-        sft_train_step,
-    )
+    from nemo_lead.training.actor.megatron_actor import build_actor, compute_logprobs
+    from nemo_lead.training.actor.rl_update import policy_train_step
+    from nemo_lead.training.actor.sft_update import sft_train_step
 
     batch, sft = _batches()
     out = {}

@@ -67,7 +67,8 @@ def _step(hf_dir, batch, lead, budget, *, skip, on_policy=False, split_over_dp=T
     """A fresh actor (the same weights every time), one policy step: metrics, gradients, weights."""
     from nemo_lead.models import export_hf_weights
     from nemo_lead.parallel import destroy_parallel, init_parallel
-    from nemo_lead.training.actor.megatron_actor import build_actor, policy_train_step
+    from nemo_lead.training.actor.megatron_actor import build_actor
+    from nemo_lead.training.actor.rl_update import policy_train_step
 
     info = init_parallel(1, 1)
     try:

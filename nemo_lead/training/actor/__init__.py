@@ -1,2 +1,3 @@
-"""The Megatron actor: the model in megatron's DDP with its optimizer, log-probs, the RL and SFT train steps
-(`megatron_actor`), and what they need: micro-batches, vocab-parallel log-probs, collectives, offload."""
+"""The Megatron actor: the model in megatron's DDP with its optimizer and log-probs (`megatron_actor`), the RL
+and SFT updates (`rl_update`, `sft_update`), and what they need: micro-batches, vocab-parallel log-probs,
+collectives, offload."""

@@ -1,5 +1,7 @@
-"""The Megatron actor: a GPTModel in megatron's DDP with megatron's optimizer, and the three things the RL and
-SFT loops do with it - log-probs of given sequences, one policy-gradient step, one SFT step.
+"""The Megatron actor: a GPTModel in megatron's DDP with megatron's optimizer, the log-probs of given sequences,
+and what the two updates share - a step's plan over DP ranks and micro-batches (`step_plan`), megatron's
+schedule over them (`run_schedule`), the optimizer step (`optimizer_step`). The updates: the RL one in
+`nemo_lead.training.actor.rl_update` (`policy_train_step`), the SFT one in `sft_update` (`sft_train_step`).
 
     info = init_parallel(cfg.actor.tp, cfg.actor.pp, seed=cfg.actor.seed)
     actor = build_actor(cfg.actor, info)
@@ -54,8 +56,6 @@ from typing import TYPE_CHECKING
 import torch
 import torch.distributed as dist
 
-from nemo_lead.algorithms import LeadConfig, loss_denominator, policy_loss
-from nemo_lead.algorithms.loss import METRIC_REDUCTIONS, WEIGHTS, metric_keys, zero_advantage_terms
 from nemo_lead.checkpoint.meta import read_checkpoint_meta
 from nemo_lead.mcore.compat import forward_final_hidden
 from nemo_lead.models import build_gpt, eval_mode, load_hf_weights, model_info
@@ -66,7 +66,6 @@ from nemo_lead.training.actor.collectives import (
     broadcast_from_last_stage,
     collective_device,
     data_parallel,
-    dp_max,
     dp_sum,
     is_last_stage,
     reduce_metrics,
@@ -207,7 +206,7 @@ def fuse_torch_adam(optimizer) -> None:
 
 # ----------------------------------------------------------------------------- schedule
 @dataclass
-class _Plan:
+class StepPlan:
     """This rank's part of a step: which sequences (indices into the given batch) in which micro-batches."""
 
     batch: SequenceBatch  # this rank's sequences (or a dummy when it has none)
@@ -216,7 +215,7 @@ class _Plan:
     shares: list[list[int]] | None  # every DP rank's indices (when the batch was split here)
 
 
-def _plan(actor: Actor, batch: SequenceBatch, split_over_dp: bool, only: list[int] | None = None) -> _Plan:
+def step_plan(actor: Actor, batch: SequenceBatch, split_over_dp: bool, only: list[int] | None = None) -> StepPlan:
     """This rank's plan over `batch`, or over its sequences `only` (positions into `batch`; balanced over DP
     as a batch of their own, so each rank gets its share of what is left)."""
     dp, dp_rank, _ = data_parallel()
@@ -228,10 +227,10 @@ def _plan(actor: Actor, batch: SequenceBatch, split_over_dp: bool, only: list[in
         shares, indices = None, pool
     mine = batch.select(indices) if indices else dummy_like(batch)
     groups = plan_microbatches(mine.lengths, actor.cfg.micro_batch_tokens, actor.cfg.micro_batch_overhead_tokens)
-    return _Plan(mine, indices, groups, shares)
+    return StepPlan(mine, indices, groups, shares)
 
 
-def _run_schedule(actor: Actor, plan: _Plan, loss_fn: Callable, *, forward_only: bool) -> list:
+def run_schedule(actor: Actor, plan: StepPlan, loss_fn: Callable, *, forward_only: bool) -> list:
     """megatron's forward-backward schedule over the plan's micro-batches (collated lazily, one at a time);
     returns the loss function's third outputs (last stage; empty elsewhere)."""
     from megatron.core.pipeline_parallel import get_forward_backward_func
@@ -253,7 +252,7 @@ def _run_schedule(actor: Actor, plan: _Plan, loss_fn: Callable, *, forward_only:
     def step(data: Iterator[MicroBatch], model):
         mb = next(data)  # attention_mask: block-diagonal causal for packed rows, None (causal) otherwise
         args = (mb.input_ids, mb.position_ids, mb.attention_mask)
-        if actor.cfg.logprob_chunk_tokens > 0:  # the last stage stops before the output layer (_token_logprobs)
+        if actor.cfg.logprob_chunk_tokens > 0:  # the last stage stops before the output layer (actor_token_logprobs)
             return forward_final_hidden(model, actor.gpt, *args), partial(loss_fn, mb)
         return model(*args), partial(loss_fn, mb)
 
@@ -266,7 +265,7 @@ def _run_schedule(actor: Actor, plan: _Plan, loss_fn: Callable, *, forward_only:
 
 
 # ----------------------------------------------------------------------------- log-probs
-def _token_logprobs(actor: Actor, mb: MicroBatch, output: torch.Tensor, temperature: float = 1.0,
+def actor_token_logprobs(actor: Actor, mb: MicroBatch, output: torch.Tensor, temperature: float = 1.0,
                     entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Per-token log-probs (and entropies) [b, s] of a micro-batch from the last stage's output: the logits,
     or with `actor.logprob_chunk_tokens` > 0 the final hidden states, which go through the output layer (its
@@ -298,17 +297,17 @@ def compute_logprobs(
     `split_over_dp=False`: `batch` is this DP replica's own; every rank of its TP x PP group returns them.
     Collective over all ranks.
     """
-    plan = _plan(actor, batch, split_over_dp)
+    plan = step_plan(actor, batch, split_over_dp)
 
     def loss_fn(mb: MicroBatch, logits: torch.Tensor):
-        logp, ent = _token_logprobs(actor, mb, logits, temperature, entropy)
+        logp, ent = actor_token_logprobs(actor, mb, logits, temperature, entropy)
         out = {"logp": mb.response_values(logp)}
         if entropy:
             out["entropy"] = mb.response_values(ent)
         return logits.new_zeros(()), torch.zeros((), dtype=torch.int), out
 
     with eval_mode(actor.model):
-        outputs = _run_schedule(actor, plan, loss_fn, forward_only=True)
+        outputs = run_schedule(actor, plan, loss_fn, forward_only=True)
     keys = ["logp", "entropy"] if entropy else ["logp"]
     # this rank's sequences in micro-batch order -> one flat tensor per key; shared with the other PP stages
     order = [i for g in plan.groups for i in g] if plan.indices else []
@@ -355,11 +354,11 @@ def _gather_shares(results: dict[str, list], batch: SequenceBatch, shares: list[
 
 
 # ----------------------------------------------------------------------------- train steps
-def _train(actor: Actor, plan: _Plan, loss_fn: Callable, sums: list[str], maxes: list[str]) -> dict[str, float]:
+def optimizer_step(actor: Actor, plan: StepPlan, loss_fn: Callable, sums: list[str], maxes: list[str]) -> dict[str, float]:
     """Zero grads, forward-backward over the plan, optimizer step; the reduced metrics plus step facts."""
     actor.model.zero_grad_buffer()
     actor.optimizer.zero_grad()
-    outputs = _run_schedule(actor, plan, loss_fn, forward_only=False)
+    outputs = run_schedule(actor, plan, loss_fn, forward_only=False)
     # advance the schedule first, so that optimizer step i (from 0) uses the rate at i + 1: warm-up starts at
     # lr / warmup_steps, not at 0 as megatron-LM's order gives; a skipped (fp16 overflow) step is taken back
     actor.scheduler.step(1)
@@ -376,164 +375,3 @@ def _train(actor: Actor, plan: _Plan, loss_fn: Callable, sums: list[str], maxes:
         update_skipped=float(not ok), lr=lr, sequences=seqs, padding_fraction=1.0 - real / padded, microbatches=mbs,
     )
     return metrics
-
-
-def zero_advantage_skip_blockers(actor: Actor, lead_cfg: LeadConfig) -> list[str]:
-    """What makes skipping the responses with advantage exactly 0 change the update (empty: it is exact).
-
-    The loss terms that give such a response a gradient (`nemo_lead.algorithms.loss.zero_advantage_terms`:
-    KL, entropy), and dropout: the model trains with dropout masks drawn in micro-batch order from one
-    random stream, so leaving sequences out would change the masks the others get."""
-    config = actor.gpt.config
-    dropout = [f"the model's {k}={getattr(config, k)}" for k in ("attention_dropout", "hidden_dropout")
-               if getattr(config, k, 0.0)]
-    return zero_advantage_terms(lead_cfg) + dropout
-
-
-def policy_train_step(
-    actor: Actor,
-    batch: SequenceBatch,
-    lead_cfg: LeadConfig,
-    *,
-    temperature: float = 1.0,
-    split_over_dp: bool = True,
-    on_policy: bool = False,
-    skip_zero_advantage: bool = False,
-) -> dict[str, float]:
-    """One optimizer step of the clipped policy-gradient loss (`nemo_lead.algorithms.policy_loss`) over
-    `batch`, which needs `advantages` and `old_logprobs` (and `ref_logprobs` when lead_cfg.kl_coeff > 0).
-
-    `on_policy=True`: the batch was sampled from the current weights and this is the only optimizer step
-    taken on it, so the old log-probs *are* this forward pass's log-probs: the ratio is taken against them,
-    detached (ratio 1, the plain policy gradient; TRL and verl do the same), and no separate forward pass
-    computes them. `batch.old_logprobs` must then be None. The step also reports the token-mean `entropy`.
-    With `batch.rollout_logprobs` (the engine's) the metrics include the train / inference mismatch.
-
-    `lead_cfg.rollout_correction` on: `batch.rollout_logprobs` (the engine's) is required, the loss weights
-    each token by the correction (`nemo_lead.algorithms.rollout_correction`, against the old log-probs
-    above), and the step reports its `rollout_correction/...` metrics over the global batch.
-
-    `skip_zero_advantage=True`: the sequences whose advantage is exactly 0 (every group whose rewards are all
-    equal, under GRPO) get no forward or backward pass: their gradient is exactly 0 (`zero_advantage_skip_blockers`
-    lists what would make it not so, and the step refuses then). They still count in the loss's denominator
-    (computed over the whole batch, before they are left out), and L_max of `constant_norm` is the whole
-    batch's, so the update is the one without the skip; the micro-batches (and the DP shares) are planned
-    over the sequences left. The gradient is the same up to float rounding where the micro-batches' shapes
-    change, and bit for bit where they do not (tests/training/test_zero_advantage_skip.py). The loss's
-    token-mean metrics (`pg_loss`, `entropy`, the mismatch, ...) are then over the forwarded tokens, and left
-    out of the result when no token was forwarded.
-
-    `temperature`: the sampling temperature; log-probs are of softmax(logits / T), as the rollout engine's.
-    Entropy (for lead_cfg.entropy_coeff > 0) is computed from the vocab-parallel logits (TP all-reduces).
-    `split_over_dp`: as in `compute_logprobs`. Collective over all ranks.
-
-    Returns (the same on every rank): `loss` (the global loss), the metrics of `policy_loss` over the global
-    batch (`nemo_lead.algorithms.loss.metric_keys`, reduced as `METRIC_REDUCTIONS` says), `tokens` (trained
-    tokens), `grad_norm` (before clipping), `update_skipped`, `lr`, `sequences`,
-    `padding_fraction` (padded tokens that are padding, over all micro-batches and DP ranks),
-    `microbatches` (summed over DP ranks) and `skipped_sequences` (zero-advantage sequences not forwarded).
-    """
-    if batch.advantages is None:
-        raise ValueError("policy_train_step needs batch.advantages")
-    if on_policy and batch.old_logprobs is not None:
-        raise ValueError("on_policy=True takes the old log-probs from the step's own forward pass; "
-                         "batch.old_logprobs must be None")
-    if not on_policy and batch.old_logprobs is None:
-        raise ValueError("policy_train_step needs batch.old_logprobs (or on_policy=True)")
-    if lead_cfg.kl_coeff > 0 and batch.ref_logprobs is None:
-        raise ValueError("lead.kl_coeff > 0 needs batch.ref_logprobs (reference-policy log-probs)")
-    if lead_cfg.rollout_correction.enabled and batch.rollout_logprobs is None:
-        raise ValueError(f"lead.rollout_correction.mode={lead_cfg.rollout_correction.mode} needs "
-                         "batch.rollout_logprobs (the rollout engine's log-probs)")
-    if skip_zero_advantage:
-        blockers = zero_advantage_skip_blockers(actor, lead_cfg)
-        if blockers:
-            raise ValueError("skip_zero_advantage: a response with advantage 0 still has a gradient under "
-                             + " and ".join(blockers) + ", so skipping it would change the update")
-    whole = _plan(actor, batch, split_over_dp)  # the whole batch: the denominator and L_max are over it
-    cfg = lead_cfg
-    if cfg.loss_agg == "constant_norm" and not cfg.max_response_len:
-        # Dr. GRPO's L_max defaults to the longest response of the (global) batch, not a padded width
-        cfg = cfg.replace(max_response_len=int(dp_max(max(whole.batch.response_lens))))
-    local = sum(float(loss_denominator(collate(whole.batch, g).loss_mask, cfg)) for g in whole.groups)
-    denominator = torch.tensor(dp_sum([local])[0], dtype=torch.float64)
-    plan, skipped = whole, 0
-    if skip_zero_advantage:
-        nonzero = torch.nonzero(batch.advantages != 0).flatten().tolist()
-        skipped = len(batch) - len(nonzero)  # this rank's batch: the global one, or its own (summed below)
-        if skipped:
-            plan = _plan(actor, batch, split_over_dp, only=nonzero)
-        if not split_over_dp:
-            skipped = int(dp_sum([skipped])[0])
-    with_entropy = cfg.entropy_coeff > 0 or on_policy  # on-policy: the old policy's entropy, as a metric
-    with_rollout = batch.rollout_logprobs is not None
-    keys = metric_keys(cfg, entropy=with_entropy, ref=batch.ref_logprobs is not None, rollout=with_rollout)
-    means = [k for k in keys if METRIC_REDUCTIONS[k] in WEIGHTS]
-
-    def loss_fn(mb: MicroBatch, logits: torch.Tensor):
-        logp, ent = _token_logprobs(actor, mb, logits, temperature, with_entropy)
-        old = logp.detach() if on_policy else mb.old_logprobs
-        loss, m = policy_loss(logp, old, mb.advantages, mb.loss_mask, cfg, ref_logp=mb.ref_logprobs, entropy=ent,
-                              rollout_logp=mb.rollout_logprobs if with_rollout else None, denominator=denominator)
-        out = {"loss": loss.detach(), **{f"count/{w}": m[w] for w in counts}}
-        # means travel as sums weighted by what they are over; divided by the global counts below
-        out.update({k: m[k] * m[WEIGHTS[METRIC_REDUCTIONS[k]]] if k in means else m[k] for k in keys})
-        return loss, m["tokens"].to(torch.int), out
-
-    counts = sorted(set(WEIGHTS.values()))
-    metrics = _train(actor, plan, loss_fn, ["loss", *[f"count/{w}" for w in counts], *means],
-                     [k for k in keys if k not in means])
-    for k in means:  # a mean over nothing (every response skipped, or every token masked) is left out
-        count = metrics[f"count/{WEIGHTS[METRIC_REDUCTIONS[k]]}"]
-        if count > 0:
-            metrics[k] /= count
-        else:
-            del metrics[k]
-    metrics["tokens"] = metrics.pop("count/tokens")
-    metrics.pop("count/sequences")  # `sequences` (from _train) counts every sequence, trained tokens or not
-    metrics["skipped_sequences"] = float(skipped)
-    return metrics
-
-
-def _sft_plan(actor: Actor, batch: SequenceBatch, split_over_dp: bool) -> tuple[_Plan, float]:
-    """The plan and the global count of trained tokens (from the masks alone: no micro-batch is built)."""
-    plan = _plan(actor, batch, split_over_dp)
-    mine = plan.batch
-    local = sum(float(m.sum()) for m in mine.loss_mask) if mine.loss_mask is not None else sum(mine.response_lens)
-    return plan, dp_sum([float(local)])[0]
-
-
-def _masked_nll(actor: Actor, mb: MicroBatch, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Summed negative log-likelihood of a micro-batch's trained tokens, and their count."""
-    logp, _ = _token_logprobs(actor, mb, logits)
-    return -(logp * mb.loss_mask).sum(), mb.loss_mask.sum()
-
-
-def sft_train_step(actor: Actor, batch: SequenceBatch, *, split_over_dp: bool = True) -> dict[str, float]:
-    """One optimizer step of the masked next-token loss: the mean negative log-likelihood over every
-    response token (with loss_mask 1) of the global batch. Returns `loss`, `tokens`, `grad_norm`,
-    `update_skipped`, `lr`, `sequences`, `padding_fraction`, `microbatches`. Collective over all ranks."""
-    plan, total = _sft_plan(actor, batch, split_over_dp)
-
-    def loss_fn(mb: MicroBatch, logits: torch.Tensor):
-        nll, n = _masked_nll(actor, mb, logits)
-        loss = nll / total if total > 0 else nll * 0.0
-        return loss, n.to(torch.int), {"loss": loss.detach(), "tokens": n}
-
-    return _train(actor, plan, loss_fn, ["loss", "tokens"], [])
-
-
-def sft_eval_loss(actor: Actor, batch: SequenceBatch, *, split_over_dp: bool = True) -> dict[str, float]:
-    """The masked next-token loss of `sft_train_step` without a step: forward only, in eval mode (no
-    dropout); `loss` is the mean NLL over every response token (loss_mask 1) of the global batch, `tokens`
-    their count (the same on every rank). `split_over_dp`: as in `compute_logprobs`. Collective."""
-    plan, total = _sft_plan(actor, batch, split_over_dp)
-
-    def loss_fn(mb: MicroBatch, logits: torch.Tensor):
-        nll, n = _masked_nll(actor, mb, logits)
-        return logits.new_zeros(()), torch.zeros((), dtype=torch.int), {"nll": nll.detach(), "tokens": n}
-
-    with eval_mode(actor.model):
-        outputs = _run_schedule(actor, plan, loss_fn, forward_only=True)
-    metrics = reduce_metrics(outputs, ["nll", "tokens"], [])
-    return {"loss": metrics["nll"] / total if total > 0 else 0.0, "tokens": metrics["tokens"]}

@@ -16,7 +16,7 @@ How the step cuts it up, and why:
    step.
 3. `collate`: one micro-batch -> right-padded [b, S] tensors (`MicroBatch`). Right padding with causal
    attention leaves every real position's logits exactly as without padding, so the split does not change
-   the loss (the normalisation across micro-batches is the train step's job; see `megatron_actor.py`).
+   the loss (the normalisation across micro-batches is the train step's job; see `rl_update.py`).
 
 Packed sequences (SFT: several traces in one row, `nemo_lead.training.sft.packing`): `segments[i]` lists the
 lengths of the pieces of sequence i. `collate` then restarts the position ids at every piece and builds a

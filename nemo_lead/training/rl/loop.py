@@ -55,13 +55,10 @@ from nemo_lead.eval.metrics import CONS_AT_K, MEAN_LENGTH, PASS_AT_1, cons_at_k,
 from nemo_lead.generation import SamplingParams, resolve_engine_kind
 from nemo_lead.parallel.local import relaunches, run_command
 from nemo_lead.plan.check import check_before_start, resolve_engine_auto
-from nemo_lead.training.actor.megatron_actor import (
-    compute_logprobs,
-    policy_train_step,
-    zero_advantage_skip_blockers,
-)
+from nemo_lead.training.actor.megatron_actor import compute_logprobs
 from nemo_lead.training.actor.microbatch import SequenceBatch
 from nemo_lead.training.actor.offload import offloaded
+from nemo_lead.training.actor.rl_update import policy_train_step, zero_advantage_skip_blockers
 from nemo_lead.training.rl.config import RLConfig
 from nemo_lead.training.rl.lag import PART, BatchQueue, lag_metrics, restored_batches
 from nemo_lead.training.rl.no_signal import signal_metrics, start_check

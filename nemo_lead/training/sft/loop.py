@@ -26,7 +26,7 @@ from nemo_lead.models import load_tokenizer
 from nemo_lead.parallel.local import relaunches, run_command
 from nemo_lead.plan.check import check_before_start
 from nemo_lead.runtime.files import write_json
-from nemo_lead.training.actor.megatron_actor import sft_eval_loss, sft_train_step
+from nemo_lead.training.actor.sft_update import sft_eval_loss, sft_train_step
 from nemo_lead.training.run.data_order import DataOrder
 from nemo_lead.training.run.folder import DATA_REPORT_FILE
 from nemo_lead.training.run.lifecycle import (
