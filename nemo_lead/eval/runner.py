@@ -74,6 +74,7 @@ from nemo_lead.models.policy import load_policy, with_end_tokens
 from nemo_lead.models.source import ModelSource, model_source, resolve_precision
 from nemo_lead.parallel import destroy_parallel, init_parallel
 from nemo_lead.parallel.local import JobError
+from nemo_lead.parallel.ranks import share_from_rank0
 from nemo_lead.plan.engine_stage import call_sequences
 from nemo_lead.runtime.deadline import Deadline, requeue_or_advise, test_step_delay
 from nemo_lead.runtime.files import write_atomic
@@ -241,12 +242,6 @@ class EvalProgress:
 
 
 # ----------------------------------------------------------------------------- distributed plumbing
-def _broadcast(value: Any) -> Any:
-    box = [value]
-    dist.broadcast_object_list(box, src=0)
-    return box[0]
-
-
 def _gather_to_writer(item: Any, info) -> list[Any]:
     """Rank 0: the items of every data-parallel replica (one model-parallel rank of each sends); others: []."""
     if info.dp == 1:
@@ -283,7 +278,7 @@ def eval_rank(cfg: EvalConfig) -> None:
                          f" top-p {prep.params.top_p:g}, max_tokens {prep.params.max_tokens} | {len(store.records)} "
                          f"samples already in {prep.out}; {left} to generate"
                          + (" in this round" if len(rounds) > 1 and left else ""))
-        left = _broadcast(left)
+        left = share_from_rank0(left)
         stopped = bool(left) and _generate_pending(cfg, prep, info, store, grader, progress)
         if stopped:
             _requeue_after_stop(info, prep, store, progress)
@@ -316,14 +311,14 @@ def _generate_pending(cfg, prep: Prepared, info, store, grader, progress: EvalPr
         ids = {(name, p.id): t for name, ps in prep.datasets.items()
                for p, t in zip(ps, prompt_token_ids(prep.tokenizer, ps, prep.prompt))}
         positions = max(len(t) for t in ids.values()) + prep.params.max_tokens
-        size = _broadcast(call_size(cfg, engine, positions) if info.rank == 0 else None)
+        size = share_from_rank0(call_size(cfg, engine, positions) if info.rank == 0 else None)
         if info.rank == 0:
             progress.say(f"engine {type(engine).__name__}: {engine.concurrency(positions)} sequences of {positions:,} "
                          f"tokens at once, calls of up to {size} sequences")
         deadline = Deadline.from_env(os.environ)  # the same environment on every rank; rank 0 measures and decides
         done = 0
         for r in range(len(prep.rounds)):
-            items = _broadcast(round_items(prep, store, r) if info.rank == 0 else None)
+            items = share_from_rank0(round_items(prep, store, r) if info.rank == 0 else None)
             calls = plan_calls(items, size)
             if not calls:
                 continue
@@ -380,7 +375,7 @@ def _stop_before(deadline: Deadline, info, done: int, total: int, progress: Eval
     """Collective: whether the next call(s) and the store's flush would end past the job's end less the
     margin (rank 0's measurements and clock decide, as in the training loops); says why on rank 0."""
     now = time.time()
-    why = _broadcast(deadline.why(now, done, unit="call", save="the store's flush")
+    why = share_from_rank0(deadline.why(now, done, unit="call", save="the store's flush")
                      + f" ({done} of {total} pending calls of this round done)"
                      if info.rank == 0 and deadline.next_would_pass(now) else "")
     if why:
@@ -395,7 +390,7 @@ def _requeue_after_stop(info, prep: Prepared, store, progress: EvalProgress) -> 
     if info.rank == 0:
         progress.say(f"{len(store.records)} samples are in {prep.out}; a rerun generates only the missing ones")
         ok = requeue_or_advise(progress.say)
-    if not _broadcast(ok):
+    if not share_from_rank0(ok):
         raise JobError(f"the samples so far are in {prep.out}, but the job could not be requeued (see the message "
                        "above); submit it again to resume")
 

@@ -155,6 +155,29 @@ def completions(outputs: list[Any], params: SamplingParams, engine: str, first_p
         yield prompt, sample, where, c, [int(t) for t in c.token_ids]
 
 
+class RefitChecker:
+    """Checks a weight stream against the model's HF names and shapes (`nemo_lead.models.hf_shapes`): the
+    refit of every engine that loads the actor's weights by name (vllm, trtllm)."""
+
+    def __init__(self, shapes: dict[str, tuple[int, ...]]):
+        self.shapes = shapes
+        self.seen: set[str] = set()
+
+    def check(self, name: str, tensor: Any) -> None:
+        if name not in self.shapes:
+            raise ValueError(f"refit: the weight stream has {name!r}, which this model does not have")
+        if name in self.seen:
+            raise ValueError(f"refit: {name!r} arrived twice in one weight stream")
+        if tuple(tensor.shape) != tuple(self.shapes[name]):
+            raise ValueError(f"refit: {name} has shape {tuple(tensor.shape)}, the model expects {tuple(self.shapes[name])}")
+        self.seen.add(name)
+
+    def finish(self) -> None:
+        missing = sorted(set(self.shapes) - self.seen)
+        if missing:
+            raise ValueError(f"refit: the weight stream ended without {len(missing)} tensors, e.g. {missing[:3]}")
+
+
 def check_prompts(prompt_token_ids: list[list[int]], vocab_size: int | None = None) -> None:
     """Raise ValueError naming the first bad prompt: an empty list of prompts, an empty prompt, or a token id
     outside the vocabulary. Shared by the engines so they fail the same way."""

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import shutil
 import tempfile
 from dataclasses import dataclass, field
@@ -25,6 +24,7 @@ from nemo_lead.generation.megatron_engine.engine import MegatronEngine, check_li
 from nemo_lead.generation.trtllm_engine import TrtllmEngine
 from nemo_lead.models import tokenizer_files
 from nemo_lead.parallel.layout import engine_layouts
+from nemo_lead.runtime.processes import launch_rank
 
 ENGINE_KINDS = ("megatron", "vllm", "trtllm")
 AUTO_KIND = "auto"  # engine.kind: vLLM where it is importable on a GPU, megatron otherwise (`resolve_engine_kind`)
@@ -37,7 +37,7 @@ AUTO = "auto"
 @dataclass
 class TrtllmConfig:
     """Options of the `trtllm` engine (TensorRT-LLM >= 1.2.0, < 1.3, PyTorch backend; see
-    `nemo_lead.generation.trtllm_plan` for what it sets itself and what it refuses)."""
+    `nemo_lead.generation.trtllm_params` for what it sets itself and what it refuses)."""
 
     hf_dir: Optional[str] = None  # HF folder (config.json + tokenizer) the engine is built from; weights come by refit
     dtype: str = "auto"  # auto (the actor's parameter dtype) | bfloat16 | float16 | float32
@@ -232,7 +232,7 @@ def resolve_engine_kind(cfg: EngineConfig) -> EngineConfig:
         from nemo_lead.generation.vllm_engine import vllm_importable
 
         kind, why = ("vllm", "vLLM is installed") if vllm_importable() else ("megatron", "vLLM is not installed")
-    if os.environ.get("RANK", "0") == "0":
+    if launch_rank() == 0:
         print(f"[nemo-lead] engine.kind=auto: {kind} ({why})", flush=True)
     return resolve_engine_kind(dataclasses.replace(cfg, kind=kind))
 

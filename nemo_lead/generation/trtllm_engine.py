@@ -1,7 +1,7 @@
 """The `trtllm` rollout engine: TensorRT-LLM's LLM API (PyTorch backend), refit in memory every step.
 
 The only module that imports TensorRT-LLM (lazily, in `import_trtllm`, which also refuses releases outside
-`trtllm_plan.SUPPORTED_VERSIONS`). Written against TensorRT-LLM 1.2 (containers/Dockerfile on NGC's
+`trtllm_params.SUPPORTED_VERSIONS`). Written against TensorRT-LLM 1.2 (containers/Dockerfile on NGC's
 nvcr.io/nvidia/tensorrt-llm/release:1.2.1) and these parts of its API:
 - `tensorrt_llm.LLM(model=hf_dir, orchestrator_type="ray", ray_worker_extension_cls=<rlhf_utils.WorkerExtension>,
   sampler_type="TRTLLMSampler", load_format="dummy", enable_sleep=True,
@@ -17,8 +17,8 @@ local Ray cluster that sees only the rank's GPU, checked once the engine is buil
 collective export stream and refits its own copy; a `generate` call splits the prompts of the
 model-parallel group over its ranks and all-gathers the rollouts, so every rank returns the same list, as
 with the megatron engine. Per-sample seeds keep the output independent of that split. Sampling and
-log-prob semantics: see `trtllm_plan` (what is refused, which distribution the log-probs are under).
-Not run on these machines (no TensorRT-LLM, no GPU): only `trtllm_plan`'s functions are tested here.
+log-prob semantics: see `trtllm_params` (what is refused, which distribution the log-probs are under).
+Not run on these machines (no TensorRT-LLM, no GPU): only `trtllm_params`'s functions are tested here.
 """
 
 from __future__ import annotations
@@ -31,12 +31,11 @@ import torch
 import torch.distributed as dist
 from torch.multiprocessing.reductions import reduce_tensor
 
-from nemo_lead.generation.engine import Rollout, SamplingParams, check_prompts
+from nemo_lead.generation.engine import RefitChecker, Rollout, SamplingParams, check_prompts
 from nemo_lead.generation.megatron_engine.engine import finish_param_gather, resolve_model
-from nemo_lead.generation.trtllm_plan import (
+from nemo_lead.generation.trtllm_params import (
     SLEEP_TAGS,
     SUPPORTED_VERSIONS,
-    RefitChecker,
     TrtllmVersionError,
     check_llm_fields,
     check_version,
@@ -136,7 +135,7 @@ class TrtllmEngine:
     # ----------------------------------------------------------------------------- RolloutEngine
     def refit(self, actor: Any, version: int | None = None) -> None:
         """Stream the actor's weights (HF names, gathered over TP/PP) into the engine, bucket by bucket,
-        then finalise (`trtllm_plan.issue_refit`). Collective: every rank of the job calls it. Wakes the
+        then finalise (`trtllm_params.issue_refit`). Collective: every rank of the job calls it. Wakes the
         engine first if it sleeps. `version` is not kept (`weight_version` stays None)."""
         if self._asleep:
             self.wake()

@@ -50,10 +50,9 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from nemo_lead.generation.engine import Rollout, SamplingParams, check_prompts
+from nemo_lead.generation.engine import RefitChecker, Rollout, SamplingParams, check_prompts
 from nemo_lead.generation.megatron_engine.engine import finish_param_gather, resolve_model
 from nemo_lead.generation.streams import sample_seed
-from nemo_lead.generation.trtllm_plan import RefitChecker
 from nemo_lead.generation.vllm_params import (
     INSTALL_HINT,
     check_cpu_head_size,

@@ -71,12 +71,6 @@ def _run_of(cfg: SubmitConfig) -> RunConfig:
                      stages=dict(job.get("stages") or {}), plan=PlanSettings(**(job.get("plan") or {})))
 
 
-def _gpu(settings: PlanSettings):
-    from nemo_lead.plan.timing import gpu_named
-
-    return gpu_named(settings.gpu or "h100")
-
-
 def _hf_config(model: str):
     from nemo_lead.plan.check import hf_config_of  # (torch)
 
@@ -91,7 +85,7 @@ def _rl_sft(p: Any, job: Any, cfg: SubmitConfig) -> Any:
 
     settings = job.config.plan.merged(cfg.plan)
     hf_config, divisible = _hf_config(job.config.actor.model)
-    gpu = _gpu(settings)
+    gpu = settings.planned_gpu()
     configs = [job.config]
     if KINDS[job.kind].engine_keys and job.config.engine.kind == "auto":
         # the job picks its engine on the node (vllm where installed and it fits, else megatron): its host
@@ -143,7 +137,7 @@ def call_seconds(cfg: Any, hf_config: dict, divisible: int, settings: PlanSettin
     from nemo_lead.plan.engine_stage import plan_auto_engine, stage_shape
 
     shape = stage_shape(cfg, settings, gpus=cfg.tp * cfg.pp, problems=(1000,), models=1, divisible=divisible)
-    _, plans = plan_auto_engine(arch_from_hf(hf_config), _gpu(settings), shape, cfg.engine.kind)
+    _, plans = plan_auto_engine(arch_from_hf(hf_config), settings.planned_gpu(), shape, cfg.engine.kind)
     return max(p.worst_call_seconds for p in plans.values())  # auto: the slower engine's, as for RL
 
 
@@ -159,7 +153,7 @@ def _generation_job(p: Any, cfg: Any, models: list[str], submit: SubmitConfig) -
     seconds = max(call_seconds(cfg, *_hf_config(m), settings) for m in models)
     stops = stop_times(seconds, 0, p.nodes)
     what = (f"signal USR1@{stops.signal_s}, deadline margin {stops.margin_s} s (plan: an engine call at "
-            f"{cfg.sampling.max_tokens:,} tokens a response {seconds:,.0f} s on {_gpu(settings).name})")
+            f"{cfg.sampling.max_tokens:,} tokens a response {seconds:,.0f} s on {settings.planned_gpu().name})")
     return dataclasses.replace(p, signal_seconds=stops.signal_s, margin_s=stops.margin_s, stops=what)
 
 
@@ -259,7 +253,7 @@ def check_submit(original: SubmitConfig, cfg: SubmitConfig, plans: list[Any], no
               "plan.gpu_memory_gib=80, or `hardware:` in the recipe); each job checks it when it starts",
               file=sys.stderr)
         return 0
-    gpu = _gpu(settings)
+    gpu = settings.planned_gpu()
     if cfg.command in (None, "run"):
         jobs = {j.name: j for j in recipe_jobs(_run_of(cfg))}
         pairs = [(jobs[p.name], p) for p in sized if p.name in jobs]

@@ -170,12 +170,6 @@ def jobs_of(cfg: PlanConfig, kinds: tuple[str, ...] = PLANNED_KINDS) -> list[Job
 
 
 # ----------------------------------------------------------------------------- the command
-def _gpu(settings: PlanSettings):
-    from nemo_lead.plan.timing import gpu_named
-
-    return gpu_named(settings.gpu or "h100")
-
-
 # The paper's own figures for a recipe's stage on its hardware, printed beside the plan's estimate:
 # (recipes, stage, GPU, GPUs) -> (seconds per step, where it comes from)
 REPORTED_STEPS = {
@@ -375,7 +369,7 @@ def run_plan(cfg: PlanConfig) -> int:
                                      names=[cfg.stage] if cfg.stage else None, missing_ok=True)
             if report("plan", *found, sys.stderr):
                 return 2
-        gpu = _gpu(cfg.plan)
+        gpu = cfg.plan.planned_gpu()
         results, texts, times = [], [], []
         for job in jobs:
             if job.kind in GENERATING_KINDS:

@@ -42,6 +42,7 @@ from nemo_lead.pipeline.recipe import Recipe
 from nemo_lead.pipeline.recipe_plan import check_recipe
 from nemo_lead.pipeline.stages import StageStopped, say
 from nemo_lead.runtime.files import write_atomic, write_json
+from nemo_lead.runtime.processes import launch_rank
 from nemo_lead.training.run.lock import lock_folder
 
 STATE_FILE = "pipeline_state.json"
@@ -69,7 +70,7 @@ def write_state(out: Path, state: dict[str, Any]) -> None:
 
 def is_writer() -> bool:
     """Global rank 0 (or a plain single process)."""
-    return int(os.environ.get("RANK", os.environ.get("SLURM_PROCID", "0"))) == 0
+    return launch_rank() == 0
 
 
 def fingerprint(stage: Stage, without: tuple[str, ...] = ()) -> str:

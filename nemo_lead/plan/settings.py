@@ -54,6 +54,13 @@ class PlanSettings:
 
             gpu_named(self.gpu)
 
+    def planned_gpu(self):
+        """The `nemo_lead.plan.timing.GPU` the plan takes: `gpu`, else the H100's figures (for the times; the
+        memory is `gpu_memory_gib`'s where that is set)."""
+        from nemo_lead.plan.timing import gpu_named
+
+        return gpu_named(self.gpu or "h100")
+
     def merged(self, over: PlanSettings | None) -> PlanSettings:
         """These settings with the fields `over` sets (not None) replaced."""
         if over is None:

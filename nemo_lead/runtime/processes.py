@@ -5,8 +5,9 @@ command starts asks the kernel to kill it when its parent dies (Linux's parent-d
 `prctl(PR_SET_PDEATHSIG, SIGKILL)`), and checks once that the parent is still the one it expects (it may have
 died before the request took effect). Used by the verifier's workers, the local launcher's ranks and the
 checkpoint writer's result-queue server; and `forked_children_die_with_us()` makes every process forked
-from a command (megatron's checkpoint writer processes among them) do the same. Like `nemo_lead.config.loading`,
-any layer may import this module.
+from a command (megatron's checkpoint writer processes among them) do the same. `launch_rank()`: the process's
+global rank as its launcher set it, read in one place. Like `nemo_lead.config.loading`, any layer may import
+this module.
 """
 
 from __future__ import annotations
@@ -16,8 +17,15 @@ import os
 import signal
 import sys
 import threading
+from collections.abc import Mapping
 
 _PR_SET_PDEATHSIG = 1
+
+
+def launch_rank(env: Mapping[str, str] = os.environ) -> int:
+    """The process's global rank as its launcher set it, before torch.distributed exists: RANK (torchrun, the
+    local launcher, the SLURM task wrapper), else SLURM_PROCID (srun), else 0 (a plain process)."""
+    return int(env.get("RANK", env.get("SLURM_PROCID", "0")))
 
 
 def die_with_parent(parent_pid: int | None = None) -> None:

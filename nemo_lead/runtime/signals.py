@@ -40,6 +40,7 @@ import sys
 import threading
 from dataclasses import dataclass, field
 
+from nemo_lead.runtime.processes import launch_rank
 from nemo_lead.runtime.requeue import requeue_current_job
 
 STOP_SIGNALS = ("SIGUSR1", "SIGTERM", "SIGINT", "SIGHUP")
@@ -120,7 +121,7 @@ class StopRequest:
         """Requeue the SLURM job after a SIGUSR1 (rank 0 only); True when a requeue was asked for."""
         if self.signal_name != "SIGUSR1" or "SLURM_JOB_ID" not in os.environ:
             return False
-        if int(os.environ.get("RANK", os.environ.get("SLURM_PROCID", "0"))) != 0:
+        if launch_rank() != 0:
             return False
         return requeue_current_job()
 

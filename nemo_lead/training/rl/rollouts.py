@@ -26,6 +26,7 @@ from nemo_lead.algorithms import Outcome, outcome_label
 from nemo_lead.data import Problem, PromptConfig, prompt_token_ids
 from nemo_lead.generation import Rollout, RolloutEngine, SamplingParams
 from nemo_lead.parallel import ParallelInfo
+from nemo_lead.parallel.ranks import share_from_rank0
 from nemo_lead.training.actor.microbatch import SequenceBatch
 from nemo_lead.verify import MathVerifier
 from nemo_lead.verify.extract import THINK_OPEN
@@ -137,14 +138,6 @@ def generate_all(ctx: RolloutContext, prompt_ids: list[list[int]], params: Sampl
     return [per_prompt for part in gathered for per_prompt in part]
 
 
-def _broadcast(value: Any, info: ParallelInfo) -> Any:
-    if info.world_size == 1:
-        return value
-    box = [value]
-    dist.broadcast_object_list(box, src=0)
-    return box[0]
-
-
 def decode(tokenizer, rollout: Rollout, stop_ids: set[int]) -> str:
     ids = rollout.token_ids
     return tokenizer.decode(ids[:-1] if ids and ids[-1] in stop_ids else ids, skip_special_tokens=False)
@@ -177,7 +170,7 @@ def grade_groups(ctx: RolloutContext, groups: list[Group], params: SamplingParam
             result = ctx.verifier.grade([prefix + t for t in texts], golds, finished,
                                         check_repetition=ctx.check_repetition)
         grades = [(t, int(x.outcome), x.extracted) for t, x in zip(texts, result)]
-    grades = _broadcast(grades, ctx.info)
+    grades = share_from_rank0(grades, ctx.info.world_size)
     it = iter(grades)
     for g in groups:
         for _ in g.rollouts:

@@ -44,6 +44,7 @@ from nemo_lead.parallel import (
     rank_hosts,
 )
 from nemo_lead.parallel.local import JobError
+from nemo_lead.parallel.ranks import on_writer_then_share
 from nemo_lead.runtime.deadline import Deadline, requeue_or_advise, test_step_delay
 from nemo_lead.runtime.processes import die_with_parent
 from nemo_lead.runtime.progress import LoopProgress
@@ -54,7 +55,7 @@ from nemo_lead.training.actor.megatron_actor import Actor, build_actor
 from nemo_lead.training.run.config import TrainingSettings
 from nemo_lead.training.run.folder import RunFolder
 from nemo_lead.training.run.lock import FolderInUse, lock_folder
-from nemo_lead.training.run.resume import choose_resume_checkpoint, on_writer_then_share
+from nemo_lead.training.run.resume import choose_resume_checkpoint
 from nemo_lead.training.run.train_state import load_actor_state, save_actor_state
 
 if TYPE_CHECKING:

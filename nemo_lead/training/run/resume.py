@@ -18,35 +18,18 @@ more: the names it was set aside under.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NamedTuple, TypeVar
-
-import torch.distributed as dist
+from typing import NamedTuple, TypeVar
 
 from nemo_lead.checkpoint.manifest import NO_MANIFEST, damaged_checkpoints, set_aside
 from nemo_lead.checkpoint.meta import SavedCheckpoint, recover_checkpoints, saved_checkpoints
 from nemo_lead.models.weights_checkpoint import checkpoint_problems
 from nemo_lead.parallel import ParallelInfo
+from nemo_lead.parallel.ranks import on_writer_then_share
 
 T = TypeVar("T")
-
-
-def on_writer_then_share(info: ParallelInfo, fn: Callable[[], T]) -> T:
-    """Run `fn()` on global rank 0 and hand its result (or its ValueError) to every rank."""
-    box: list[Any] = [None]
-    if info.rank == 0:
-        try:
-            box = [("ok", fn())]
-        except ValueError as e:
-            box = [("error", str(e))]
-    if info.world_size > 1:
-        dist.broadcast_object_list(box, src=0)
-    kind, value = box[0]
-    if kind == "error":
-        raise ValueError(value)
-    return value
 
 
 class SetAside(NamedTuple):

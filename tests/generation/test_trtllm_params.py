@@ -15,11 +15,11 @@ import torch
 from distributed import run_distributed
 
 from nemo_lead.generation import EngineConfig, SamplingParams, build_engine
+from nemo_lead.generation.engine import RefitChecker
 from nemo_lead.generation.engine_config import TrtllmConfig
 from nemo_lead.generation.streams import sample_seed
 from nemo_lead.generation.trtllm_engine import TrtllmUnavailable, import_trtllm
-from nemo_lead.generation.trtllm_plan import (
-    RefitChecker,
+from nemo_lead.generation.trtllm_params import (
     TrtllmVersionError,
     check_llm_fields,
     check_version,

@@ -13,7 +13,8 @@ sampling_params.py, _torch/pyexecutor/sampler.py).
   with the rank's own and fails loudly on a mismatch (a refit would otherwise fail on the UUID later).
 - Weight streaming: the actor's weights reach TensorRT-LLM as the HF-named stream of
   `nemo_lead.models.export_hf_weights`, cut into buckets of at most `max_bytes` (`weight_buckets`);
-  `RefitChecker` checks names, shapes and completeness; `issue_refit` makes the exact RPC sequence:
+  `RefitChecker` (`nemo_lead.generation.engine`, shared with the vllm engine) checks names, shapes and
+  completeness; `issue_refit` makes the exact RPC sequence:
   one `update_weights({uuid: handles})` per bucket, then always one `update_weights(None)` (the
   finalisation: post-load processing of every module and a reset of the prefix cache).
 - Sampling: `trtllm_requests` maps our `SamplingParams` onto `tensorrt_llm.SamplingParams` keyword arguments,
@@ -45,7 +46,7 @@ from typing import Any
 import torch
 from packaging.version import InvalidVersion, Version
 
-from nemo_lead.generation.engine import Rollout, SamplingParams, completions, refuse
+from nemo_lead.generation.engine import RefitChecker, Rollout, SamplingParams, completions, refuse
 from nemo_lead.generation.streams import check_prompt_seeds, sample_key
 
 SUPPORTED_VERSIONS = ("1.2.0", "1.3.0")  # [low, high): the TensorRT-LLM releases this engine is written for
@@ -175,28 +176,6 @@ def weight_buckets(stream: Iterable[tuple[str, torch.Tensor]], max_bytes: int) -
         size += nbytes
     if bucket:
         yield bucket
-
-
-class RefitChecker:
-    """Checks a weight stream against the model's HF names and shapes (`nemo_lead.models.hf_shapes`)."""
-
-    def __init__(self, shapes: dict[str, tuple[int, ...]]):
-        self.shapes = shapes
-        self.seen: set[str] = set()
-
-    def check(self, name: str, tensor: torch.Tensor) -> None:
-        if name not in self.shapes:
-            raise ValueError(f"refit: the weight stream has {name!r}, which this model does not have")
-        if name in self.seen:
-            raise ValueError(f"refit: {name!r} arrived twice in one weight stream")
-        if tuple(tensor.shape) != tuple(self.shapes[name]):
-            raise ValueError(f"refit: {name} has shape {tuple(tensor.shape)}, the model expects {tuple(self.shapes[name])}")
-        self.seen.add(name)
-
-    def finish(self) -> None:
-        missing = sorted(set(self.shapes) - self.seen)
-        if missing:
-            raise ValueError(f"refit: the weight stream ended without {len(missing)} tensors, e.g. {missing[:3]}")
 
 
 def issue_refit(rpc: Callable[[str, tuple], Any], device_uuid: str, buckets: Iterable[list[tuple[str, torch.Tensor]]],
