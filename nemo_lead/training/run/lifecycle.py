@@ -132,14 +132,7 @@ def start_run(cfg: TrainingSettings, name: str, total_steps: int, log_names: tup
     hashes of the data (RUN/inputs.json). `source`: from `model_and_prompt`. `layer_spec`: the spec the actor is
     built with where the loop resolves the config's `auto` (SFT's packed traces); the config keeps `auto`."""
     hide_import_noise()
-    launch = detect_launch(os.environ)
-    if launch.rank == 0:
-        try:
-            lock_folder(cfg.out)  # before anything is read or written: a second start is refused at once
-        except FolderInUse as e:
-            if launch.world_size == 1:
-                raise
-            raise JobError(str(e)) from None  # one line from the launcher, not a rank's traceback
+    _lock(cfg.out)
     tok_dir = source.require_tokenizer()
     tokenizer = tokenizer if tokenizer is not None else load_tokenizer(tok_dir)
     hf_config = source.hf_config
@@ -172,28 +165,49 @@ def start_run(cfg: TrainingSettings, name: str, total_steps: int, log_names: tup
         progress.warn(TORCHRUN_ADVICE)
     if len(set(hosts)) > 1:
         progress.say(describe_hosts(hosts))
-    for note in choice.notes:
-        progress.say(f"note: {cfg.out}/checkpoints/{note}")
-    for path, aside, problems in choice.damaged:
-        progress.warn(f"{path} is damaged ({'; '.join(problems)}): not loaded, set aside as {aside.name}")
-    step, loop_state = 0, {}
-    if latest is not None:
-        # a weights-only final checkpoint (final_checkpoint=weights) is only ever a finished run's
-        meta = ({**load_checkpoint(latest, actor.model, verify=False), "rng_restored": True} if choice.weights_only
-                else load_actor_state(actor, latest, verify=False))
-        step, loop_state = int(meta["step"]), meta.get("loop", {})
-        if not meta["rng_restored"]:
-            progress.say("note: the checkpoint was written by another parallel layout; RNG streams start afresh")
-        progress.say(f"resuming from {latest} (step {step} of {total_steps})")
-    else:
-        progress.say(f"starting {cfg.out} ({total_steps} steps; tp {info.tp}, pp {info.pp}, dp {info.dp}); "
-                     + backend_note())
-    progress.restart_at(step)
+    step, loop_state = _resume(cfg, choice, actor, info, progress, total_steps)
     return Run(cfg=cfg, name=name, info=info, actor=actor, folder=folder, tokenizer=tokenizer, tokenizer_dir=tok_dir,
                stop=stop, progress=progress, step=step, loop_state=loop_state,
                last_saved=choice.saved_step(cfg.final_checkpoint, total_steps),
                total_steps=total_steps,
                resumed_from=latest)
+
+
+def _lock(out: str) -> None:
+    """Global rank 0 locks the run folder before anything is read or written: a second start is refused at
+    once (in one line from the launcher, not a rank's traceback, when there are several ranks)."""
+    launch = detect_launch(os.environ)
+    if launch.rank == 0:
+        try:
+            lock_folder(out)
+        except FolderInUse as e:
+            if launch.world_size == 1:
+                raise
+            raise JobError(str(e)) from None
+
+
+def _resume(cfg: TrainingSettings, choice: Any, actor: Actor, info: ParallelInfo, progress: LoopProgress,
+            total_steps: int) -> tuple[int, dict[str, Any]]:
+    """Collective: the step and loop state of the checkpoint `choice` names, loaded into `actor` (0 and {} for
+    a fresh start), saying what was found and set aside."""
+    for note in choice.notes:
+        progress.say(f"note: {cfg.out}/checkpoints/{note}")
+    for path, aside, problems in choice.damaged:
+        progress.warn(f"{path} is damaged ({'; '.join(problems)}): not loaded, set aside as {aside.name}")
+    step, loop_state = 0, {}
+    if choice.path is not None:
+        # a weights-only final checkpoint (final_checkpoint=weights) is only ever a finished run's
+        meta = ({**load_checkpoint(choice.path, actor.model, verify=False), "rng_restored": True}
+                if choice.weights_only else load_actor_state(actor, choice.path, verify=False))
+        step, loop_state = int(meta["step"]), meta.get("loop", {})
+        if not meta["rng_restored"]:
+            progress.say("note: the checkpoint was written by another parallel layout; RNG streams start afresh")
+        progress.say(f"resuming from {choice.path} (step {step} of {total_steps})")
+    else:
+        progress.say(f"starting {cfg.out} ({total_steps} steps; tp {info.tp}, pp {info.pp}, dp {info.dp}); "
+                     + backend_note())
+    progress.restart_at(step)
+    return step, loop_state
 
 
 def _final_weights_only(run: Run) -> bool:
