@@ -269,7 +269,7 @@ def gpu_bench(args) -> dict:
             "",
             f"CUDA graphs vs eager steps: **{out['speedup']:.1f}x** decode speed.",
             *([f"The vllm engine's fraction, {out['rows'][VLLM_ROW]['fraction_of_bandwidth_bound']:.3f}, is what the plan's "
-               "`VLLM_DECODE_BANDWIDTH_FRACTION` (nemo_lead/plan/timing.py) assumes from a published figure until measured."]
+               "`VLLM_DECODE_BANDWIDTH_FRACTION` (nemo_lead/plan/engine_kinds.py) assumes from a published figure until measured."]
               if VLLM_ROW in out["rows"] else []),
             *([f"The plan's `TP_GRAPH_DECODE_BANDWIDTH_FRACTION` (nemo_lead/plan/timing.py) is the CUDA graphs row's "
                f"fraction, {out['rows']['CUDA graphs']['fraction_of_bandwidth_bound']:.3f}, once graph captures > 0."]

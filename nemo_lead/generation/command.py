@@ -23,12 +23,13 @@ from typing import Optional
 import torch.distributed as dist
 
 from nemo_lead.generation.engine import SamplingParams
-from nemo_lead.generation.engine_config import EngineConfig, build_engine, check_engine_layout
+from nemo_lead.generation.engine_config import EngineConfig, build_engine
 from nemo_lead.models import load_tokenizer
 from nemo_lead.models.policy import load_policy, with_end_tokens
 from nemo_lead.models.source import PRECISION_CHOICES, model_source, resolve_precision
 from nemo_lead.parallel import destroy_parallel, init_parallel
 from nemo_lead.parallel.local import run_command
+from nemo_lead.plan.engine_kinds import check_engine_layout
 from nemo_lead.runtime.files import iter_jsonl
 from nemo_lead.runtime.progress import PROGRESS_MODES, LoopProgress, check_progress_mode
 

@@ -2,14 +2,17 @@
 
     engine = build_engine(EngineConfig(kind="megatron", max_batch_size=256), actor)
 
-`kind="trtllm"` and `kind="vllm"` import TensorRT-LLM / vLLM only when asked for, and fail with one clear
-error where they are not installed (`trtllm_engine.INSTALL_HINT`, `vllm_params.INSTALL_HINT`). `kind="auto"`
-(`resolve_engine_kind`): vLLM on a GPU machine where it imports, the megatron engine otherwise.
+The kinds, their builders and layout rules are the registry's (`nemo_lead.plan.engine_kinds`): `build_engine`
+imports an engine's module only when asked for it, so `kind="trtllm"` and `kind="vllm"` import TensorRT-LLM /
+vLLM only then, and fail with one clear error where they are not installed (`trtllm_engine.INSTALL_HINT`,
+`vllm_params.INSTALL_HINT`). `kind="auto"` (`resolve_engine_kind`): vLLM on a GPU machine where it imports,
+the megatron engine otherwise. An engine's own settings are the section named by its kind (`trtllm`, `vllm`).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import json
 import shutil
 import tempfile
@@ -20,18 +23,17 @@ from typing import Any, Optional
 import torch
 
 from nemo_lead.generation.engine import RolloutEngine
-from nemo_lead.generation.megatron_engine.engine import MegatronEngine, check_limits
-from nemo_lead.generation.trtllm_engine import TrtllmEngine
+from nemo_lead.generation.megatron_engine.engine import check_limits
 from nemo_lead.models import tokenizer_files
-from nemo_lead.parallel.layout import engine_layouts
+from nemo_lead.plan.engine_kinds import (
+    AT_THE_MODELS_LAYOUT,
+    AUTO,
+    AUTO_CANDIDATES,
+    AUTO_KIND,
+    ENGINE_KINDS,
+    engine_kind,
+)
 from nemo_lead.runtime.processes import launch_rank
-
-ENGINE_KINDS = ("megatron", "vllm", "trtllm")
-AUTO_KIND = "auto"  # engine.kind: vLLM where it is importable on a GPU, megatron otherwise (`resolve_engine_kind`)
-AT_THE_MODELS_LAYOUT = "actor"  # engine.tp / engine.pp: the engine decodes on the model's own modules
-# engine.tp / engine.pp: chosen when a job starts (`nemo_lead.plan.check.resolve_engine_auto`); a config
-# that still holds it decodes at the model's own layout
-AUTO = "auto"
 
 
 @dataclass
@@ -120,8 +122,8 @@ class EngineConfig:
     vllm: VllmConfig = field(default_factory=VllmConfig)
 
     def __post_init__(self) -> None:
-        if self.kind not in (*ENGINE_KINDS, AUTO_KIND):
-            raise ValueError(f"engine.kind must be one of {', '.join((*ENGINE_KINDS, AUTO_KIND))}, got {self.kind!r}")
+        if self.kind != AUTO_KIND:
+            engine_kind(self.kind)  # ValueError naming the kinds
         check_limits(self.max_batch_size, self.max_prefill_tokens, self.sync_every, self.kv_cache_gib,
                      self.refit_bucket_mb)
         for key in ("tp", "pp"):
@@ -132,147 +134,60 @@ class EngineConfig:
                                  f"{value!r}")
 
 
-def engine_layout(cfg: EngineConfig, *, tp: int, pp: int) -> tuple[int, int]:
-    """The engine's (TP, PP) over a model at `tp` x `pp` (`actor`, and `auto` not yet chosen, resolved to the
-    model's value)."""
-    return tuple(own if str(v) in (AUTO, AT_THE_MODELS_LAYOUT) else int(v) for v, own in ((cfg.tp, tp), (cfg.pp, pp)))
-
-
-def has_own_layout(cfg: EngineConfig, *, tp: int, pp: int) -> bool:
-    """The engine decodes on a copy of its own (`engine.tp=b engine.pp=1`, b | tp, over a larger layout)."""
-    return cfg.kind == "megatron" and engine_layout(cfg, tp=tp, pp=pp) != (tp, pp)
-
-
-def auto_layouts(cfg: EngineConfig, *, tp: int, pp: int) -> list[tuple[int, int]]:
-    """The (TP, PP) layouts `auto` may become over a model at `tp` x `pp`: `engine_layouts` (the model's own,
-    then one stage at each TP b dividing `tp`) that agree with a key set explicitly (engine.tp=auto
-    engine.pp=1 over TP4 / PP2: TP1, TP2 and TP4 at PP1)."""
-    return engine_layouts(tp, pp, cfg.tp, cfg.pp)
-
-
-def vllm_layout(cfg: EngineConfig, *, tp: int, pp: int, prefix: str = "actor.") -> int:
-    """The vllm engine's TP over a model at `prefix`tp x `prefix`pp: engine.tp (auto and actor: the model's TP;
-    a number b dividing it), one stage (engine.pp auto, 1, or actor over a one-stage model). vLLM's own
-    pipeline parallelism is not used: replicas at one stage, as the megatron engine's copies. ValueError
-    naming the key otherwise."""
-    pp_value = str(cfg.pp)
-    if not (pp_value in (AUTO, "1") or (pp_value == AT_THE_MODELS_LAYOUT and pp == 1)):
-        raise ValueError(f"engine.pp={pp_value} with engine.kind=vllm over {prefix}pp={pp}: the vLLM engine runs as "
-                         "replicas at one stage (an engine PP of its own is not supported): set engine.pp=1 (or auto)")
-    value = str(cfg.tp)
-    b = tp if value in (AUTO, AT_THE_MODELS_LAYOUT) else int(value)
-    if tp % b:
-        raise ValueError(f"engine.tp={value} with engine.kind=vllm over {prefix}tp={tp}: an engine replica's ranks "
-                         f"must lie inside one actor replica's TP group, so engine.tp must divide {prefix}tp")
-    return b
-
-
-def check_engine_layout(cfg: EngineConfig, *, tp: int, pp: int, prefix: str = "actor.", own_layout: bool = True) -> None:
-    """`cfg.tp` / `cfg.pp` against the layout of the model the engine decodes on (`prefix`tp / `prefix`pp):
-    the model's own (`actor` or the same numbers) or, where `own_layout` (rl), TP1 x PP1 (a copy per rank);
-    else a ValueError naming both values. TensorRT-LLM runs its own layout (one TP1 copy per GPU), so with
-    engine.kind=trtllm they must stay at `actor`; vLLM runs replicas at one stage (`vllm_layout`); in eval /
-    generate (not `own_layout`) at the model's TP, so that every rank holds the same rollouts. engine.kind=auto
-    becomes vllm or megatron when the job starts, so a layout set by number must suit both."""
-    if cfg.kind == AUTO_KIND and any(str(v) not in (AUTO, AT_THE_MODELS_LAYOUT) for v in (cfg.tp, cfg.pp)):
-        for kind in ("megatron", "vllm"):
-            try:
-                check_engine_layout(dataclasses.replace(cfg, kind=kind), tp=tp, pp=pp, prefix=prefix,
-                                    own_layout=own_layout)
-            except ValueError as e:
-                raise ValueError(f"engine.kind=auto may run the {kind} engine: {e}") from None
-        return
-    if cfg.kind == "vllm":
-        b = vllm_layout(cfg, tp=tp, pp=pp, prefix=prefix)
-        if not own_layout and b != tp * pp:
-            raise ValueError(f"engine.tp={cfg.tp} engine.pp={cfg.pp} with engine.kind=vllm over {prefix}tp={tp} "
-                             f"{prefix}pp={pp}: here the engine runs at the model's layout, one stage: set "
-                             f"{prefix}pp=1 and engine.tp={AT_THE_MODELS_LAYOUT}")
-        return
-    for key in ("tp", "pp"):
-        value = str(getattr(cfg, key))
-        if value not in (AUTO, AT_THE_MODELS_LAYOUT) and cfg.kind != "megatron":
-            raise ValueError(f"engine.{key}={value} sets the megatron engine's layout; engine.kind={cfg.kind} runs "
-                             f"one TP1 copy of the model per GPU: leave engine.{key}={AT_THE_MODELS_LAYOUT}")
-    if own_layout and AUTO in (str(cfg.tp), str(cfg.pp)):
-        if not auto_layouts(cfg, tp=tp, pp=pp):
-            raise ValueError(f"engine.tp={cfg.tp} engine.pp={cfg.pp} over {prefix}tp={tp} {prefix}pp={pp}: auto "
-                             f"chooses the model's layout or one stage at a TP dividing {prefix}tp, and none agrees with the value set")
-        return
-    layout = engine_layout(cfg, tp=tp, pp=pp)
-    if layout == (tp, pp) or (own_layout and layout[1] == 1 and tp % layout[0] == 0):
-        return
-    for key, own, mine in (("tp", tp, layout[0]), ("pp", pp, layout[1])):
-        if mine != own:
-            value = str(getattr(cfg, key))
-            said = f"engine.{key}={value}" + (f" ({mine})" if value in (AUTO, AT_THE_MODELS_LAYOUT) else "")
-            if not own_layout:
-                raise ValueError(f"{said} differs from {prefix}{key}={own}: here the engine decodes on the "
-                                 f"model's own modules at {prefix}{key} (an engine layout of its own is implemented "
-                                 f"for rl only): set engine.{key}={AT_THE_MODELS_LAYOUT} or engine.{key}={own}")
-            raise ValueError(f"engine.tp={cfg.tp} engine.pp={cfg.pp} over {prefix}tp={tp} {prefix}pp={pp}: the "
-                             f"engine runs at the model's layout (engine.tp=engine.pp={AT_THE_MODELS_LAYOUT}) or as "
-                             "replicas at one stage and a TP dividing the model's (engine.tp=b engine.pp=1, b | "
-                             f"{prefix}tp); other engine layouts (a PP of its own, a TP not dividing {prefix}tp) "
-                             "are not implemented yet")
-
-
 def resolve_engine_kind(cfg: EngineConfig) -> EngineConfig:
-    """`cfg` with engine.kind=auto made concrete: vllm on a machine with a GPU where vLLM imports, megatron
-    otherwise, said once (rank 0); and for vllm, engine.tp / engine.pp auto made the one layout it takes here
-    (tp: the actor's, pp: 1; `vllm_layout`). Other kinds pass unchanged."""
-    if cfg.kind == "vllm":
+    """`cfg` with engine.kind=auto made concrete: on a machine with a GPU the first of auto's candidates whose
+    library imports (vllm), else the last (megatron), said once (rank 0); and for a kind that runs replicas of
+    its own (`copies`: vllm), engine.tp / engine.pp auto made the one layout it takes here (tp: the actor's,
+    pp: 1; `replica_layout`). Other kinds pass unchanged."""
+    if cfg.kind != AUTO_KIND and engine_kind(cfg.kind).layout == "copies":
         return dataclasses.replace(cfg, tp=AT_THE_MODELS_LAYOUT if str(cfg.tp) == AUTO else cfg.tp,
                                    pp="1" if str(cfg.pp) == AUTO else cfg.pp)
     if cfg.kind != AUTO_KIND:
         return cfg
-    if not torch.cuda.is_available():
-        kind, why = "megatron", "no GPU here"
-    else:
-        from nemo_lead.generation.vllm_engine import vllm_importable
-
-        kind, why = ("vllm", "vLLM is installed") if vllm_importable() else ("megatron", "vLLM is not installed")
+    kind, why, missing = AUTO_CANDIDATES[-1].name, "no GPU here", []
+    if torch.cuda.is_available():
+        for k in AUTO_CANDIDATES:
+            if k.importable is not None and not _attr(k.importable)():
+                missing.append(k.library)
+                continue
+            kind = k.name
+            why = f"{k.library} is installed" if k.importable is not None else f"{' / '.join(missing)} is not installed"
+            break
     if launch_rank() == 0:
         print(f"[nemo-lead] engine.kind=auto: {kind} ({why})", flush=True)
     return resolve_engine_kind(dataclasses.replace(cfg, kind=kind))
 
 
+def _attr(ref: str) -> Any:
+    module, _, name = ref.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
 def engine_config_for(cfg: EngineConfig, source: Any) -> EngineConfig:
-    """`cfg` ready for the model `source` (a `nemo_lead.models.source.ModelSource`): the `trtllm` engine without
-    an hf_dir gets the model's HF folder, or for a checkpoint a temporary folder with its config.json and
-    tokenizer files (the weights come by refit). Other engines need nothing. Used by eval and rl."""
-    if cfg.kind != "trtllm" or cfg.trtllm.hf_dir:
+    """`cfg` ready for the model `source` (a `nemo_lead.models.source.ModelSource`): an engine built from a HF
+    folder (`hf_folder`: trtllm) without an hf_dir in its section gets the model's HF folder, or for a
+    checkpoint a temporary folder with its config.json and tokenizer files (the weights come by refit). Other
+    engines need nothing. Used by eval and rl."""
+    kind = ENGINE_KINDS.get(cfg.kind)  # None: auto, resolved when the engine is built (never trtllm)
+    if kind is None or not kind.hf_folder or getattr(cfg, cfg.kind).hf_dir:
         return cfg
     hf_dir = source.path
     if source.kind == "checkpoint":
-        hf_dir = tempfile.mkdtemp(prefix="nemo-lead-trtllm-")
+        hf_dir = tempfile.mkdtemp(prefix=f"nemo-lead-{cfg.kind}-")
         Path(hf_dir, "config.json").write_text(json.dumps(source.hf_config))
         for f in tokenizer_files(source.require_tokenizer()):
             shutil.copy2(f, hf_dir)
-    return dataclasses.replace(cfg, trtllm=dataclasses.replace(cfg.trtllm, hf_dir=hf_dir))
+    return dataclasses.replace(cfg, **{cfg.kind: dataclasses.replace(getattr(cfg, cfg.kind), hf_dir=hf_dir)})
 
 
 def build_engine(cfg: EngineConfig, actor: Any, *, release_copy: bool = False, weight_version: int = 0) -> RolloutEngine:
-    """The engine `cfg.kind` over `actor` (a GPTModel, a list of one chunk, or an object with `.model`).
-    megatron with a layout of its own (`has_own_layout` for the job's TP / PP): a copy per engine replica, freed
-    between generations when `release_copy` (`actor.offload_during_generation`). vllm: built on every rank,
-    filled from `actor`, whose weights are those of optimizer step `weight_version`."""
+    """The engine `cfg.kind` over `actor` (a GPTModel, a list of one chunk, or an object with `.model`), built by
+    its module's `build` (`nemo_lead.plan.engine_kinds`). megatron with a layout of its own (`has_own_layout`
+    for the job's TP / PP): a copy per engine replica, freed between generations when `release_copy`
+    (`actor.offload_during_generation`). vllm: built on every rank, filled from `actor`, whose weights are those
+    of optimizer step `weight_version`."""
     cfg = resolve_engine_kind(cfg)
-    if cfg.kind == "vllm":
-        from megatron.core import parallel_state as ps
+    build = engine_kind(cfg.kind).build
+    build = _attr(build) if isinstance(build, str) else build
+    return build(cfg, actor, release_copy=release_copy, weight_version=weight_version)
 
-        from nemo_lead.generation.vllm_engine import VllmEngine
-
-        tp = vllm_layout(cfg, tp=ps.get_tensor_model_parallel_world_size(), pp=ps.get_pipeline_model_parallel_world_size())
-        return VllmEngine(actor, cfg, tp=tp, weight_version=weight_version)
-    if cfg.kind == "megatron":
-        from megatron.core import parallel_state as ps
-
-        tp, pp = ps.get_tensor_model_parallel_world_size(), ps.get_pipeline_model_parallel_world_size()
-        own = has_own_layout(cfg, tp=tp, pp=pp)
-        return MegatronEngine(actor, max_batch_size=cfg.max_batch_size, max_prefill_tokens=cfg.max_prefill_tokens,
-                              sync_every=cfg.sync_every, cuda_graphs=cfg.cuda_graphs, kv_cache_gib=cfg.kv_cache_gib,
-                              own_copy=own, refit_bucket_mb=cfg.refit_bucket_mb, release_copy=release_copy,
-                              engine_tp=engine_layout(cfg, tp=tp, pp=pp)[0] if own else 1,
-                              cuda_graphs_tp=cfg.cuda_graphs_tp)
-    return TrtllmEngine(actor, cfg.trtllm)

@@ -92,6 +92,12 @@ def _rank() -> int:
     return dist.get_rank() if dist.is_initialized() else 0
 
 
+def build(cfg: Any, actor: Any, *, release_copy: bool = False, weight_version: int = 0) -> TrtllmEngine:
+    """The engine of `cfg` (an `EngineConfig`: its `trtllm` section) over `actor`
+    (`nemo_lead.generation.build_engine`); `release_copy` and `weight_version` are other engines'."""
+    return TrtllmEngine(actor, cfg.trtllm)
+
+
 class TrtllmEngine:
     """See the module docstring. `actor`: as for `MegatronEngine.refit`; `cfg`: a `TrtllmConfig`."""
 

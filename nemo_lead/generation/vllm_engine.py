@@ -63,6 +63,7 @@ from nemo_lead.generation.vllm_params import (
     vllm_requests,
 )
 from nemo_lead.models import export_hf_weights, hf_shapes, model_info
+from nemo_lead.plan.engine_kinds import replica_layout
 
 IN_PROCESS_ENV = "VLLM_ENABLE_V1_MULTIPROCESSING"
 TIED_SOURCE = "model.embed_tokens.weight"  # "0": the engine core runs in the calling process
@@ -91,6 +92,16 @@ def vllm_importable() -> bool:
     except (ImportError, RuntimeError):
         return False
     return True
+
+
+def build(cfg: Any, actor: Any, *, release_copy: bool = False, weight_version: int = 0) -> VllmEngine:
+    """The engine of `cfg` (an `EngineConfig`) over `actor` (`nemo_lead.generation.build_engine`): on every
+    rank, replicas at the TP `replica_layout` gives for the job's layout, filled from `actor`, whose weights are
+    those of optimizer step `weight_version` (`release_copy` is the megatron engine's)."""
+    from megatron.core import parallel_state as ps
+
+    tp = replica_layout(cfg, tp=ps.get_tensor_model_parallel_world_size(), pp=ps.get_pipeline_model_parallel_world_size())
+    return VllmEngine(actor, cfg, tp=tp, weight_version=weight_version)
 
 
 class _RandomState:

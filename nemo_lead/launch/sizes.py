@@ -35,6 +35,7 @@ from nemo_lead.pipeline.kinds import KINDS, PLANNED_KINDS, models_of
 from nemo_lead.pipeline.preflight import recipe_conflicts, report
 from nemo_lead.pipeline.recipe import find_recipe, read_recipe
 from nemo_lead.pipeline.recipe_plan import PlanConfig, command_job, recipe_jobs
+from nemo_lead.plan.engine_kinds import AUTO_KIND, AUTO_NAMES
 from nemo_lead.plan.settings import PlanSettings
 from nemo_lead.plan.stop_times import stop_times
 
@@ -87,11 +88,11 @@ def _rl_sft(p: Any, job: Any, cfg: SubmitConfig) -> Any:
     hf_config, divisible = _hf_config(job.config.actor.model)
     gpu = settings.planned_gpu()
     configs = [job.config]
-    if KINDS[job.kind].engine_keys and job.config.engine.kind == "auto":
+    if KINDS[job.kind].engine_keys and job.config.engine.kind == AUTO_KIND:
         # the job picks its engine on the node (vllm where installed and it fits, else megatron): its host
-        # memory, warning and runs are sized for the slower of the two, so neither outruns the sbatch file
+        # memory, warning and runs are sized for the slowest of auto's candidates, so none outruns the sbatch file
         configs = [dataclasses.replace(job.config, engine=dataclasses.replace(job.config.engine, kind=k))
-                   for k in ("vllm", "megatron")]
+                   for k in AUTO_NAMES]
     plans = []
     for config in configs:
         shape = job_shape(config, job.kind, hf_config, gpus=p.nodes * p.tasks_per_node, settings=settings,

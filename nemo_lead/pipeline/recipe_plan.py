@@ -40,6 +40,7 @@ from nemo_lead.pipeline.hardware import preset_paths, stage_gpus
 from nemo_lead.pipeline.kinds import GENERATING_KINDS, KINDS, PLANNED_KINDS, models_of, schema
 from nemo_lead.pipeline.preflight import recipe_conflicts, report
 from nemo_lead.pipeline.recipe import find_recipe, read_recipe
+from nemo_lead.plan.engine_kinds import ENGINE_KINDS, plan_note
 from nemo_lead.plan.settings import PlanSettings
 
 RL_ONLY_KEYS = {"rollout", "engine", "lead", "prompts_per_step", "validation", "max_rounds", "ppo_epochs",
@@ -238,12 +239,10 @@ def _rounds_text(p: Any, c: Any, settings: PlanSettings) -> str:
 
 def plan_engine_job(job: Job, cfg: PlanConfig, gpu: Any, gpus: int) -> EngineJobResult:
     """A distill / eval stage: memory per GPU and time on the engine it runs on (engine.kind=auto: the faster
-    that fits of vllm and megatron), from the same engine model as RL's generation."""
+    that fits of auto's candidates), from the same engine model as RL's generation."""
     from nemo_lead.models.hf_config import arch_from_hf
     from nemo_lead.plan.check import hf_config_of
     from nemo_lead.plan.engine_stage import plan_auto_engine, stage_shape
-    from nemo_lead.plan.report import responses_text
-    from nemo_lead.plan.timing import VLLM_DECODE_SOURCE, tail_share
 
     c = job.config
     settings = c.plan.merged(cfg.plan)
@@ -272,17 +271,25 @@ def plan_engine_job(job: Job, cfg: PlanConfig, gpu: Any, gpus: int) -> EngineJob
         return EngineJobResult(f"{head}\n  stage time: none ({why})",
                                {**base, "fits": None, "problems": None if problems is None else list(problems),
                                 "stage_seconds": None, "stage_seconds_all_at_max": None, "no_time": why}, None, None)
-    mean = settings.mean_response_tokens
     shape = stage_shape(c, settings, gpus=gpus, problems=problems, models=len(models), divisible=divisible)
     p, plans = plan_auto_engine(arch_from_hf(hf_config), gpu, shape, c.engine.kind)
-    gib = 1 << 30
+    return EngineJobResult("\n".join([head, *_engine_job_lines(job, p, plans, problems, settings)]),
+                           _engine_job_json(base, c, p, plans, problems, settings), p.seconds, p.worst_seconds)
+
+
+def _engine_job_lines(job: Job, p: Any, plans: dict[str, Any], problems: tuple[int, ...],
+                      settings: PlanSettings) -> list[str]:
+    """The lines of a generating stage's plan `p` under its head: the engine, the rounds, what is in flight,
+    the memory, what the plan counts for the engine, the stage's time."""
+    from nemo_lead.plan.report import responses_text
+
+    c, gib = job.config, 1 << 30
     memory = ", ".join(f"{k} {v / gib:.1f}" for k, v in p.per_gpu.items())
     full = settings.value("prompt_tokens") + c.sampling.max_tokens
     held = ("the KV pool at full length, every admitted sequence finishing without a preemption"
-            if p.engine == "vllm" else "each reserving its full length" if c.engine.kv_cache_gib is not None
-            else "engine.max_batch_size")
-    lines = [head,
-             f"  {_engine_text(p, plans, c.engine.kind)}",
+            if ENGINE_KINDS[p.engine].pool == "whole" else "each reserving its full length"
+            if c.engine.kv_cache_gib is not None else "engine.max_batch_size")
+    lines = [f"  {_engine_text(p, plans, c.engine.kind)}",
              f"  {sum(problems):,} problems; {_rounds_text(p, c, settings)}",
              f"  in flight: {p.rows} sequences of {full:,} tokens per replica ({held}); calls of {p.call_sequences} "
              f"sequences; a stopped or killed stage redoes at most one call per replica: "
@@ -290,18 +297,25 @@ def plan_engine_job(job: Job, cfg: PlanConfig, gpu: Any, gpus: int) -> EngineJob
                 f"max_tokens)" if p.fits else "no time"),
              f"  GiB per GPU: {memory}; total {p.total_bytes / gib:.1f} of {p.usable_bytes / gib:.1f} usable: "
              + ("fits" if p.fits else f"does NOT fit{f' ({p.why_not})' if p.why_not else ''}")]
-    if p.engine == "vllm":
-        lines.append(f"  (vllm: weights is the job's model, kept beside vLLM's copy (engine_copy); kv_cache its whole "
-                     f"pool; cuda_graphs assumed; decode speed: {VLLM_DECODE_SOURCE})")
+    if plan_note(p.engine, stage=True):  # what the plan counts for this engine, and its decode figure
+        lines.append(f"  {plan_note(p.engine, stage=True)}")
     if p.fits:
         worst = (f" (every response at max_tokens: {p.worst_seconds / 3600:,.1f} h)"
                  if round(p.worst_seconds) != round(p.seconds) else "")
-        lines.append(f"  stage time ({responses_text(mean, c.sampling.max_tokens, settings.mean_response_source)}): "
+        lines.append(f"  stage time ({responses_text(settings.mean_response_tokens, c.sampling.max_tokens, settings.mean_response_source)}): "
                      f"{p.seconds / 3600:,.1f} h{worst}")
     else:
         lines.append(f"  stage time: none for a layout that does not fit (change {job.prefix}tp / pp, "
                      f"or {job.prefix}engine.kv_cache_gib)")
-    data = {**base, "fits": p.fits, "problems": list(problems), "engine": p.engine, "engine_kind": c.engine.kind,
+    return lines
+
+
+def _engine_job_json(base: dict[str, Any], c: Any, p: Any, plans: dict[str, Any], problems: tuple[int, ...],
+                     settings: PlanSettings) -> dict[str, Any]:
+    """A generating stage's plan `p` as `--json` writes it."""
+    from nemo_lead.plan.timing import tail_share
+
+    return {**base, "fits": p.fits, "problems": list(problems), "engine": p.engine, "engine_kind": c.engine.kind,
             "engine_seconds": {k: None if q.seconds is None else round(q.seconds) for k, q in plans.items()},
             "replicas": p.replicas, "engine_rows": p.rows, "call_sequences": p.call_sequences,
             "calls_per_replica": p.calls,
@@ -309,11 +323,10 @@ def plan_engine_job(job: Job, cfg: PlanConfig, gpu: Any, gpus: int) -> EngineJob
                                 "calls_per_replica": r.calls, "call_seconds": round(r.call_seconds),
                                 "call_seconds_all_at_max": round(r.worst_call_seconds)} for r in p.rounds],
             "per_gpu_bytes": {**p.per_gpu, "total": p.total_bytes}, "usable_bytes": p.usable_bytes,
-            "share_over_90pct_of_max_tokens": tail_share(mean, c.sampling.max_tokens),
+            "share_over_90pct_of_max_tokens": tail_share(settings.mean_response_tokens, c.sampling.max_tokens),
             "redo_seconds": round(p.call_seconds) if p.fits else None,
             "stage_seconds": None if p.seconds is None else round(p.seconds),
             "stage_seconds_all_at_max": None if p.worst_seconds is None else round(p.worst_seconds)}
-    return EngineJobResult("\n".join(lines), data, p.seconds, p.worst_seconds)
 
 
 def on_hardware(cfg: PlanConfig, recipe: Path | None) -> tuple[PlanConfig, dict[str, int], list[str]]:

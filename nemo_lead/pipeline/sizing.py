@@ -26,6 +26,7 @@ from typing import Any
 
 from nemo_lead.pipeline.recipe_plan import PlanConfig, jobs_of, reported_step, run_plan
 from nemo_lead.plan.check import hf_config_of
+from nemo_lead.plan.engine_kinds import VLLM_DECODE_BANDWIDTH_FRACTION
 from nemo_lead.plan.job import GIB, JobPlan, job_shape, plan_job
 from nemo_lead.plan.report import layout_name, overrides, step_text
 from nemo_lead.plan.search import Ranking, rank_layouts
@@ -35,7 +36,6 @@ from nemo_lead.plan.timing import (
     EAGER_HOST_S_PER_LAYER,
     SOURCES,
     UPDATE_PEAK_FRACTION,
-    VLLM_DECODE_BANDWIDTH_FRACTION,
     gpu_named,
 )
 

@@ -22,9 +22,10 @@ import torch
 
 from nemo_lead.models.hf_config import arch_from_hf, read_hf_config
 from nemo_lead.parallel import detect_launch
+from nemo_lead.plan.engine_kinds import AUTO_CANDIDATES, AUTO_KIND, ENGINE_KINDS
 from nemo_lead.plan.engine_stage import plan_auto_engine, stage_shape, with_pool
 from nemo_lead.plan.fixes import find_fixes
-from nemo_lead.plan.job import AUTO_KIND, GIB, engine_options, job_shape, plan_job
+from nemo_lead.plan.job import GIB, engine_options, job_shape, plan_job
 from nemo_lead.plan.report import describe
 from nemo_lead.plan.settings import PlanSettings
 from nemo_lead.plan.timing import GPU, gpu_named
@@ -98,12 +99,15 @@ def check_before_start(cfg: Any, kind: str) -> int:
 
 def _resolve_kind(cfg: Any, command: str, decide: Callable[[PlanSettings, GPU, float], tuple[str, str, Any]]) -> Any:
     """engine.kind=auto made concrete, printed once (rank 0): `decide(settings, gpu, memory_gib)` -> (kind, why,
-    engine config) on a machine with a GPU where vLLM is installed; megatron elsewhere. `cfg.engine` is replaced."""
+    engine config) on a machine with a GPU where the libraries of auto's candidates are installed (vLLM); the
+    last candidate (megatron) elsewhere. `cfg.engine` is replaced."""
     e = cfg.engine
     if e.kind != AUTO_KIND:
         return cfg
-    chosen, why = "megatron", "no GPU here" if not torch.cuda.is_available() else "vLLM is not installed"
-    if torch.cuda.is_available() and importlib.util.find_spec("vllm") is not None:
+    missing = [k.library for k in AUTO_CANDIDATES if k.auto_module and importlib.util.find_spec(k.auto_module) is None]
+    chosen = AUTO_CANDIDATES[-1].name
+    why = "no GPU here" if not torch.cuda.is_available() else f"{' / '.join(missing)} is not installed"
+    if torch.cuda.is_available() and not missing:
         settings = getattr(cfg, "plan", None) or PlanSettings()
         chosen, why, e = decide(settings, *device_gpu(settings))
     cfg.engine = dataclasses.replace(e, kind=chosen)
@@ -114,15 +118,15 @@ def _resolve_kind(cfg: Any, command: str, decide: Callable[[PlanSettings, GPU, f
 
 def resolve_engine_kind_auto(cfg: Any, kind: str = "rl") -> Any:
     """`cfg` with engine.kind=auto made concrete before an rl job starts, printed once: on a machine with a GPU
-    where vLLM is installed, the faster that fits of vllm and megatron in the plan (`job.auto_engine_kind`);
-    elsewhere megatron."""
+    where vLLM is installed, the faster that fits of auto's candidates (vllm, megatron) in the plan
+    (`job.auto_engine_kind`); elsewhere megatron."""
     def decide(settings: PlanSettings, gpu: GPU, memory: float) -> tuple[str, str, Any]:
         e = cfg.engine
         hf_config, divisible = hf_config_of(cfg.actor.model)
         shape = job_shape(cfg, kind, hf_config, gpus=gpus_of_job(cfg), settings=settings, vocab_divisible_by=divisible,
                           gpu=gpu, memory_gib=memory)
         why = "the plan's faster that fits on this GPU"
-        if shape.engine == "vllm" and shape.kv_cache_gib != e.kv_cache_gib:
+        if ENGINE_KINDS[shape.engine].pool == "whole" and shape.kv_cache_gib != e.kv_cache_gib:
             why += f"; its KV pool {shape.kv_cache_gib} GiB, the largest under engine.kv_cache_gib={e.kv_cache_gib} that fits"
             e = dataclasses.replace(e, kv_cache_gib=shape.kv_cache_gib)
         return shape.engine, why, e
@@ -133,8 +137,8 @@ def resolve_engine_kind_auto(cfg: Any, kind: str = "rl") -> Any:
 def resolve_stage_engine_kind(cfg: Any, problems: Callable[[], tuple[int, ...]], command: str = "eval") -> Any:
     """`cfg` (an EvalConfig: `nemo-lead eval`, a distill / eval stage; a copy is returned) with engine.kind=auto
     made concrete before the job starts, printed once: on a machine with a GPU where vLLM is installed, the
-    faster that fits of vllm and megatron in the plan (`engine_stage.plan_auto_engine`; vllm's pool the largest
-    under engine.kv_cache_gib that fits), else megatron. `problems`: the datasets' sizes (read only when needed)."""
+    faster that fits of auto's candidates in the plan (`engine_stage.plan_auto_engine`; a pool allocated whole,
+    vllm's, the largest under engine.kv_cache_gib that fits), else megatron. `problems`: the datasets' sizes (read only when needed)."""
     def decide(settings: PlanSettings, gpu: GPU, memory: float) -> tuple[str, str, Any]:
         e = cfg.engine
         hf_config, divisible = hf_config_of(cfg.model)
@@ -145,7 +149,7 @@ def resolve_stage_engine_kind(cfg: Any, problems: Callable[[], tuple[int, ...]],
         times = ", ".join(f"{k} {'does not fit' if q.seconds is None else f'{q.seconds / 3600:,.1f} h'}"
                           for k, q in plans.items())
         why = f"the plan's faster that fits on this GPU: {times}"
-        if plan.engine == "vllm" and plan.fits:
+        if ENGINE_KINDS[plan.engine].pool == "whole" and plan.fits:
             fitted = round(with_pool(shape, plan).kv_cache_gib, 1)
             if e.kv_cache_gib is not None and fitted < e.kv_cache_gib:
                 why += f"; its KV pool {fitted} GiB, the largest under engine.kv_cache_gib={e.kv_cache_gib} that fits"
@@ -159,11 +163,11 @@ def resolve_engine_auto(cfg: Any, kind: str = "rl") -> Any:
     """`cfg` with engine.tp / engine.pp `auto` replaced by the layout chosen for this job (printed once):
     on GPUs the plan's fastest that fits of the engine at the actor's layout and the engine replicas at one
     stage and a TP dividing actor.tp (`nemo_lead.plan.job.auto_engine_layout`); without a GPU, the split
-    layout, engine.kind=trtllm or an actor at TP1 x PP1, the actor's (a CPU job's memory is the host's: a
+    layout, a `fixed` engine (trtllm) or an actor at TP1 x PP1, the actor's (a CPU job's memory is the host's: a
     copy is asked for explicitly), or the first layout the keys set allow when that is not the actor's."""
     cfg = resolve_engine_kind_auto(cfg, kind)
     e = cfg.engine
-    if e.kind == "vllm":  # one layout: the actor's TP at one stage (`nemo_lead.generation.engine_config.vllm_layout`)
+    if ENGINE_KINDS[e.kind].layout == "copies":  # one layout: the actor's TP at one stage (`replica_layout`)
         return cfg
     if "auto" not in (str(e.tp), str(e.pp)):
         return cfg

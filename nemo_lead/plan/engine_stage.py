@@ -20,19 +20,19 @@ counted for the problems left after round 1 (an upper bound). The responses of e
 around the one stated mean (`timing.response_lengths`); harder problems answer longer, so the stated mean
 is optimistic for round 2, and the all-at-max worst case bounds it.
 
-Memory per GPU and in flight, per engine:
-- megatron: the weights of one pipeline stage and the engine's cache and temporaries (`engine_memory`:
+Memory per GPU and in flight, per engine (by its kind's entry, `nemo_lead.plan.engine_kinds`):
+- megatron (a pool that grows): the weights of one pipeline stage and the engine's cache and temporaries (`engine_memory`:
   every row reserved at prompt + max_tokens; `engine.kv_cache_gib` bounds the rows, else max_batch_size);
-- vllm (one stage: replicas at TP tp): the job's model, loaded to fill vLLM by refit and kept beside it
+- vllm (a pool allocated whole; one stage: replicas at TP tp): the job's model, loaded to fill vLLM by refit and kept beside it
   (`weights`), vLLM's own copy at TP tp (`engine_copy`), its KV pool (`engine.kv_cache_gib`, or
   engine.vllm.gpu_memory_utilization of the GPU less its weights, graphs and temporaries), its CUDA graphs
-  (VLLM_GRAPH_GIB, assumed) and the temporaries of its rows. In flight: the pool's tokens over prompt +
+  (its `graphs_gib`, assumed) and the temporaries of its rows. In flight: the pool's tokens over prompt +
   max_tokens, at most engine.max_batch_size (vLLM's max_num_seqs): every admitted sequence can finish
   without a preemption (what `VllmEngine.concurrency` reports at run time). vLLM's paged cache gives a
   sequence blocks as it grows, so it runs more at once while responses are shorter; that is not counted.
-  Decode at VLLM_DECODE_BANDWIDTH_FRACTION (a published figure, assumed: `timing`).
-A layout that does not fit gets no time. `engine="auto"` (`plan_auto_engine`): the faster of the two that
-fits, vllm on a tie; megatron when neither fits (the plan then says what does not).
+  Decode at its `decode` figure (a published one, assumed).
+A layout that does not fit gets no time. `engine="auto"` (`plan_auto_engine`): the faster that fits of auto's
+candidates, vllm on a tie; megatron when none fits (the plan then says what does not).
 """
 
 from __future__ import annotations
@@ -43,14 +43,14 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from nemo_lead.models.hf_config import Arch
+from nemo_lead.plan.engine_kinds import AUTO_KIND, AUTO_NAMES, ENGINE_KINDS, pool_share
 from nemo_lead.plan.engine_memory import engine_memory, kv_slot_bytes
 from nemo_lead.plan.parameters import DTYPE_BYTES, static_bytes
 from nemo_lead.plan.settings import PlanSettings
-from nemo_lead.plan.timing import GPU, VLLM_GRAPH_GIB, decode_graphs, generation_seconds
+from nemo_lead.plan.timing import GPU, decode_graphs, generation_seconds
 
 GIB = 1 << 30
 CALL_WAVES = 4  # an engine call of evaluation / distillation: this many times the sequences the engine holds at once
-ENGINES = ("vllm", "megatron")  # what engine.kind=auto chooses from, in this order on a tie
 
 
 def call_sequences(explicit: Optional[int], problems_per_call: Optional[int], n: int, rows: int) -> int:
@@ -78,7 +78,7 @@ class RoundPlan:
 
 @dataclass(frozen=True)
 class EngineStagePlan:
-    engine: str  # megatron | vllm
+    engine: str  # an engine kind (`nemo_lead.plan.engine_kinds`)
     gpu: GPU
     replicas: int
     rows: int  # sequences a replica decodes at once
@@ -90,7 +90,7 @@ class EngineStagePlan:
     mean_tokens: Optional[float]
     max_tokens: int
     first_round_solve_rate: Optional[float] = None
-    why_not: str = ""  # an engine that cannot run this layout at all (vllm over pp > 1)
+    why_not: str = ""  # an engine that cannot run this layout at all (replicas at one stage over pp > 1)
 
     @property
     def total_bytes(self) -> int:
@@ -146,7 +146,7 @@ class StageShape:
     max_prefill_tokens: int = 16384
     sync_every: int = 8
     kv_cache_gib: Optional[float] = None
-    vllm_memory_fraction: float = 0.5  # engine.vllm.gpu_memory_utilization
+    memory_fraction: float = 0.5  # a pool allocated whole: its share of the GPU (engine.vllm.gpu_memory_utilization)
     cuda_graphs: Optional[bool] = None
     cuda_graphs_tp: bool = False
     top_p: float = 1.0
@@ -166,7 +166,7 @@ def stage_shape(c: Any, settings: PlanSettings, *, gpus: int, problems: tuple[in
         rounds=tuple(c.rounds), first_round_solve_rate=settings.first_round_solve_rate if c.rounds else None,
         call_sequences=c.call_sequences, problems_per_call=c.problems_per_call, max_batch_size=e.max_batch_size,
         max_prefill_tokens=e.max_prefill_tokens, sync_every=e.sync_every or 8, kv_cache_gib=e.kv_cache_gib,
-        vllm_memory_fraction=e.vllm.gpu_memory_utilization, cuda_graphs=e.cuda_graphs, cuda_graphs_tp=e.cuda_graphs_tp,
+        memory_fraction=pool_share(e), cuda_graphs=e.cuda_graphs, cuda_graphs_tp=e.cuda_graphs_tp,
         top_p=c.sampling.top_p, memory_gib=settings.gpu_memory_gib, reserve_gib=settings.value("reserve_gib"),
         vocab_divisible_by=divisible)
 
@@ -184,22 +184,23 @@ def _weights(s: StageShape, arch: Arch, tp: int, pp: int, stage: int) -> int:
 
 def _memory(s: StageShape, arch: Arch, engine: str, gpu: GPU, pool: Optional[int],
             sequences: int) -> tuple[dict[str, int], int]:
-    """(bytes per GPU of the worst stage, rows) for `engine` with calls of `sequences`; vllm with `pool`
-    bytes of KV cache (None: the memory fraction's)."""
+    """(bytes per GPU of the worst stage, rows) for `engine` with calls of `sequences`; an engine whose pool is
+    allocated whole (vllm: replicas at one stage) with `pool` bytes of KV cache (None: the memory fraction's)."""
     e = DTYPE_BYTES[s.precision]
     full = s.prompt_tokens + s.max_tokens
     n = max(round_sizes(s.n, s.rounds))
-    if engine == "vllm":
-        weights = _weights(s, arch, s.tp, 1, 0)  # the job's model at TP tp; vLLM's copy has the same shards
+    k = ENGINE_KINDS[engine]
+    if k.pool == "whole":
+        weights = _weights(s, arch, s.tp, 1, 0)  # the job's model at TP tp; the engine's copy has the same shards
         slot = kv_slot_bytes(arch, tp=s.tp, pp=1, e=e)
-        graphs = int(VLLM_GRAPH_GIB * GIB)
+        graphs = int(k.graphs_gib * GIB)
         if pool is None:  # what gpu_memory_utilization leaves after vLLM's weights, graphs and temporaries
             memory = int((s.memory_gib if s.memory_gib is not None else gpu.memory_gib) * GIB)
             rough = engine_memory(arch, tp=s.tp, pp=1, stage=0, e=e, sequences=s.max_batch_size, n=n,
                                   prompt_tokens=s.prompt_tokens, max_tokens=s.max_tokens,
                                   max_batch_size=s.max_batch_size, max_prefill_tokens=s.max_prefill_tokens,
                                   sync_every=s.sync_every, kv_budget_bytes=full * slot, top_p=s.top_p)
-            pool = max(0, int(s.vllm_memory_fraction * memory) - weights - graphs - rough.activations - rough.logits)
+            pool = max(0, int(s.memory_fraction * memory) - weights - graphs - rough.activations - rough.logits)
         rows = max(1, min(s.max_batch_size, sequences, pool // (full * slot)))
         g = engine_memory(arch, tp=s.tp, pp=1, stage=0, e=e, sequences=rows, n=n, prompt_tokens=s.prompt_tokens,
                           max_tokens=s.max_tokens, max_batch_size=s.max_batch_size,
@@ -226,10 +227,10 @@ def _memory(s: StageShape, arch: Arch, engine: str, gpu: GPU, pool: Optional[int
 def _rounds(s: StageShape, arch: Arch, engine: str, gpu: GPU, per_gpu: dict[str, int], rows: int,
             size: int, replicas: int) -> tuple[RoundPlan, ...]:
     e = DTYPE_BYTES[s.precision]
-    pp = 1 if engine == "vllm" else s.pp
+    pp = 1 if ENGINE_KINDS[engine].layout == "copies" else s.pp
     slot = kv_slot_bytes(arch, tp=s.tp, pp=pp, e=e)
     graphs = decode_graphs(s.cuda_graphs, cuda_graphs_tp=s.cuda_graphs_tp, tp=s.tp, pp=pp)
-    weight_bytes = per_gpu["engine_copy"] if engine == "vllm" else per_gpu["weights"]
+    weight_bytes = per_gpu.get("engine_copy", per_gpu["weights"])  # what a decode step reads
     total = sum(s.problems)
     unsolved = 1.0 if s.first_round_solve_rate is None else 1 - s.first_round_solve_rate
     plans = []
@@ -250,7 +251,7 @@ def _rounds(s: StageShape, arch: Arch, engine: str, gpu: GPU, per_gpu: dict[str,
 
 
 def plan_stage(arch: Arch, gpu: GPU, s: StageShape, engine: str) -> EngineStagePlan:
-    """`s` on `engine` (megatron | vllm); see the module docstring."""
+    """`s` on `engine` (an engine kind); see the module docstring."""
     if s.gpus % (s.tp * s.pp):
         raise ValueError(f"{s.gpus} GPUs are not a multiple of tp x pp = {s.tp * s.pp}")
     if s.mean_tokens is not None and s.mean_tokens > s.max_tokens:
@@ -260,11 +261,12 @@ def plan_stage(arch: Arch, gpu: GPU, s: StageShape, engine: str) -> EngineStageP
     memory = int((s.memory_gib if s.memory_gib is not None else gpu.memory_gib) * GIB)
     usable = memory - int(s.reserve_gib * GIB)
     replicas = s.gpus // (s.tp * s.pp)
-    why_not = "vLLM runs as replicas at one stage: pp must be 1" if engine == "vllm" and s.pp > 1 else ""
-    pool = int(s.kv_cache_gib * GIB) if engine == "vllm" and s.kv_cache_gib is not None else None
+    k = ENGINE_KINDS[engine]
+    why_not = f"{k.library} runs as replicas at one stage: pp must be 1" if k.layout == "copies" and s.pp > 1 else ""
+    pool = int(s.kv_cache_gib * GIB) if k.pool == "whole" and s.kv_cache_gib is not None else None
     per_gpu, rows = _memory(s, arch, engine, gpu, pool, s.max_batch_size)
-    if engine == "vllm" and pool is not None and sum(per_gpu.values()) > usable:
-        # vLLM allocates its pool whole: engine.kv_cache_gib is then a cap, the largest pool under it that fits
+    if k.pool == "whole" and pool is not None and sum(per_gpu.values()) > usable:
+        # a pool allocated whole (vLLM's): engine.kv_cache_gib is then a cap, the largest pool under it that fits
         # is taken (the job's start says so: `resolve_engine_kind_stage`)
         room = usable - (sum(per_gpu.values()) - per_gpu["kv_cache"])
         for step in range(50):
@@ -283,9 +285,9 @@ def plan_stage(arch: Arch, gpu: GPU, s: StageShape, engine: str) -> EngineStageP
 
 
 def plan_auto_engine(arch: Arch, gpu: GPU, s: StageShape, kind: str) -> tuple[EngineStagePlan, dict[str, EngineStagePlan]]:
-    """(the plan of the engine `kind` names, every engine's plan): `kind` auto takes the faster of vllm and
-    megatron that fits (vllm on a tie), megatron when neither fits."""
-    kinds = ENGINES if kind == "auto" else (kind,)
+    """(the plan of the engine `kind` names, every engine's plan): `kind` auto takes the faster that fits of its
+    candidates (`engine_kinds.AUTO_CANDIDATES`: vllm, then megatron; the first on a tie), the last when none fits."""
+    kinds = AUTO_NAMES if kind == AUTO_KIND else (kind,)
     plans = {k: plan_stage(arch, gpu, s, k) for k in kinds}
     fitting = [p for p in plans.values() if p.fits]
     chosen = min(fitting, key=lambda p: p.seconds) if fitting else plans[kinds[-1]]
@@ -293,10 +295,10 @@ def plan_auto_engine(arch: Arch, gpu: GPU, s: StageShape, kind: str) -> tuple[En
 
 
 def plan_engine_stage(arch: Arch, gpu: GPU, *, engine: str = "megatron", **shape) -> EngineStagePlan:
-    """The stage of `shape` (`StageShape`'s fields) on `engine` (megatron | vllm | auto)."""
+    """The stage of `shape` (`StageShape`'s fields) on `engine` (an engine kind, or auto)."""
     return plan_auto_engine(arch, gpu, StageShape(**shape), engine)[0]
 
 
 def with_pool(s: StageShape, plan: EngineStagePlan) -> StageShape:
-    """`s` with engine.kv_cache_gib the pool `plan` (vllm) fitted under its cap."""
+    """`s` with engine.kv_cache_gib the pool `plan` (a pool allocated whole: vllm's) fitted under its cap."""
     return dataclasses.replace(s, kv_cache_gib=plan.per_gpu["kv_cache"] / GIB)

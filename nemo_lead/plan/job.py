@@ -34,23 +34,30 @@ from typing import Any, Optional
 from nemo_lead.models.hf_config import Arch, arch_from_hf, padded_vocab_size
 from nemo_lead.parallel.layout import check_layout, engine_layouts, model_shape
 from nemo_lead.plan.activations import Recompute, update_memory
+from nemo_lead.plan.engine_kinds import (
+    AUTO_KIND,
+    AUTO_NAMES,
+    ENGINE_KINDS,
+    EngineKind,
+    engine_kind,
+    engine_value,
+    memory_fraction,
+)
 from nemo_lead.plan.engine_memory import engine_memory, kv_slot_bytes
 from nemo_lead.plan.parameters import DTYPE_BYTES, stage_parameters, static_bytes
 from nemo_lead.plan.settings import PlanSettings
 from nemo_lead.plan.timing import (
     GPU,
-    VLLM_GRAPH_GIB,
     StepTime,
     decode_graphs,
     generation_seconds,
     offload_seconds,
     refit_seconds,
+    reload_refit_seconds,
     update_seconds,
-    vllm_refit_seconds,
 )
 
 GIB = 1 << 30
-AUTO_KIND = "auto"  # engine.kind: chosen by the plan (`auto_engine_kind`), as `nemo_lead.generation.engine_config` says
 KV_GIB = 2**30  # engine.kv_cache_gib's unit (`nemo_lead.generation.megatron_engine.kv_budget.GIB`)
 # the actor's token budget per micro-batch on a GPU when actor.micro_batch_tokens is None
 # (`nemo_lead.training.actor.config.GPU_MICRO_BATCH_TOKENS`; the plans are for GPUs)
@@ -86,7 +93,7 @@ class JobShape:
     n: int = 1
     prompt_tokens: int = 0
     max_tokens: int = 0
-    engine: str = "megatron"
+    engine: str = "megatron"  # engine.kind (`nemo_lead.plan.engine_kinds`: what the plan counts for it)
     max_batch_size: int = 256
     max_prefill_tokens: int = 16384
     sync_every: int = 8
@@ -102,7 +109,7 @@ class JobShape:
     refit_bucket_mb: float = 512
     # with engine_tp1: the copy's TP (engine.tp=b engine.pp=1, b | tp), one replica per b GPUs; 1 = TP1 x PP1
     engine_tp: int = 1
-    vllm_memory_fraction: float = 0.0  # engine.kind=vllm: engine.vllm.gpu_memory_utilization
+    memory_fraction: float = 0.0  # the GPU share an engine with a pool allocated whole takes (engine.vllm.gpu_memory_utilization)
     # actor.layer_spec: te plans Transformer Engine's MLP term (`activations.mlp_saved_widths`); auto is planned
     # as the local spec (which of the two a job gets depends on its container: TE's image takes TE)
     layer_spec: str = "local"
@@ -136,15 +143,16 @@ def job_shape(cfg: Any, kind: str, hf_config: dict, *, gpus: int, settings: Plan
     )
     if kind == "sft":
         return JobShape(**common, longest=cfg.data.max_seq_len, sequences=cfg.global_batch)
-    if cfg.engine.kind == AUTO_KIND:  # on `gpu`: the faster that fits of vllm and megatron; else megatron
+    if cfg.engine.kind == AUTO_KIND:  # on `gpu`: the faster that fits of its candidates; else the last (megatron)
         return auto_engine_kind(cfg, hf_config, gpus=gpus, settings=settings, vocab_divisible_by=vocab_divisible_by,
                                 gpu=gpu, memory_gib=memory_gib)
     r, e = cfg.rollout, cfg.engine
     prompt_tokens = settings.value("prompt_tokens")
-    # vllm always decodes on a copy of its own (replicas of engine.tp ranks at one stage); megatron only over a
-    # larger actor layout with engine.tp=b engine.pp=1
-    own = e.kind == "vllm" or (e.kind == "megatron" and _engine_value(e.pp, a.pp) == 1
-                               and _engine_value(e.tp, a.tp) < a.tp * a.pp)
+    # a `copies` engine (vllm) always decodes on a copy of its own (replicas of engine.tp ranks at one stage); an
+    # `actor_or_copies` one (megatron) only over a larger actor layout with engine.tp=b engine.pp=1
+    layout = engine_kind(e.kind).layout
+    own = layout == "copies" or (layout == "actor_or_copies" and engine_value(e.pp, a.pp) == 1
+                                 and engine_value(e.tp, a.tp) < a.tp * a.pp)
     on_policy = cfg.old_logprobs == "auto" and cfg.ppo_epochs == 1 and cfg.minibatches == 1
     shape = JobShape(
         **common, longest=prompt_tokens + r.max_tokens, sequences=cfg.prompts_per_step * r.n,
@@ -154,8 +162,8 @@ def job_shape(cfg: Any, kind: str, hf_config: dict, *, gpus: int, settings: Plan
         max_prefill_tokens=e.max_prefill_tokens, sync_every=e.sync_every or 8, cuda_graphs=e.cuda_graphs,
         cuda_graphs_tp=e.cuda_graphs_tp, kv_cache_gib=e.kv_cache_gib, top_p=r.top_p,
         mean_response_tokens=mean_response(settings, r.max_tokens),
-        engine_tp1=own, refit_bucket_mb=e.refit_bucket_mb, engine_tp=_engine_value(e.tp, a.tp) if own else 1,
-        vllm_memory_fraction=e.vllm.gpu_memory_utilization if e.kind == "vllm" else 0.0,
+        engine_tp1=own, refit_bucket_mb=e.refit_bucket_mb, engine_tp=engine_value(e.tp, a.tp) if own else 1,
+        memory_fraction=memory_fraction(e),
     )
     options = engine_options(e, tp=a.tp, pp=a.pp, generator_ranks=r.generator_ranks)
     if len(options) > 1 and gpu:
@@ -166,11 +174,12 @@ def job_shape(cfg: Any, kind: str, hf_config: dict, *, gpus: int, settings: Plan
 
 
 def auto_engine_kind(cfg: Any, hf_config: dict, *, gpus: int, settings: PlanSettings, vocab_divisible_by: int,
-                     gpu: GPU | None, memory_gib: float | None, kinds: tuple[str, ...] = ("vllm", "megatron")) -> JobShape:
-    """engine.kind=auto planned: of `kinds` (vllm first: the GPU default where it is installed), the shape whose
-    plan on `gpu` fits with the shortest step, the first on a tie; the last (megatron) without a `gpu` or when
-    none fits (the check before start then says what to change). vllm takes engine.kv_cache_gib as a cap: its
-    largest pool under it that fits beside its weights."""
+                     gpu: GPU | None, memory_gib: float | None, kinds: tuple[str, ...] = AUTO_NAMES) -> JobShape:
+    """engine.kind=auto planned: of `kinds` (auto's candidates, the preferred first: vllm, the GPU default where
+    it is installed), the shape whose plan on `gpu` fits with the shortest step, the first on a tie; the last
+    (megatron) without a `gpu` or when none fits (the check before start then says what to change). An engine
+    whose pool is allocated whole (vllm) takes engine.kv_cache_gib as a cap: its largest pool under it that
+    fits beside its weights."""
     shapes = []
     for kind in kinds:
         one = dataclasses.replace(cfg, engine=dataclasses.replace(cfg.engine, kind=kind))
@@ -184,7 +193,7 @@ def auto_engine_kind(cfg: Any, hf_config: dict, *, gpus: int, settings: PlanSett
     plans = []
     for sh in shapes:
         plan = evaluate(sh)
-        if sh.engine == "vllm" and not plan.fits and sh.kv_cache_gib is not None:
+        if ENGINE_KINDS[sh.engine].pool == "whole" and not plan.fits and sh.kv_cache_gib is not None:
             # vLLM allocates its pool whole beside its own weights: engine.kv_cache_gib is then a cap, and the
             # largest pool under it that fits is taken (the job's start says so)
             plan = fit_generation(sh, plan, evaluate, cap_gib=sh.kv_cache_gib) or plan
@@ -202,22 +211,19 @@ def mean_response(settings: PlanSettings, max_tokens: int) -> Optional[float]:
     return mean
 
 
-def _engine_value(value: Any, own: int) -> int:
-    """engine.tp / engine.pp as a number (`actor`, or `auto` until chosen: the actor's)."""
-    return own if str(value) in ("actor", "auto") else int(value)
-
-
 def engine_options(engine: Any, *, tp: int, pp: int, generator_ranks: int = 0) -> list[tuple[bool, int]]:
     """The engine layouts engine.tp / engine.pp `auto` may take over an actor at `tp` x `pp`, as
     (`engine_tp1`, `engine_tp`) pairs: (False, 1) the actor's layout, (True, b) replicas at TP b and one stage
     (`nemo_lead.parallel.layout.engine_layouts`, the actor's first). All of those where the megatron engine
     runs colocated over an actor at TP or PP > 1, less those a key set explicitly rules out; only the actor's
-    for the split layout, engine.kind=trtllm or a TP1 x PP1 actor ([]: no `auto` key)."""
+    for the split layout, a `fixed` engine (trtllm) or a TP1 x PP1 actor ([]: no `auto` key). A `copies` engine
+    (vllm): the actor's TP at one stage (`nemo_lead.generation.engine_config.resolve_engine_kind`)."""
     if "auto" not in (str(engine.tp), str(engine.pp)):
         return []
-    if engine.kind == "vllm":  # auto: the actor's TP at one stage (`generation.engine.resolve_engine_kind`)
-        return [(True, _engine_value(engine.tp, tp))]
-    if engine.kind != "megatron" or (tp, pp) == (1, 1) or generator_ranks:
+    layout = engine_kind(engine.kind).layout
+    if layout == "copies":
+        return [(True, engine_value(engine.tp, tp))]
+    if layout != "actor_or_copies" or (tp, pp) == (1, 1) or generator_ranks:
         return [(False, 1)]
     return [(False, 1) if layout == (tp, pp) else (True, layout[0]) for layout in engine_layouts(tp, pp, engine.tp, engine.pp)]
 
@@ -302,7 +308,8 @@ def plan_job(s: JobShape, gpu: GPU, *, memory_gib: float | None = None, reserve_
     stages: dict[str, int] = {}
     rows = 0
     optimizer = 0  # the most optimizer bytes of one rank over the stages
-    copy = (_vllm_weight_bytes(s) if s.engine == "vllm" else _engine_copy_bytes(s)) if s.engine_tp1 else 0
+    k = ENGINE_KINDS[s.engine]
+    copy = _copy_bytes(s, k) if s.engine_tp1 else 0
     for stage in range(s.pp):
         st, largest = _static(s.arch, s.tp, s.pp, s.dp, stage, s.precision, s.distributed_optimizer,
                               s.vocab_divisible_by)
@@ -315,58 +322,71 @@ def plan_job(s: JobShape, gpu: GPU, *, memory_gib: float | None = None, reserve_
                           layer_spec=s.layer_spec)
         found = {"update": {**static, "activations": u.activations, "logits": u.logits}}
         if s.kind == "rl":
-            g = _generation(s, stage, e)
-            pool = 0
-            if s.engine == "vllm":  # the pool it allocates decides the sequences decoding at once
-                pool = _vllm_kv_bytes(s, memory, copy, g)
-                g = _generation(s, stage, e, budget=pool)
-                pool = min(pool, _vllm_kv_bytes(s, memory, copy, g))  # the temporaries of the rows it holds
-            rows = g.rows
-            kept = {k: (0 if s.offload and k != "weights" else v) for k, v in static.items()}
-            found["generation"] = {**kept, "kv_cache": g.kv_cache, "activations": g.activations, "logits": g.logits}
-            if s.engine == "vllm":  # its weights, KV pool (allocated whole) and graphs; asleep during the update
-                found["generation"].update(engine_copy=copy, kv_cache=pool, cuda_graphs=int(VLLM_GRAPH_GIB * GIB))
-            elif s.engine_tp1:  # the copy, and while it is gathered a bucket's buffers (local and [tp, n])
-                found["generation"].update(engine_copy=copy, refit_buckets=int((s.tp + 1) * s.refit_bucket_mb * 1e6))
-                if not s.offload:  # kept from refit to the next generation: through the update too
-                    found["update"]["engine_copy"] = copy
+            found["generation"], rows = _generation_phase(s, k, stage, e, memory, copy, static)
+            if s.engine_tp1 and not k.host_copy and not s.offload:  # kept from refit to the next generation
+                found["update"]["engine_copy"] = copy
         for phase, parts in found.items():
             if phase not in phases or sum(parts.values()) > sum(phases[phase].values()):
                 phases[phase], stages[phase] = parts, stage
     usable = memory - int(reserve_gib * GIB)
-    timed = s.engine in ("megatron", "vllm") or s.kind == "sft"
+    timed = k.timed or s.kind == "sft"
     time = _time(s, gpu, tokens, mbs, rows, phases, s.mean_response_tokens) if timed else None
     worst = (_time(s, gpu, tokens, mbs, rows, phases, None)
              if timed and s.kind == "rl" and s.mean_response_tokens is not None else None)
     host = min(s.gpus, GPUS_PER_NODE) * optimizer if s.kind == "rl" and s.offload else 0
-    if s.kind == "rl" and s.engine == "vllm":  # sleep level 1 keeps the engine's weights on the host meanwhile
+    if s.kind == "rl" and k.host_copy:  # vllm's sleep level 1 keeps the engine's weights on the host meanwhile
         host += min(s.gpus, GPUS_PER_NODE) * copy
     return JobPlan(shape=s, gpu=gpu, memory_bytes=memory, usable_bytes=usable, phases=phases, stages=stages,
                    tokens_per_microbatch=tokens, microbatches=mbs, engine_rows=rows, time=time,
                    host_bytes_per_node=host, worst=worst)
 
 
-def _engine_copy_bytes(s: JobShape) -> int:
-    """The engine's copy at engine TP b on one GPU: its shards of the layers, and the vocabulary tables whole
-    (`nemo_lead.generation.megatron_engine.model_copy` keeps them whole at any b: the TP-b shards' count plus the rest)."""
+def _copy_bytes(s: JobShape, k: EngineKind) -> int:
+    """The engine's copy at engine TP b on one GPU (`copy_weights`): every table and layer sharded b ways
+    (vllm), or its shards of the layers and the vocabulary tables whole (the megatron engine's
+    `nemo_lead.generation.megatron_engine.model_copy` keeps them whole at any b: the TP-b shards' count plus
+    the rest)."""
     b = s.engine_tp
     sharded = _static(s.arch, b, 1, 1, 0, s.precision, False, s.vocab_divisible_by)[0].weights
+    if k.copy_weights == "sharded":
+        return sharded
     tables = 1 if s.arch.tied_embeddings else 2
     rows = padded_vocab_size(s.arch.vocab_size, s.vocab_divisible_by * b)
     return sharded + tables * rows * s.arch.hidden_size * DTYPE_BYTES[s.precision] * (b - 1) // b
 
 
-def _vllm_weight_bytes(s: JobShape) -> int:
-    """vLLM's weights on one GPU at engine TP b: every table and layer sharded b ways (vocabulary included)."""
-    return _static(s.arch, s.engine_tp, 1, 1, 0, s.precision, False, s.vocab_divisible_by)[0].weights
-
-
-def _vllm_kv_bytes(s: JobShape, memory: int, weights: int, g) -> int:
-    """vLLM's KV pool, allocated whole at start: engine.kv_cache_gib, or what engine.vllm.gpu_memory_utilization
-    of the GPU leaves after its weights, graphs and the decode temporaries."""
+def _whole_pool_bytes(s: JobShape, k: EngineKind, memory: int, weights: int, g) -> int:
+    """A pool allocated whole at start (vllm): engine.kv_cache_gib, or what the engine's share of the GPU
+    (`memory_fraction`: engine.vllm.gpu_memory_utilization) leaves after its weights, graphs and the decode
+    temporaries."""
     if s.kv_cache_gib is not None:
         return int(s.kv_cache_gib * KV_GIB)
-    return max(0, int(s.vllm_memory_fraction * memory) - weights - int(VLLM_GRAPH_GIB * GIB) - g.activations - g.logits)
+    return max(0, int(s.memory_fraction * memory) - weights - int(k.graphs_gib * GIB) - g.activations - g.logits)
+
+
+def _generation_phase(s: JobShape, k: EngineKind, stage: int, e: int, memory: int, copy: int,
+                      static: dict[str, int]) -> tuple[dict[str, int], int]:
+    """(the generation phase's bytes at `stage`, the rows the engine decodes at once): the actor's static
+    memory (only its weights with offload), the engine's KV cache and temporaries; a pool allocated whole
+    decides the rows (`pool`); the engine's copy, its CUDA graphs, and while a copy is gathered a bucket's
+    buffers (local and [tp, n]: `refit` gather)."""
+    g = _generation(s, stage, e)
+    pool = 0
+    if k.pool == "whole":  # the pool it allocates decides the sequences decoding at once
+        pool = _whole_pool_bytes(s, k, memory, copy, g)
+        g = _generation(s, stage, e, budget=pool)
+        pool = min(pool, _whole_pool_bytes(s, k, memory, copy, g))  # the temporaries of the rows it holds
+    kept = {name: (0 if s.offload and name != "weights" else v) for name, v in static.items()}
+    parts = {**kept, "kv_cache": g.kv_cache, "activations": g.activations, "logits": g.logits}
+    if k.pool == "whole" or s.engine_tp1:
+        parts["engine_copy"] = copy
+        if k.pool == "whole":
+            parts["kv_cache"] = pool
+        if k.graphs_gib:
+            parts["cuda_graphs"] = int(k.graphs_gib * GIB)
+        if k.refit == "gather":
+            parts["refit_buckets"] = int((s.tp + 1) * s.refit_bucket_mb * 1e6)
+    return parts, g.rows
 
 
 def _generation(s: JobShape, stage: int, e: int, budget: int | None = None):
@@ -402,10 +422,11 @@ def _time(s: JobShape, gpu: GPU, tokens: int, mbs: int, rows: int, phases, mean:
                              rows=rows, prompts=math.ceil(s.prompts / replicas), n=s.n, prompt_tokens=s.prompt_tokens,
                              max_tokens=s.max_tokens, mean_tokens=mean, cuda_graphs=graphs, engine=s.engine)
     refit = offload_seconds(gpu, phases["update"]["optimizer"]) if s.offload else 0.0
-    if s.engine == "vllm":
+    k = ENGINE_KINDS[s.engine]
+    if k.refit == "reload":
         model = _static(s.arch, 1, 1, 1, 0, s.precision, False, s.vocab_divisible_by)[0].weights
-        refit += vllm_refit_seconds(gpu, model, weights, s.tp * s.pp)
-    elif s.engine_tp1:
+        refit += reload_refit_seconds(gpu, model, weights, s.tp * s.pp)
+    elif k.refit == "gather" and s.engine_tp1:
         refit += refit_seconds(gpu, weights, s.tp * s.pp)
     return StepTime(generation=gen, update=update, refit=refit)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from nemo_lead.plan.engine_kinds import ENGINE_KINDS, plan_note
 from nemo_lead.plan.fixes import Fix
 from nemo_lead.plan.job import GIB, GPUS_PER_NODE, JobPlan
 from nemo_lead.plan.parameters import parameter_count
@@ -13,9 +14,6 @@ from nemo_lead.plan.timing import (
     EAGER_HOST_S_PER_LAYER,
     HOST_LINK_FRACTION,
     SOURCES,
-    VLLM_DECODE_BANDWIDTH_FRACTION,
-    VLLM_DECODE_SOURCE,
-    VLLM_GRAPH_GIB,
     cited,
     tail_share,
     update_fraction,
@@ -49,7 +47,7 @@ def overrides(changes: dict[str, Any], prefix: str = "") -> str:
 
 def layout_name(plan: JobPlan) -> str:
     s = plan.shape
-    engine = "vllm" if s.engine == "vllm" else "engine"
+    engine = ENGINE_KINDS[s.engine].label
     return f"tp {s.tp} pp {s.pp} dp {s.dp}" + (f", {engine} tp {s.engine_tp} x {s.gpus // s.engine_tp}" if s.engine_tp1 else "")
 
 
@@ -121,14 +119,8 @@ def describe(name: str, plan: JobPlan, fixes: list[Fix], prefix: str = "", ranki
     lines.append("    total".ljust(26) + "".join(_gib(plan.total(p)).rjust(12) for p in phases))
     lines.append("    left".ljust(26) + "".join(_gib(plan.left(p)).rjust(12) for p in phases))
     lines.append("    pipeline stage".ljust(26) + "".join(str(plan.stages[p]).rjust(12) for p in phases))
-    if s.kind == "rl" and s.engine == "vllm":
-        lines.append("  (engine.kind=vllm: engine_copy is vLLM's weights at engine TP "
-                     f"{s.engine_tp}, kv_cache its whole pool, cuda_graphs assumed {VLLM_GRAPH_GIB:g} GiB; asleep "
-                     f"during the update, its weights on the host. Decode at {VLLM_DECODE_BANDWIDTH_FRACTION:.0%} of the "
-                     f"bandwidth bound: {VLLM_DECODE_SOURCE})")
-    elif s.kind == "rl" and s.engine != "megatron":
-        lines.append(f"  (engine.kind={s.engine}: the generation column counts the megatron engine's cache; "
-                     "TensorRT-LLM keeps its own weights and takes engine.trtllm.kv_cache_fraction of the free memory)")
+    if s.kind == "rl" and plan_note(s.engine, s.engine_tp):  # what the plan counts for this engine, and its figures
+        lines.append(f"  {plan_note(s.engine, s.engine_tp)}")
     lines.append("  fits: yes" if plan.fits else "  fits: NO - " + "; ".join(over_budget(plan)))
     if plan.time is not None and not plan.fits:
         lines.append("  step: no time for a layout that does not fit"
@@ -143,8 +135,9 @@ def describe(name: str, plan: JobPlan, fixes: list[Fix], prefix: str = "", ranki
     if plan.time is not None and plan.fits:
         lines.append(f"  efficiencies: {cited(s.engine)}")
     if plan.host_bytes_per_node:
-        what = ("pinned optimizer copies" if s.engine != "vllm" else
-                "vLLM's sleeping weights" + (" and pinned optimizer copies" if s.offload else ""))
+        sleeping = ENGINE_KINDS[s.engine].host_copy  # an engine that sleeps with its weights on the host
+        what = ("pinned optimizer copies" if not sleeping else
+                sleeping + (" and pinned optimizer copies" if s.offload else ""))
         lines.append(f"  host memory per node while generating: {plan.host_bytes_per_node / GIB:,.1f} GiB "
                      f"({what} of {min(s.gpus, GPUS_PER_NODE)} ranks)")
     if not plan.fits:
@@ -193,6 +186,7 @@ def as_json(name: str, plan: JobPlan, fixes: list[Fix], ranking: Ranking | None 
     layout does not fit: `step_seconds` null)."""
     s = plan.shape
     best = fixes[0] if fixes else None
+    figure = ENGINE_KINDS[s.engine].decode  # its own decode figure, else the megatron engine's measured one
     return {
         "stage": name, "kind": s.kind, "gpus": s.gpus, "gpu": plan.gpu.name,
         "engine": s.engine if s.kind == "rl" else None,
@@ -207,10 +201,8 @@ def as_json(name: str, plan: JobPlan, fixes: list[Fix], ranking: Ranking | None 
                                                            if s.kind == "rl" else None),
                         "longest_sequence": s.longest},
         "efficiencies": {"update_fraction_of_peak": update_fraction(plan.tokens_per_microbatch),
-                         "decode_fraction_of_bandwidth": (VLLM_DECODE_BANDWIDTH_FRACTION if s.engine == "vllm"
-                                                          else DECODE_BANDWIDTH_FRACTION),
-                         "decode_source": SOURCES["vllm_decode_fraction_of_bandwidth" if s.engine == "vllm"
-                                                  else "decode_fraction_of_bandwidth"],
+                         "decode_fraction_of_bandwidth": figure.fraction if figure else DECODE_BANDWIDTH_FRACTION,
+                         "decode_source": figure.source if figure else SOURCES["decode_fraction_of_bandwidth"],
                          "eager_decode_host_seconds_per_layer": EAGER_HOST_S_PER_LAYER,
                          "host_link_fraction": HOST_LINK_FRACTION, "sources": dict(SOURCES)},
         "fixes": [{"changes": f.changes, **_phases(f.plan)} for f in fixes],

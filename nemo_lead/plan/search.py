@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from nemo_lead.plan.activations import Recompute
+from nemo_lead.plan.engine_kinds import ENGINE_KINDS
 from nemo_lead.plan.engine_memory import kv_slot_bytes
 from nemo_lead.plan.fixes import FULL, SELECTIVE, change_count, changes_of, fit_generation, layouts_of
 from nemo_lead.plan.job import KV_GIB, JobPlan, JobShape, plan_job
@@ -106,16 +107,17 @@ def shapes_searched(base: JobShape) -> list[JobShape]:
     """The configured shape and every combination of the settings searched (see the module docstring)."""
     recomputes: list[Recompute] = [Recompute(), SELECTIVE, FULL]
     out = [base]
-    rl_megatron = base.kind == "rl" and base.engine == "megatron"
+    layout = ENGINE_KINDS[base.engine].layout  # copies of its own searched where the engine may take them
+    copies = base.kind == "rl" and layout == "actor_or_copies"
     for (tp, pp), sp, recompute, distributed, offload, engine_tp1 in itertools.product(
             layouts_of(base), (False, True), recomputes, (False, True),
-            (False, True) if base.kind == "rl" else (base.offload,), (False, True) if rl_megatron else (False,)):
+            (False, True) if base.kind == "rl" else (base.offload,), (False, True) if copies else (False,)):
         dp = base.gpus // (tp * pp)
         if (sp and tp == 1) or (distributed != base.distributed_optimizer and dp == 1) or (engine_tp1 and tp * pp == 1):
             continue
         # a copy of its own at every engine TP b dividing the actor's (b < tp x pp: not the actor's layout)
         engine_tps = [b for b in range(1, tp + 1) if tp % b == 0 and b < tp * pp] if engine_tp1 else [1]
-        if base.engine == "vllm":  # vLLM: always its own copy, at the actor's TP and one stage (`vllm_layout`)
+        if layout == "copies":  # always its own copy, at the actor's TP and one stage (vllm: `replica_layout`)
             engine_tp1, engine_tps = True, [tp]
         for engine_tp in engine_tps:
             out.append(dataclasses.replace(base, tp=tp, pp=pp, sequence_parallel=sp, recompute=recompute,
@@ -125,10 +127,10 @@ def shapes_searched(base: JobShape) -> list[JobShape]:
 
 
 def _variants(s: JobShape, evaluate: Callable[[JobShape], JobPlan]) -> list[JobPlan]:
-    """`s` as set, and (megatron engine) with the largest KV budget that fits, when that admits more rows."""
+    """`s` as set, and (a timed engine) with the largest KV budget that fits, when that admits more rows."""
     plan = evaluate(s)
     out = [plan]
-    if s.kind == "rl" and s.engine in ("megatron", "vllm") and not (s.kv_cache_gib is None and plan.fits):
+    if s.kind == "rl" and ENGINE_KINDS[s.engine].timed and not (s.kv_cache_gib is None and plan.fits):
         fitted = fit_generation(s, plan, evaluate, cap_gib=needed_budget_gib(s))
         if fitted is not None and fitted.shape != s:
             out.append(fitted)

@@ -49,6 +49,7 @@ import math
 from dataclasses import dataclass
 
 from nemo_lead.models.hf_config import Arch
+from nemo_lead.plan.engine_kinds import ENGINE_KINDS
 
 
 @dataclass(frozen=True)
@@ -76,17 +77,7 @@ EAGER_HOST_S_PER_LAYER = (89.38e-3 - 10.58e-3) / 28
 # the CUDA-graph decode at engine TP > 1 as a fraction of the bandwidth bound: None = not measured yet
 TP_GRAPH_DECODE_BANDWIDTH_FRACTION: float | None = None
 HOST_LINK_FRACTION = 1.0  # nominal (not measured)
-# engine.kind=vllm's decode as a fraction of the bandwidth bound: ASSUMED from a published figure, not measured
-# by this project. InferenceBench's concurrency sweep (its "concurrency-sweep" recipe page, run 2026-05-16):
-# Llama-3.1-8B-Instruct, fp16, vLLM 0.21.0, one H100-80GB-HBM3, chatbot-short prompts, concurrency 1: TPOT p50
-# 6.48 ms; the step reads the 8.03B parameters' 16.06 GB (its KV of a few hundred tokens, ~0.05 GB, left out)
-# against 3.35 TB/s, a bound of 4.79 ms: 4.79 / 6.48 = 0.74. At the RL engine's batches the KV reads dominate and
-# vLLM's paged attention may reach another fraction: bench/gpu_session.sh's rollout_bench step measures it on
-# the same weights as the megatron engine (its vLLM row), and this figure is replaced then.
-VLLM_DECODE_BANDWIDTH_FRACTION = 4.794 / 6.48
-VLLM_DECODE_SOURCE = ("assumed, not measured by this project: InferenceBench concurrency sweep, Llama-3.1-8B fp16, "
-                      "vLLM 0.21.0, 1 x H100 80GB, concurrency 1, TPOT 6.48 ms (2026-05-16)")
-VLLM_GRAPH_GIB = 1.0  # vllm on a GPU: its CUDA graphs' memory pool, assumed (vLLM's log prints the real figure)
+# an engine's own decode figure (vllm's: assumed, not measured here) is on its kind's entry (`nemo_lead.plan.engine_kinds`)
 LINK_FRACTION = 1.0  # of the nominal NVLink bandwidth reached by the refit's collectives (not measured)
 
 # each efficiency the plan uses and where it comes from (`cited`: the plan's output prints these)
@@ -94,19 +85,21 @@ SOURCES = {
     "update_fraction_of_peak": ACTOR_GPU_RUN.cite(),
     "decode_fraction_of_bandwidth": ROLLOUT_GPU_RUN.cite(),
     "eager_decode_host_seconds_per_layer": ROLLOUT_GPU_RUN.cite(),
-    "vllm_decode_fraction_of_bandwidth": VLLM_DECODE_SOURCE,
+    # an engine's own decode figure, where it has one (`nemo_lead.plan.engine_kinds`: vllm's, assumed)
+    **{f"{k.name}_decode_fraction_of_bandwidth": k.decode.source for k in ENGINE_KINDS.values() if k.decode},
     "host_link_fraction": "assumed: the nominal PCIe figure (not measured)",
     "link_fraction": "assumed: the nominal NVLink figure (not measured)",
 }
 
 
 def cited(engine: str = "megatron") -> str:
-    """The efficiencies a plan's step time rests on, each with its source (one line of the plan's output)."""
+    """The efficiencies a plan's step time rests on, each with its source (one line of the plan's output): an
+    engine's own decode figure where it has one (`EngineKind.decode`), else the megatron engine's measured ones."""
     lo, hi = UPDATE_PEAK_FRACTION[4096], UPDATE_PEAK_FRACTION[8192]
     update = f"update {lo:.1%}-{hi:.1%} of the bf16 peak ({SOURCES['update_fraction_of_peak']})"
-    if engine == "vllm":
-        decode = (f"vllm decode {VLLM_DECODE_BANDWIDTH_FRACTION:.0%} of the HBM bound "
-                  f"({SOURCES['vllm_decode_fraction_of_bandwidth']})")
+    figure = ENGINE_KINDS[engine].decode
+    if figure is not None:
+        decode = f"{engine} decode {figure.fraction:.0%} of the HBM bound ({figure.source})"
     else:
         decode = (f"decode {DECODE_BANDWIDTH_FRACTION:.1%} of the HBM bound, {EAGER_HOST_S_PER_LAYER * 1e3:.2f} ms "
                   f"of host time per layer in eager steps ({SOURCES['decode_fraction_of_bandwidth']})")
@@ -237,14 +230,16 @@ def generation_seconds(arch: Arch, gpu: GPU, *, tp: int, pp: int, weight_bytes: 
     (the replicas run in parallel; each prompt is prefilled once), responses of mean `mean_tokens` (None:
     all at max_tokens); `calls` such calls one after the other (eval: a call per group of problems).
     `weight_bytes` / `slot_bytes`: one GPU's weights and KV bytes per row and position (one pipeline stage;
-    the engine runs its stages in turn, so a step reads all of them). `engine` "vllm": decode at
-    VLLM_DECODE_BANDWIDTH_FRACTION with CUDA graphs (vLLM's default on a GPU), the rest the same."""
+    the engine runs its stages in turn, so a step reads all of them). `engine`: an engine with a decode figure
+    of its own (`EngineKind.decode`: vllm's, with CUDA graphs, vLLM's default on a GPU) decodes at it, the rest
+    the same."""
     lengths = response_lengths(prompts * n, mean_tokens, max_tokens)
     steps = decode_steps(lengths, rows)
     read = steps * weight_bytes + kv_positions_read(lengths, prompt_tokens) * slot_bytes
     fraction = DECODE_BANDWIDTH_FRACTION
-    if engine == "vllm":
-        fraction, cuda_graphs = VLLM_DECODE_BANDWIDTH_FRACTION, True
+    figure = ENGINE_KINDS[engine].decode
+    if figure is not None:
+        fraction, cuda_graphs = figure.fraction, figure.cuda_graphs or cuda_graphs
     elif cuda_graphs and tp > 1:  # counted only once measured (`decode_graphs`)
         fraction = TP_GRAPH_DECODE_BANDWIDTH_FRACTION
     decode_s = pp * read / (gpu.hbm_tbps * 1e12 * fraction)
@@ -269,8 +264,8 @@ def offload_seconds(gpu: GPU, bytes_each_way: int) -> float:
     return 2 * bytes_each_way / (gpu.host_gbps * 1e9 * HOST_LINK_FRACTION)
 
 
-def vllm_refit_seconds(gpu: GPU, model_bytes: int, copy_bytes: int, actor_ranks: int) -> float:
-    """engine.kind=vllm's refit on one GPU, all at nominal link speeds: every rank gathers the whole model in HF
+def reload_refit_seconds(gpu: GPU, model_bytes: int, copy_bytes: int, actor_ranks: int) -> float:
+    """The `reload` refit (`EngineKind.refit`: vllm's) on one GPU, all at nominal link speeds: every rank gathers the whole model in HF
     names from its actor replica (NVLink: the part it does not hold) and streams it through the host
     (`export_hf_weights` yields CPU tensors: the model to the host, the engine's shard back), and sleep level 1
     moves the engine's weights to the host and back once per step."""

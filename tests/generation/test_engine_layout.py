@@ -10,7 +10,7 @@ from nemo_lead.config.loading import ConfigError, load_config
 from nemo_lead.eval.config import EvalConfig
 from nemo_lead.generation import EngineConfig, check_engine_layout, has_own_layout
 from nemo_lead.generation.command import GenerateConfig
-from nemo_lead.generation.engine_config import engine_layout
+from nemo_lead.plan.engine_kinds import engine_layout
 from nemo_lead.training.rl.config import RLConfig
 
 RL = ["out=x", "data.path=x", "steps=1", "actor.model=tiny-qwen2", "actor.tp=2", "actor.pp=1"]

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import pytest
 
 from nemo_lead.generation import EngineConfig, SamplingParams, check_engine_layout, resolve_engine_kind
-from nemo_lead.generation.engine_config import VllmConfig, vllm_layout
+from nemo_lead.generation.engine_config import VllmConfig
 from nemo_lead.generation.streams import sample_seed
 from nemo_lead.generation.vllm_params import (
     CPU_DEFAULT_KV_GIB,
@@ -21,6 +21,7 @@ from nemo_lead.generation.vllm_params import (
     unsupported,
     vllm_requests,
 )
+from nemo_lead.plan.engine_kinds import replica_layout as vllm_layout
 
 
 def test_one_request_per_sample_seeded_by_global_sample_index():

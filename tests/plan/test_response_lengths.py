@@ -9,11 +9,11 @@ from plan_cli import plan_json
 
 from nemo_lead.cli import main
 from nemo_lead.models.hf_config import arch_from_hf, read_hf_config
+from nemo_lead.plan.engine_kinds import VLLM_DECODE_BANDWIDTH_FRACTION
 from nemo_lead.plan.engine_stage import CALL_WAVES, StageShape, plan_auto_engine, plan_engine_stage
 from nemo_lead.plan.settings import PlanSettings
 from nemo_lead.plan.timing import (
     GPUS,
-    VLLM_DECODE_BANDWIDTH_FRACTION,
     decode_steps,
     gpu_named,
     kv_positions_read,

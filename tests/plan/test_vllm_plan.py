@@ -10,16 +10,12 @@ from test_engine_auto import HF14B, R14B  # the 14B RL stage at TP8 (its 28 GiB 
 
 from nemo_lead.cli import main
 from nemo_lead.config.loading import load_config
+from nemo_lead.plan.engine_kinds import VLLM_DECODE_BANDWIDTH_FRACTION, VLLM_GRAPH_GIB
 from nemo_lead.plan.job import GIB, job_shape, plan_job
 from nemo_lead.plan.parameters import parameter_count
 from nemo_lead.plan.settings import PlanSettings
-from nemo_lead.plan.timing import (
-    VLLM_DECODE_BANDWIDTH_FRACTION,
-    VLLM_GRAPH_GIB,
-    generation_seconds,
-    gpu_named,
-    vllm_refit_seconds,
-)
+from nemo_lead.plan.timing import generation_seconds, gpu_named
+from nemo_lead.plan.timing import reload_refit_seconds as vllm_refit_seconds
 from nemo_lead.training.rl.config import RLConfig
 
 H100 = gpu_named("h100")

@@ -63,6 +63,7 @@ from nemo_lead.generation.sampling import sample_tokens
 from nemo_lead.generation.streams import check_prompt_seeds, draw_keys, sample_key
 from nemo_lead.models import eval_mode, model_info, sequence_parallel_off
 from nemo_lead.parallel import cpu
+from nemo_lead.plan.engine_kinds import engine_layout, has_own_layout
 
 
 # ----------------------------------------------------------------------------- the actor protocol
@@ -286,6 +287,20 @@ class MegatronEngine:
         if self.kv_cache_gib is None or self.runner is None:
             return self.max_batch_size
         return min(self.max_batch_size, budget_rows(self.kv_cache_gib, positions, self.runner.kv_bytes_per_position()))
+
+
+def build(cfg: Any, actor: Any, *, release_copy: bool = False, weight_version: int = 0) -> MegatronEngine:
+    """The engine of `cfg` (an `EngineConfig`) over `actor` (`nemo_lead.generation.build_engine`): on the
+    actor's modules, or with a layout of its own for the job's TP / PP (`has_own_layout`) a copy per engine
+    replica, freed between generations when `release_copy`. `weight_version` is not kept."""
+    from megatron.core import parallel_state as ps
+
+    tp, pp = ps.get_tensor_model_parallel_world_size(), ps.get_pipeline_model_parallel_world_size()
+    own = has_own_layout(cfg, tp=tp, pp=pp)
+    return MegatronEngine(actor, max_batch_size=cfg.max_batch_size, max_prefill_tokens=cfg.max_prefill_tokens,
+                          sync_every=cfg.sync_every, cuda_graphs=cfg.cuda_graphs, kv_cache_gib=cfg.kv_cache_gib,
+                          own_copy=own, refit_bucket_mb=cfg.refit_bucket_mb, release_copy=release_copy,
+                          engine_tp=engine_layout(cfg, tp=tp, pp=pp)[0] if own else 1, cuda_graphs_tp=cfg.cuda_graphs_tp)
 
 
 class _Generation:

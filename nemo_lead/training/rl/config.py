@@ -15,7 +15,8 @@ from nemo_lead.algorithms import LeadConfig
 from nemo_lead.algorithms.loss import zero_advantage_terms
 from nemo_lead.config.fields import setting
 from nemo_lead.data import PromptConfig
-from nemo_lead.generation import EngineConfig, check_engine_layout, has_own_layout
+from nemo_lead.generation import EngineConfig
+from nemo_lead.plan.engine_kinds import ENGINE_KINDS, check_engine_layout, has_own_layout
 from nemo_lead.training.actor.config import ActorConfig
 from nemo_lead.training.run.config import RunSettings
 from nemo_lead.verify import VerifyConfig, default_region
@@ -144,7 +145,8 @@ class RLConfig(RunSettings):
             raise ValueError(f"engine.tp={self.engine.tp} engine.pp={self.engine.pp} (an engine layout of its own) "
                              f"with rollout.generator_ranks={self.rollout.generator_ranks} is not implemented yet: "
                              "the generators decode at the actor's layout (engine.tp=actor engine.pp=actor)")
-        if self.lead.rollout_correction.enabled and self.engine.kind in ("trtllm", "vllm") and self.rollout.top_p < 1:
+        kind = ENGINE_KINDS.get(self.engine.kind)  # None: auto, chosen at start
+        if self.lead.rollout_correction.enabled and kind and not kind.untruncated_logprobs and self.rollout.top_p < 1:
             raise ValueError(f"lead.rollout_correction.mode={self.lead.rollout_correction.mode} needs the engine's "
                              f"untruncated log-probs, which engine.kind={self.engine.kind} cannot report with rollout.top_p < 1: "
                              "set rollout.top_p=1 or lead.rollout_correction.mode=none")
@@ -161,9 +163,11 @@ class RLConfig(RunSettings):
         if r.generator_ranks < 0 or r.generator_ranks % replica:
             raise ValueError(f"rollout.generator_ranks={r.generator_ranks}: the generators hold whole model replicas, "
                              f"so it must be a multiple of actor.tp x actor.pp = {replica} (or 0: no split)")
-        if r.generator_ranks > replica and self.engine.kind != "megatron":
+        kind = ENGINE_KINDS.get(self.engine.kind)  # None: auto, which may become an engine that runs one replica
+        if r.generator_ranks > replica and not (kind and kind.generator_replicas):
+            several = ", ".join(f"engine.kind={k.name}" for k in ENGINE_KINDS.values() if k.generator_replicas)
             raise ValueError(f"rollout.generator_ranks={r.generator_ranks} (several generator replicas) needs "
-                             f"engine.kind=megatron (per-sample streams across replicas); engine.kind={self.engine.kind} "
+                             f"{several} (per-sample streams across replicas); engine.kind={self.engine.kind} "
                              f"runs one replica: rollout.generator_ranks={replica}")
         if not r.weight_bucket_mb > 0:
             raise ValueError(f"rollout.weight_bucket_mb must be > 0, got {r.weight_bucket_mb}")
