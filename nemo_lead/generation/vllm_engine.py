@@ -63,6 +63,7 @@ from nemo_lead.generation.vllm_params import (
     vllm_requests,
 )
 from nemo_lead.models import export_hf_weights, hf_shapes, model_info
+from nemo_lead.parallel.ranks import share_from_rank0
 from nemo_lead.plan.engine_kinds import replica_layout
 
 IN_PROCESS_ENV = "VLLM_ENABLE_V1_MULTIPROCESSING"
@@ -212,10 +213,7 @@ class VllmEngine:
         if client._finalizer.detach() is not None:
             client._finalizer = weakref.finalize(client, _shutdown, client.engine_core)
         # unseeded calls: a base drawn once for the job (every rank builds its engine together), then one per call
-        base = [int.from_bytes(os.urandom(7), "little")]
-        if distributed and dist.get_world_size() > 1:
-            dist.broadcast_object_list(base, src=0)
-        self._base_seed, self._calls = base[0], 0
+        self._base_seed, self._calls = share_from_rank0(int.from_bytes(os.urandom(7), "little")), 0
         self._asleep = self._weights_asleep = False
         self.weight_version: int | None = None
         self.refit_stats: dict[str, Any] = {}

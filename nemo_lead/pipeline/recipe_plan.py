@@ -207,6 +207,8 @@ def _dataset_rows(config: Any, settings: PlanSettings) -> tuple[int, ...] | None
 
 @dataclass
 class EngineJobResult:
+    """One job's plan as `nemo-lead plan` prints it, its JSON, and its time at the stated mean and all at max."""
+
     text: str
     json: dict[str, Any]
     seconds: Optional[float]
@@ -237,9 +239,10 @@ def _rounds_text(p: Any, c: Any, settings: PlanSettings) -> str:
     return text
 
 
-def plan_engine_job(job: Job, cfg: PlanConfig, gpu: Any, gpus: int) -> EngineJobResult:
+def plan_engine_job(job: Job, cfg: PlanConfig, gpu: Any, gpus: int, recipe: Path | None = None) -> EngineJobResult:
     """A distill / eval stage: memory per GPU and time on the engine it runs on (engine.kind=auto: the faster
-    that fits of auto's candidates), from the same engine model as RL's generation."""
+    that fits of auto's candidates), from the same engine model as RL's generation. (`recipe`: as for
+    `plan_training_job`; no reported time stands beside these stages.)"""
     from nemo_lead.models.hf_config import arch_from_hf
     from nemo_lead.plan.check import hf_config_of
     from nemo_lead.plan.engine_stage import plan_auto_engine, stage_shape
@@ -363,13 +366,6 @@ def on_hardware(cfg: PlanConfig, recipe: Path | None) -> tuple[PlanConfig, dict[
 
 def run_plan(cfg: PlanConfig) -> int:
     """`nemo-lead plan`: print each job's plan (and write --json); exit 0 when all fit, 1 when one does not."""
-    from nemo_lead.plan.check import hf_config_of
-    from nemo_lead.plan.fixes import find_fixes
-    from nemo_lead.plan.host import describe_host, host_needs
-    from nemo_lead.plan.job import job_shape, plan_job
-    from nemo_lead.plan.report import as_json, describe, layout_name, overrides, step_text
-    from nemo_lead.plan.search import rank_layouts
-
     try:
         recipe = _recipe_file(cfg.target) if cfg.command is None else None
         cfg, stage_gpus_, head = on_hardware(cfg, recipe)
@@ -385,41 +381,11 @@ def run_plan(cfg: PlanConfig) -> int:
         gpu = cfg.plan.planned_gpu()
         results, texts, times = [], [], []
         for job in jobs:
-            if job.kind in GENERATING_KINDS:
-                r = plan_engine_job(job, cfg, gpu, gpus_of[job.name])
-                texts.append(r.text)
-                results.append(r.json)
-                times.append((job.name, r.seconds, r.worst))
-                continue
-            settings = job.config.plan.merged(cfg.plan)
-            hf_config, divisible = hf_config_of(job.config.actor.model)
-            memory, reserve = settings.gpu_memory_gib, settings.value("reserve_gib")
-            gpus = gpus_of[job.name]
-            shape = job_shape(job.config, job.kind, hf_config, gpus=gpus, settings=settings,
-                              vocab_divisible_by=divisible, gpu=gpu, memory_gib=memory)
-            plan = plan_job(shape, gpu, memory_gib=memory, reserve_gib=reserve)
-            fixes = find_fixes(shape, gpu, memory_gib=memory, reserve_gib=reserve, limit=cfg.fixes)
-            ranking = (rank_layouts(shape, gpu, memory_gib=memory, reserve_gib=reserve, limit=max(cfg.fastest, 1))
-                       if cfg.fastest or not plan.fits else None)
-            first = ranking.fastest[0] if ranking is not None and ranking.fastest else None
-            best = None if first is None else first.plan
-            host = host_needs(plan, job.config, min(gpus, cfg.gpus_per_node), fastest=best,
-                              fastest_name=None if first is None
-                              else f"{layout_name(best)} ({overrides(first.changes, job.prefix)})")
-            text = describe(job.name, plan, fixes, job.prefix, ranking if cfg.fastest else None,
-                            source=settings.mean_response_source)
-            lines = [text, *describe_host(host)]
-            paper = reported_step(recipe.stem if recipe is not None else None, job.name, gpu.name, gpus)
-            if paper is not None:
-                ours = plan if plan.fits else best
-                estimate = f"{step_text(ours)} ({layout_name(ours)})" if ours is not None else "none (nothing fits)"
-                lines.append(f"  the paper's step on {gpus} x {gpu.name.upper()}: ~{paper[0]:,.0f} s ({paper[1]}); "
-                             f"this plan's estimate: {estimate}")
-            texts.append("\n".join(lines))
-            results.append({**as_json(job.name, plan, fixes, ranking if cfg.fastest else None,
-                                      source=settings.mean_response_source), "host": host.as_json(),
-                            **({"reported_step_seconds": {"seconds": paper[0], "source": paper[1]}} if paper else {})})
-            times.append((job.name, host.stage_seconds, host.stage_seconds_all_at_max))
+            plan_one = plan_engine_job if job.kind in GENERATING_KINDS else plan_training_job
+            r = plan_one(job, cfg, gpu, gpus_of[job.name], recipe)
+            texts.append(r.text)
+            results.append(r.json)
+            times.append((job.name, r.seconds, r.worst))
     except (ConfigError, ValueError, OSError) as e:
         print(f"nemo-lead plan: {e}", file=sys.stderr)
         return 2
@@ -438,6 +404,44 @@ def run_plan(cfg: PlanConfig) -> int:
             "untimed_stages": [name for name, t, _ in times if t is None]}
         Path(cfg.json).write_text(json.dumps(data, indent=2) + "\n")
     return 0 if all(r["fits"] is not False for r in results) else 1  # None: a stage that could not be planned
+
+
+def plan_training_job(job: Job, cfg: PlanConfig, gpu: Any, gpus: int, recipe: Path | None = None) -> EngineJobResult:
+    """An SFT / RL job: its plan on `gpus` GPUs of `gpu`'s kind, the fixes when it does not fit, the fastest
+    layouts (`--fastest`), what it needs of the host, and the paper's step beside it where the recipe's stage
+    has one (`REPORTED_STEPS`)."""
+    from nemo_lead.plan.check import hf_config_of
+    from nemo_lead.plan.fixes import find_fixes
+    from nemo_lead.plan.host import describe_host, host_needs
+    from nemo_lead.plan.job import job_shape, plan_job
+    from nemo_lead.plan.report import as_json, describe, layout_name, overrides, step_text
+    from nemo_lead.plan.search import rank_layouts
+
+    settings = job.config.plan.merged(cfg.plan)
+    hf_config, divisible = hf_config_of(job.config.actor.model)
+    memory, reserve = settings.gpu_memory_gib, settings.value("reserve_gib")
+    shape = job_shape(job.config, job.kind, hf_config, gpus=gpus, settings=settings,
+                      vocab_divisible_by=divisible, gpu=gpu, memory_gib=memory)
+    plan = plan_job(shape, gpu, memory_gib=memory, reserve_gib=reserve)
+    fixes = find_fixes(shape, gpu, memory_gib=memory, reserve_gib=reserve, limit=cfg.fixes)
+    ranking = (rank_layouts(shape, gpu, memory_gib=memory, reserve_gib=reserve, limit=max(cfg.fastest, 1))
+               if cfg.fastest or not plan.fits else None)
+    first = ranking.fastest[0] if ranking is not None and ranking.fastest else None
+    best = None if first is None else first.plan
+    host = host_needs(plan, job.config, min(gpus, cfg.gpus_per_node), fastest=best,
+                      fastest_name=None if first is None else f"{layout_name(best)} ({overrides(first.changes, job.prefix)})")
+    lines = [describe(job.name, plan, fixes, job.prefix, ranking if cfg.fastest else None,
+                      source=settings.mean_response_source), *describe_host(host)]
+    paper = reported_step(recipe.stem if recipe is not None else None, job.name, gpu.name, gpus)
+    if paper is not None:
+        ours = plan if plan.fits else best
+        estimate = f"{step_text(ours)} ({layout_name(ours)})" if ours is not None else "none (nothing fits)"
+        lines.append(f"  the paper's step on {gpus} x {gpu.name.upper()}: ~{paper[0]:,.0f} s ({paper[1]}); "
+                     f"this plan's estimate: {estimate}")
+    data = {**as_json(job.name, plan, fixes, ranking if cfg.fastest else None, source=settings.mean_response_source),
+            "host": host.as_json(),
+            **({"reported_step_seconds": {"seconds": paper[0], "source": paper[1]}} if paper else {})}
+    return EngineJobResult("\n".join(lines), data, host.stage_seconds, host.stage_seconds_all_at_max)
 
 
 def _sum(values: list[Optional[float]]) -> Optional[float]:
