@@ -9,11 +9,25 @@ from types import SimpleNamespace
 import pytest
 
 from nemo_lead.generation.engine import RolloutEngine
+from nemo_lead.plan.engine_kinds import ENGINE_KINDS
 from nemo_lead.training.rl import loop
 
-GENERATION = Path(__file__).resolve().parents[2] / "nemo_lead" / "generation"
-ENGINES = {"MegatronEngine": GENERATION / "megatron_engine" / "engine.py", "VllmEngine": GENERATION / "vllm_engine.py",
-           "TrtllmEngine": GENERATION / "trtllm_engine.py"}
+PACKAGE = Path(__file__).resolve().parents[2]
+
+
+def _engine_classes() -> dict[str, tuple[Path, str]]:
+    """Every registered engine kind -> (its module's file, the class its `build` returns), read from source."""
+    out = {}
+    for name, kind in ENGINE_KINDS.items():
+        module, _, function = kind.build.partition(":")
+        path = PACKAGE / (module.replace(".", "/") + ".py")
+        tree = ast.parse(path.read_text())
+        (build,) = [f for f in tree.body if isinstance(f, ast.FunctionDef) and f.name == function]
+        out[name] = (path, ast.unparse(build.returns))
+    return out
+
+
+ENGINES = _engine_classes()
 
 
 def _members(cls: type) -> tuple[set[str], set[str]]:
@@ -22,12 +36,13 @@ def _members(cls: type) -> tuple[set[str], set[str]]:
     return methods, set(cls.__annotations__)
 
 
-@pytest.mark.parametrize("name", sorted(ENGINES))
-def test_every_engine_implements_the_whole_interface(name):
-    """Read from source (vLLM and TensorRT-LLM need not be installed): each method with the Protocol's
-    parameters, each data member set in __init__."""
+@pytest.mark.parametrize("kind", sorted(ENGINES))
+def test_every_engine_implements_the_whole_interface(kind):
+    """Every registered engine kind's class, read from source (vLLM and TensorRT-LLM need not be installed):
+    each method with the Protocol's parameters, each data member set in __init__."""
     methods, data = _members(RolloutEngine)
-    tree = ast.parse(ENGINES[name].read_text())
+    path, name = ENGINES[kind]
+    tree = ast.parse(path.read_text())
     (cls,) = [n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == name]
     defs = {f.name: f for f in cls.body if isinstance(f, ast.FunctionDef)}
     for method in methods:
@@ -39,6 +54,11 @@ def test_every_engine_implements_the_whole_interface(name):
     assigned = {t.attr for n in ast.walk(defs["__init__"]) for t in getattr(n, "targets", [getattr(n, "target", None)])
                 if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self"}
     assert data <= assigned, f"{name}.__init__ does not set {data - assigned}"
+
+
+def test_each_kinds_builder_names_its_class():
+    assert {k: ENGINES[k][1] for k in ("megatron", "vllm", "trtllm")} == {
+        "megatron": "MegatronEngine", "vllm": "VllmEngine", "trtllm": "TrtllmEngine"}
 
 
 def test_the_interface_names_what_the_loop_reads():
