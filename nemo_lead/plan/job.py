@@ -220,10 +220,10 @@ def engine_options(engine: Any, *, tp: int, pp: int, generator_ranks: int = 0) -
     (vllm): the actor's TP at one stage (`nemo_lead.generation.engine_config.resolve_engine_kind`)."""
     if "auto" not in (str(engine.tp), str(engine.pp)):
         return []
-    layout = engine_kind(engine.kind).layout
-    if layout == "copies":
+    rule = engine_kind(engine.kind).layout
+    if rule == "copies":
         return [(True, engine_value(engine.tp, tp))]
-    if layout != "actor_or_copies" or (tp, pp) == (1, 1) or generator_ranks:
+    if rule != "actor_or_copies" or (tp, pp) == (1, 1) or generator_ranks:
         return [(False, 1)]
     return [(False, 1) if layout == (tp, pp) else (True, layout[0]) for layout in engine_layouts(tp, pp, engine.tp, engine.pp)]
 
