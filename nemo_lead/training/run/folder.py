@@ -42,7 +42,7 @@ import json
 import os
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from omegaconf import OmegaConf
 
@@ -59,6 +59,9 @@ from nemo_lead.runtime.files import (
     write_atomic,
     write_json,
 )
+
+if TYPE_CHECKING:  # (the settings' module loads torch; the pipeline reads run folders without it)
+    from nemo_lead.training.run.config import TrainingSettings
 
 CONFIG_FILE = "config.yaml"
 INPUTS_FILE = "inputs.json"
@@ -119,7 +122,7 @@ class RunFolder:
         metrics = self.path / METRICS_FILE
         return resumed_step is not None or (metrics.is_file() and metrics.stat().st_size > 0)
 
-    def prepare(self, cfg: Any, inputs: dict[str, str] | None = None, resumed_step: int | None = None) -> None:
+    def prepare(self, cfg: TrainingSettings, inputs: dict[str, str] | None = None, resumed_step: int | None = None) -> None:
         """Rank 0: create the folder, or check that `cfg` may continue the run already there (see "Changed
         settings" in the module docstring); write config.yaml and inputs.json. `inputs`: {key: content hash}
         of the data the run reads; `resumed_step`: the step of the checkpoint the run continues from (None: a
@@ -136,7 +139,7 @@ class RunFolder:
             defaults = OmegaConf.to_container(OmegaConf.structured(type(cfg)), resolve=True)
             rules = key_rules(type(cfg))
             flagged = sorted(k for k, r in rules.items() if r["resume"] == "flag")
-            allowed = set(getattr(cfg, "allow_change", []) or [])
+            allowed = set(cfg.allow_change or [])
             unknown = sorted(allowed - set(flagged))
             if unknown:
                 raise RunFolderError(f"allow_change: {', '.join(unknown)} may not change when a run continues; "
