@@ -38,6 +38,7 @@ import contextlib
 import json
 import os
 import random
+import socket
 import sys
 import tempfile
 import time
@@ -103,6 +104,52 @@ def build(cfg: Any, actor: Any, *, release_copy: bool = False, weight_version: i
 
     tp = replica_layout(cfg, tp=ps.get_tensor_model_parallel_world_size(), pp=ps.get_pipeline_model_parallel_world_size())
     return VllmEngine(actor, cfg, tp=tp, weight_version=weight_version)
+
+
+def _job_unique_cpu_shm_names(job: str) -> str | None:
+    """Name the shared memory of vLLM's CPU tensor-parallel communicator after this job (`job`: the same on
+    every rank, e.g. rank 0's host and process id, which no other live job has).
+
+    vLLM's CPU build names that segment from the executor's init method, which under `external_launcher` is
+    always "env://": every TP > 1 engine on a machine asks for the same /dev/shm name, so two jobs on one node
+    collide, and so does any job after one that was killed before it could unlink its segment (vLLM then fails
+    with "create shm in SHMManager failed. errno: 17"), so `job` goes into the name. A vLLM release without
+    that communicator is left alone (None). Returns the names' prefix (`_unlink_joined_shm`)."""
+    try:
+        from vllm.distributed.device_communicators import cpu_communicator
+    except ImportError:
+        return None
+    shm = getattr(cpu_communicator, "_CPUSHMDistributed", None)
+    base = getattr(shm, "make_group_name", None)
+    if base is None:
+        return None
+    prefix = f"nemo-lead-{job}-"
+    base = getattr(base, "nemo_lead_base", base)
+
+    def make_group_name(communicator) -> str:
+        # vLLM's own name starts with "//" (from "env://"), which shm_open drops only at the front
+        return f"{prefix}{base(communicator)}".replace("/", "")
+
+    make_group_name.nemo_lead_base = base
+    shm.make_group_name = staticmethod(make_group_name)
+    return prefix
+
+
+def _unlink_joined_shm(prefix: str, root: Path = Path("/dev/shm")) -> list[str]:
+    """Unlink this job's segments of vLLM's CPU TP communicator once every rank has mapped them.
+
+    vLLM unlinks them only in a destructor that a rank leaving by a signal or `os._exit` never runs, which
+    leaves 4 MiB per rank in /dev/shm for good. Every rank has created and joined its group's segments when
+    its engine is built (vLLM's own barriers); after one more barrier the names can go, the mappings stay
+    (POSIX shared memory lives until the last unmap). Every rank unlinks what it finds, so each node's
+    segments go whichever ranks it holds."""
+    dist.barrier()
+    gone = []
+    for path in root.glob(prefix + "*"):
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+            gone.append(path.name)
+    return gone
 
 
 class _RandomState:
@@ -178,6 +225,7 @@ class VllmEngine:
         self.sleep_level = cfg.vllm.sleep_level or 1
         self.dtype = next(self.model.parameters()).dtype
         distributed = dist.is_initialized()
+        shm_prefix = None
         if distributed:
             from megatron.core import parallel_state as ps
 
@@ -190,6 +238,8 @@ class VllmEngine:
             # it; a one-process job initialises torch.distributed without it)
             os.environ.setdefault("RANK", str(dist.get_rank()))
             os.environ.setdefault("LOCAL_RANK", str(torch.cuda.current_device() if self.cuda else 0))
+            if tp > 1 and not self.cuda:
+                shm_prefix = _job_unique_cpu_shm_names(share_from_rank0(f"{socket.gethostname()}-{os.getpid()}"))
         else:
             if tp != 1:
                 raise ValueError(f"engine.tp={tp}: an engine TP > 1 needs the job's ranks (torch.distributed)")
@@ -209,6 +259,8 @@ class VllmEngine:
         finally:
             state.restore()
         self._vllm = vllm
+        if shm_prefix:
+            _unlink_joined_shm(shm_prefix)
         client = self.llm.llm_engine.engine_core  # vLLM's own finalizer would destroy the job's process group
         if client._finalizer.detach() is not None:
             client._finalizer = weakref.finalize(client, _shutdown, client.engine_core)

@@ -164,7 +164,8 @@ def _advantage_sign_job(model: str) -> tuple[list[float], list[float]]:
 
     class S:  # the slice of RLState these phases read
         cfg = type("C", (), {"lead": lead, "rollout": type("R", (), {"temperature": 1.0, "lag": 0})(), "minibatches": 1,
-                             "ppo_epochs": 1, "old_logprobs": "auto"})()
+                             "ppo_epochs": 1, "old_logprobs": "auto",
+                             "skip_zero_advantage": None})()
         run = type("Run", (), {"actor": actor})()
 
     groups = []
