@@ -93,6 +93,9 @@ class EngineKind:
     untruncated_logprobs: bool = True  # reports the untruncated log-probs under top_p < 1 (rollout correction)
     generator_replicas: bool = False  # the split layout's generator ranks may be several replicas of it
     hf_folder: bool = False  # built from a HF folder: a checkpoint gets one written (`engine_config_for`)
+    # its job's container image has Transformer Engine, so actor.layer_spec=auto builds TE layers there (the
+    # plan counts TE's MLP term); the vLLM image (containers/Dockerfile, constraints-vllm-image.txt) has none
+    image_has_te: bool = True
 
     def __post_init__(self) -> None:
         for value, allowed, what in ((self.layout, LAYOUTS, "layout"), (self.copy_weights, COPY_WEIGHTS, "copy_weights"),
@@ -116,7 +119,7 @@ ENGINE_KINDS: dict[str, EngineKind] = {k.name: k for k in (
                stage_note=("(vllm: weights is the job's model, kept beside vLLM's copy (engine_copy); kv_cache its "
                            "whole pool; cuda_graphs assumed; decode speed: {source})"),
                library="vLLM", auto=0, auto_module="vllm", importable="nemo_lead.generation.vllm_engine:vllm_importable",
-               untruncated_logprobs=False),
+               untruncated_logprobs=False, image_has_te=False),
     EngineKind("trtllm", "nemo_lead.generation.trtllm_engine:build",
                "TensorRT-LLM, refit in memory (its container image)", "fixed",
                fixed_layout="one TP1 copy of the model per GPU", library="TensorRT-LLM", timed=False,

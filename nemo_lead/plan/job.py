@@ -20,7 +20,8 @@ Worst cases taken: every response at max_tokens after a prompt of `plan.prompt_t
 max(actor.micro_batch_tokens, the longest sequence) padded tokens; SFT rows at data.max_seq_len.
 Activation estimates follow the local layer spec as a GPU runs it (`nemo_lead.plan.activations`: measured on
 the CPU tensor by tensor, checked against an H200's peaks); actor.layer_spec=te adds Transformer Engine's one
-difference, its MLP's fifth [T, ffn] tensor (from TE's and megatron's code, not measured).
+difference, its MLP's fifth [T, ffn] tensor (from TE's and megatron's code, not measured), and so does `auto`
+where the job's image has TE (`planned_layer_spec`).
 """
 
 from __future__ import annotations
@@ -110,8 +111,8 @@ class JobShape:
     # with engine_tp1: the copy's TP (engine.tp=b engine.pp=1, b | tp), one replica per b GPUs; 1 = TP1 x PP1
     engine_tp: int = 1
     memory_fraction: float = 0.0  # the GPU share an engine with a pool allocated whole takes (engine.vllm.gpu_memory_utilization)
-    # actor.layer_spec: te plans Transformer Engine's MLP term (`activations.mlp_saved_widths`); auto is planned
-    # as the local spec (which of the two a job gets depends on its container: TE's image takes TE)
+    # the actor's layer spec as the job builds it (`planned_layer_spec`): te plans Transformer Engine's MLP term
+    # (`activations.mlp_saved_widths`)
     layer_spec: str = "local"
 
     @property
@@ -122,6 +123,20 @@ class JobShape:
     def engine_layout(self) -> tuple[int, int, int]:
         """The engine's (TP, PP, replicas): the actor's layout, or TP1 x PP1 on every GPU."""
         return (self.engine_tp, 1, self.gpus // self.engine_tp) if self.engine_tp1 else (self.tp, self.pp, self.dp)
+
+
+def planned_layer_spec(cfg: Any, kind: str) -> str:
+    """actor.layer_spec as a GPU job of `cfg` builds it, "te" or "local". `auto` takes Transformer Engine where
+    the job's container has it: the product's image does, except where packed SFT traces need the local spec
+    (`SFTConfig.packing_layer_spec`) and an RL job on an engine whose image has none (vLLM's,
+    `EngineKind.image_has_te`). Planned as TE, a job that ends up local is over-planned by one [T, ffn] tensor
+    per layer, never under."""
+    spec = cfg.packing_layer_spec()[0] if kind == "sft" else cfg.actor.layer_spec
+    if spec != "auto":
+        return spec
+    if kind == "rl" and cfg.engine.kind != AUTO_KIND and not engine_kind(cfg.engine.kind).image_has_te:
+        return "local"
+    return "te"
 
 
 def job_shape(cfg: Any, kind: str, hf_config: dict, *, gpus: int, settings: PlanSettings,
@@ -139,7 +154,7 @@ def job_shape(cfg: Any, kind: str, hf_config: dict, *, gpus: int, settings: Plan
         recompute=Recompute(a.recompute_granularity, a.recompute_method, a.recompute_num_layers),
         micro_batch_tokens=a.micro_batch_tokens or GPU_MICRO_BATCH_TOKENS, logprob_chunk_tokens=a.logprob_chunk_tokens,
         offload=a.offload_during_generation, vocab_divisible_by=vocab_divisible_by,
-        layer_spec="te" if a.layer_spec == "te" else "local",
+        layer_spec=planned_layer_spec(cfg, kind),
     )
     if kind == "sft":
         return JobShape(**common, longest=cfg.data.max_seq_len, sequences=cfg.global_batch)

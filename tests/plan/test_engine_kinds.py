@@ -100,3 +100,27 @@ def test_a_registered_engine_is_planned_from_its_entry(stand_in):
     assert kept["engine_copy"] == gen["engine_copy"]  # no sleeping on the host: without offload it stays
     assert plan.time is not None and plan.time.refit > 0
     assert "engine tp 8 x 1" in describe("rl", plan, [])
+
+
+def test_layer_spec_auto_is_planned_as_the_jobs_image_builds_it():
+    """actor.layer_spec=auto builds TE layers where the job's image has Transformer Engine: planned as te there
+    (one [T, ffn] tensor more per layer), local on vLLM's image and for packed SFT traces."""
+    from nemo_lead.plan.job import planned_layer_spec
+    from nemo_lead.training.sft.config import SFTConfig
+
+    def rl(*keys):
+        return load_config(RLConfig, [], [*R14B, "engine.kv_cache_gib=20", *keys])
+
+    assert planned_layer_spec(rl("engine.kind=vllm"), "rl") == "local"  # no TE in the vLLM image
+    assert planned_layer_spec(rl("engine.kind=megatron"), "rl") == "te"
+    assert planned_layer_spec(rl("engine.kind=megatron", "actor.layer_spec=local"), "rl") == "local"
+    assert planned_layer_spec(rl("engine.kind=vllm", "actor.layer_spec=te"), "rl") == "te"
+    sft = load_config(SFTConfig, [], ["out=x", "data.path=x", "actor.model=r1-distill-qwen-14b", "data.pack=true"])
+    assert planned_layer_spec(sft, "sft") == "local"  # packed traces take the local spec
+    assert planned_layer_spec(dataclasses.replace(sft, data=dataclasses.replace(sft.data, pack=False)), "sft") == "te"
+    # the te term is what separates the two: planned with it, the update's activations are larger
+    cfg = rl("engine.kind=megatron")
+    te = plan_job(job_shape(cfg, "rl", HF14B, gpus=8, settings=PlanSettings(), gpu=H100), H100)
+    local = plan_job(job_shape(rl("engine.kind=megatron", "actor.layer_spec=local"), "rl", HF14B, gpus=8,
+                               settings=PlanSettings(), gpu=H100), H100)
+    assert te.phases["update"]["activations"] > local.phases["update"]["activations"]
