@@ -24,9 +24,10 @@ the same SFT checkpoint on the vLLM engine, every model evaluated on 200 held-ou
    run's own `start_check` warns as well), and the figures are compared with the targets written in
    REAL_MODEL.md before the run (`bench/study_stats.py`: paired bootstrap intervals over problems).
 
-A rerun of the same command skips finished stages (the loops and eval resume their folders). The report goes
-to OUT/summary.md and OUT/summary.json, and with --record into bench/REAL_MODEL.md (its generated block) and
-the figures into bench/real_model/.
+A rerun of the same command skips finished stages (the loops and eval resume their folders); each stage's wall
+time, load and peak memory are kept in OUT/stage_times.json when it finishes, so the report of a resumed study
+gives every stage and the total. The report goes to OUT/summary.md and OUT/summary.json, and with --record into
+bench/REAL_MODEL.md (its generated block) and the figures into bench/real_model/.
 """
 
 from __future__ import annotations
@@ -138,14 +139,28 @@ def plot_cmd(runs: dict[str, Path], out: Path, model: str) -> list[str]:
 
 
 # ----------------------------------------------------------------------------- running the stages
+DONE_LINE = "# the stage finished"  # written to its log after a finished command: attempts before it are done
+
+
 class Stages:
-    """Runs the study's commands one at a time, each with its output in OUT/logs/NAME.log; keeps each one's
-    wall time, the load average at its start and end, and the peak resident memory so far."""
+    """Runs the study's commands one at a time, each with its output in OUT/logs/NAME.log. Each stage's figures
+    (wall time, the load average at its start and end, the peak resident memory so far, the command as run, when
+    it finished) go to OUT/stage_times.json when it finishes, so that an invocation resuming the study reports the
+    stages finished before it too. An entry may carry a `note` (figures reconstructed from elsewhere, e.g. log
+    timestamps): the report prints it."""
 
     def __init__(self, out: Path, env: dict[str, str]):
         self.out, self.env = out, env
-        self.times: dict[str, dict] = {}
+        self.file = out / "stage_times.json"
+        self.times: dict[str, dict] = json.loads(self.file.read_text()) if self.file.is_file() else {}
         self.commands: dict[str, list[str]] = {}
+
+    def keep(self, name: str, figures: dict) -> None:
+        self.times[name] = {**figures, "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+        self.out.mkdir(parents=True, exist_ok=True)
+        tmp = self.file.with_suffix(".tmp")
+        tmp.write_text(json.dumps(self.times, indent=1))
+        tmp.replace(self.file)
 
     def run(self, name: str, cmd: list[str], done: bool) -> None:
         self.commands[name] = cmd
@@ -156,8 +171,9 @@ class Stages:
         logfile.parent.mkdir(parents=True, exist_ok=True)
         log(f"{name}: start (log: {logfile})")
         load, t0 = os.getloadavg()[0], time.monotonic()
+        line = "$ " + " ".join(cmd)
         with open(logfile, "a") as f:
-            f.write("$ " + " ".join(cmd) + "\n")
+            f.write(line + "\n")
             f.flush()
             rc = subprocess.call(cmd, stdout=f, stderr=subprocess.STDOUT, cwd=REPO, env=self.env)
         seconds = time.monotonic() - t0
@@ -165,7 +181,13 @@ class Stages:
             tail = "\n".join(logfile.read_text().splitlines()[-30:])
             raise SystemExit(f"{name} failed (exit {rc}); the end of {logfile}:\n{tail}")
         rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 2**20  # KiB -> GiB, the largest so far
-        self.times[name] = {"seconds": seconds, "load_start": load, "load_end": os.getloadavg()[0], "peak_rss_gib": rss}
+        # the attempts since the stage last finished (> 1: resumed after a stop; the time is the last attempt's)
+        lines = logfile.read_text().splitlines()
+        attempts = lines[max((i for i, x in enumerate(lines) if x == DONE_LINE), default=-1) + 1:].count(line)
+        with open(logfile, "a") as f:
+            f.write(DONE_LINE + "\n")
+        self.keep(name, {"seconds": seconds, "load_start": load, "load_end": os.getloadavg()[0], "peak_rss_gib": rss,
+                         "command": cmd, "attempts": attempts})
         log(f"{name}: done in {seconds:.0f} s")
 
 
@@ -274,17 +296,34 @@ def report(a: dict, stages: Stages, size: dict, wall: float, load: tuple, argv: 
         lines += ["", f"RL {arm}, per step (training rollouts):", "", *per_step_table(a["rl"][arm]["rows"])]
     if figure:
         lines += ["", f"![Figure 2: validation Pass@1 and mean length against RL steps]({figure})"]
-    t = stages.times
+    t = {n: stages.times[n] for n in ["model", *stages.commands] if n in stages.times}
+    notes = list(dict.fromkeys(v["note"] for v in t.values() if v.get("note")))
+
+    def mark(v: dict) -> str:
+        return f" [{notes.index(v['note']) + 1}]" if v.get("note") else ""
+
+    def stage(n: str, v: dict) -> str:
+        loads = "" if v.get("load_start") is None else f" ({v['load_start']:.1f} / {v['load_end']:.1f})"
+        resumed = v.get("attempts", 1) > 1 and not v.get("note")
+        again = f", {v['attempts']} attempts: the last one's time" if resumed else ""
+        return f"{n} {v['seconds'] / 60:.1f} min{loads}{again}{mark(v)}"
+
+    missing = [n for n in stages.commands if n not in t]
+    no_rss = [n for n, v in t.items() if v.get("peak_rss_gib") is None]
     lines += [
-        "", f"Machine: {lscpu_model()}; {machine_line(load_start=load)}.",
-        f"Wall time: {wall / 60:.1f} min in all; per stage (load average at its start / end): "
-        + ", ".join(f"{n} {v['seconds'] / 60:.1f} min ({v['load_start']:.1f} / {v['load_end']:.1f})" for n, v in t.items())
-        + (" (stages not listed finished before this invocation)" if len(t) < len(stages.commands) else "") + ".",
+        "", f"Machine: {lscpu_model()}; {machine_line(load_start=load)} (this invocation).",
+        f"Wall time: {sum(v['seconds'] for v in t.values()) / 60:.1f} min over the stages ({wall / 60:.1f} min this "
+        "invocation); per stage (load average at its start / end): " + ", ".join(stage(n, v) for n, v in t.items())
+        + (f" (no time kept for {', '.join(missing)})" if missing else "") + ".",
         "Peak resident memory of the largest process so far, after each stage: "
-        + ", ".join(f"{n} {v['peak_rss_gib']:.1f} GiB" for n, v in t.items()) + ".",
+        + ", ".join(f"{n} {v['peak_rss_gib']:.1f} GiB" for n, v in t.items() if v.get("peak_rss_gib") is not None)
+        + (f" (not recorded for {', '.join(no_rss)})" if no_rss else "") + ".",
+        *[f"- [{i + 1}] {note}" for i, note in enumerate(notes)],
         "", f"Command: `OMP_NUM_THREADS={stages.env.get('OMP_NUM_THREADS')} "
-        + " ".join(["python", "bench/real_model.py", *argv]) + "`; the stages ran (nemo-lead = python -m nemo_lead.cli):",
-        "", *[f"    nemo-lead {' '.join(short(c) for c in cmd[3:])}" for cmd in stages.commands.values()],
+        + " ".join(["python", "bench/real_model.py", *argv]) + "` (this invocation); the stages as they ran (nemo-lead = "
+        "python -m nemo_lead.cli):",
+        "", *[f"    nemo-lead {' '.join(short(c) for c in t.get(n, {}).get('command', cmd)[3:])}"
+              for n, cmd in stages.commands.items()],
     ]
     return "\n".join(lines) + "\n"
 
@@ -334,8 +373,9 @@ def main() -> int:
         from smollm2 import smollm2_folder
 
         model = smollm2_folder(Path(args.cache))
-    stages.times["model"] = {"seconds": time.monotonic() - t0, "load_start": load[0], "load_end": os.getloadavg()[0],
-                             "peak_rss_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20}
+    if "model" not in stages.times:  # the first invocation's build; later ones find it in the cache
+        stages.keep("model", {"seconds": time.monotonic() - t0, "load_start": load[0], "load_end": os.getloadavg()[0],
+                              "peak_rss_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20})
     data = write_data(out / "data", size)
     sft = out / "sft"
     stages.run("sft", sft_cmd(model, data, size, sft), (sft / "done.json").is_file())
