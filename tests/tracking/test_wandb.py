@@ -104,3 +104,40 @@ def test_a_recipe_run_reaches_every_training_and_eval_stage():
     assert sorted(logged) == ["eval", "rl1", "rl2", "sft"]  # prepare and select stages run no model
     assert all(w["enabled"] and w["mode"] == "offline" and w["group"] == "demo-wb" for w in logged.values())
     assert logged["rl1"]["project"] == "mine" and logged["rl2"]["project"] == "nemo-lead"
+
+
+
+CHILD_RANK = """
+import multiprocessing, sys
+from nemo_lead.runtime.tracking import WandbSettings, open_tracker
+
+def rank(folder):
+    tracker = open_tracker(WandbSettings(enabled=True, mode="offline", project="tests"), folder, {"steps": 1},
+                           job_type="rl")
+    tracker.log({"step": 1, "loss": 0.5})
+    tracker.finish()
+
+if __name__ == "__main__":
+    child = multiprocessing.get_context("fork").Process(target=rank, args=(sys.argv[1],))
+    child.start()
+    child.join(300)
+    sys.exit(child.exitcode)
+"""
+
+
+def test_a_child_process_rank_leaves_no_wandb_temporary_folders(wandb_client, tmp_path):
+    """A rank of the local launcher is a forked multiprocessing child, which ends with os._exit: the temporary
+    folders wandb makes when it is imported there (media, artifacts) must still go when it ends. A fresh
+    interpreter forks the rank, so wandb is first imported in the child, as in a rank."""
+    import os
+    import subprocess
+
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    script = tmp_path / "rank.py"
+    script.write_text(CHILD_RANK)
+    done = subprocess.run([sys.executable, str(script), str(tmp_path / "run")], env={**os.environ, "TMPDIR": str(temp)},
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert read_run_id(tmp_path / "run") is not None  # the rank did make its W&B run
+    assert [p.name for p in temp.iterdir() if "wandb" in p.name] == []
