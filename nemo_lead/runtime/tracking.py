@@ -17,11 +17,7 @@ from __future__ import annotations
 
 import json
 import math
-import multiprocessing
-import multiprocessing.util
 import secrets
-import sys
-import tempfile
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Optional
@@ -69,42 +65,12 @@ class TrackingError(ValueError):
 
 def import_wandb():
     """The `wandb` module, or TrackingError naming the extra to install."""
-    global _imported_here
-    if _imported_here is None:  # the first ask: was it imported before (in a parent this process forked from)?
-        _imported_here = "wandb" not in sys.modules
     try:
         import wandb  # optional extra: loaded only when a run asks for it
     except ImportError as e:
         raise TrackingError(f"wandb.enabled=true needs the Weights & Biases client, which is not installed: "
                           f"{EXTRA_HINT}") from e
     return wandb
-
-
-# wandb's module-level temporary folders (module, attribute path): its media and artifact staging areas
-WANDB_TEMP_FOLDERS = (("wandb.sdk.data_types._private", "MEDIA_TMP"), ("wandb.sdk.artifacts.artifact", "Artifact._TMP_DIR"))
-_cleanup_registered: set[int] = set()
-_imported_here: bool | None = None  # wandb was first imported by this process (`import_wandb`), not inherited
-
-
-def clean_wandb_temp_folders_at_child_exit() -> None:
-    """Hand the cleanup of wandb's temporary folders to multiprocessing's exit finalizers in a child process.
-
-    wandb makes them when imported (`tempfile.TemporaryDirectory` objects at module level) and Python removes
-    them at interpreter exit. A multiprocessing child (a rank of the local launcher) ends with `os._exit`
-    after multiprocessing's own finalizers, so without this each such rank leaves two empty folders in the
-    temporary directory. torchrun and srun ranks and a plain process exit normally: nothing changes there.
-    Only folders this process made are handed over: where wandb came with a fork of a process that had
-    imported it, the folders are that process's, still in use. Folders a wandb release does not have are
-    skipped."""
-    if multiprocessing.parent_process() is None or not _imported_here:
-        return
-    for module, path in WANDB_TEMP_FOLDERS:
-        obj: Any = sys.modules.get(module)
-        for part in path.split("."):
-            obj = getattr(obj, part, None)
-        if isinstance(obj, tempfile.TemporaryDirectory) and id(obj) not in _cleanup_registered:
-            _cleanup_registered.add(id(obj))
-            multiprocessing.util.Finalize(obj, obj.cleanup, exitpriority=0)
 
 
 def _scalars(row: dict[str, Any]) -> dict[str, float]:
@@ -133,7 +99,6 @@ class Tracker:
         self.run.define_metric("step")
         self.run.define_metric("*", step_metric="step")
         self._wandb = wandb
-        clean_wandb_temp_folders_at_child_exit()
 
     def log(self, row: dict[str, Any]) -> None:
         """A metrics.jsonl row: its scalars, under their own names, at its `step`."""
