@@ -135,7 +135,7 @@ def _job_unique_cpu_shm_names(job: str) -> str | None:
     return prefix
 
 
-def _unlink_joined_shm(prefix: str, root: Path = Path("/dev/shm")) -> list[str]:
+def _unlink_joined_shm(prefix: str, root: Path = Path("/dev/shm")) -> None:
     """Unlink this job's segments of vLLM's CPU TP communicator once every rank has mapped them.
 
     vLLM unlinks them only in a destructor that a rank leaving by a signal or `os._exit` never runs, which
@@ -144,12 +144,8 @@ def _unlink_joined_shm(prefix: str, root: Path = Path("/dev/shm")) -> list[str]:
     (POSIX shared memory lives until the last unmap). Every rank unlinks what it finds, so each node's
     segments go whichever ranks it holds."""
     dist.barrier()
-    gone = []
     for path in root.glob(prefix + "*"):
-        with contextlib.suppress(FileNotFoundError):
-            path.unlink()
-            gone.append(path.name)
-    return gone
+        path.unlink(missing_ok=True)  # another rank of this node may have been first
 
 
 class _RandomState:
